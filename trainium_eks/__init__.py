@@ -1,0 +1,1 @@
+"""Constructs for distributed training on AWS Trainium with Amazon EKS."""

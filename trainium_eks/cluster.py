@@ -1,0 +1,96 @@
+"""EKS cluster (aws_eks_v2) with a kubectl provider, access entries and a system nodegroup."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from .versions import KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
+
+#: Node label that places controllers (Volcano, etcd, TensorBoard) on the system nodegroup.
+SYSTEM_NODE_LABEL = {"trainium-eks/pool": "system"}
+
+_ALL_LOG_TYPES = [
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+]
+
+
+class TrainiumCluster(Construct):
+    """The EKS control plane and a small system nodegroup.
+
+    Defaults: every control-plane log type on, Kubernetes secrets envelope-encrypted with a
+    rotating KMS key, private API endpoint unless ``endpoint_public_cidrs`` lists CIDRs (then
+    public restricted to them, plus private), no Auto Mode and no default capacity: Trainium and
+    system nodes come from explicit nodegroups.
+
+    Attributes:
+        cluster: the ``aws_eks_v2.Cluster``.
+        system_nodegroup: two small AL2023 nodes for controllers.
+        secrets_key: the KMS key for Kubernetes secrets.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        kubernetes_version: str,
+        endpoint_public_cidrs: Sequence[str] = (),
+        admin_principal_arns: Sequence[str] = (),
+        system_nodes: int = 2,
+        system_instance_type: str = SYSTEM_NODE_INSTANCE_TYPE,
+    ) -> None:
+        super().__init__(scope, id)
+        release = KUBERNETES_RELEASES[kubernetes_version]
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", enable_key_rotation=True,
+            description="EKS envelope encryption of Kubernetes secrets",
+        )
+        endpoint = (
+            eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_public_cidrs)
+            if endpoint_public_cidrs else eks.EndpointAccess.PRIVATE
+        )
+        selection = [ec2.SubnetSelection(subnets=list(subnets))]
+        self.cluster = eks.Cluster(
+            self, "Cluster",
+            version=release.eks_version,
+            vpc=vpc,
+            vpc_subnets=selection,
+            endpoint_access=endpoint,
+            cluster_logging=_ALL_LOG_TYPES,
+            secrets_encryption_key=self.secrets_key,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=release.kubectl_layer(self, "KubectlLayer"),
+                private_subnets=list(subnets),
+            ),
+        )
+        for index, arn in enumerate(admin_principal_arns):
+            self.cluster.grant_access(
+                f"Admin{index}", arn,
+                [eks.AccessPolicy.from_access_policy_name(
+                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                )],
+            )
+        self.system_nodegroup = eks.Nodegroup(
+            self, "SystemNodes",
+            cluster=self.cluster,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            instance_types=[ec2.InstanceType(system_instance_type)],
+            min_size=system_nodes, desired_size=system_nodes, max_size=system_nodes,
+            subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            labels=dict(SYSTEM_NODE_LABEL),
+            enable_node_auto_repair=True,
+        )

@@ -1,0 +1,281 @@
+"""The platform's configuration: one typed, validated object.
+
+Defaults are embedded here; ``cdk.json`` context and ``cdk synth -c key=value`` override them
+(see :func:`config_from_context`). Every check raises :class:`ConfigError` whose message names
+the field, the value and the fix, so a bad input stops synth with one line and no stack is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
+from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be deployed; the message is meant for the user."""
+
+    def __init__(self, field_name: str, value: Any, fix: str) -> None:
+        self.field_name = field_name
+        self.value = value
+        self.fix = fix
+        super().__init__(f"config '{field_name}' = {value!r} is invalid: {fix}")
+
+
+EFA_LAYOUTS = ("efa", "efa-only")
+CAPACITY_TYPES = ("on-demand", "capacity-block")
+
+_AZ_ID = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]+$")
+_AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
+_ROLE_OR_USER_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]{1,512}$")
+_CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
+_NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
+_DIRECTIONS = {
+    "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
+    "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
+}
+
+
+def az_id_prefix(region: str) -> Optional[str]:
+    """The AZ-ID prefix AWS uses for ``region`` (``us-west-2`` -> ``usw2``), if derivable."""
+    parts = region.split("-")
+    if len(parts) != 3 or parts[1] not in _DIRECTIONS:
+        return None
+    return f"{parts[0]}{_DIRECTIONS[parts[1]]}{parts[2]}"
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    """Everything a deployment of the platform can vary. Each default is the value documented here."""
+
+    #: AWS region of the stack.
+    region: str = "us-west-2"
+    #: AZ **ID** (not name: names differ per account) that offers the instance type; the Trainium
+    #: nodegroup, its placement group and FSx live only here.
+    trainium_az_id: str = "usw2-az4"
+    #: Second AZ ID: the EKS control plane needs subnets in two AZs.
+    second_az_id: str = "usw2-az3"
+    #: Trainium instance type (a row of ``INSTANCE_FACTS``).
+    instance_type: str = "trn1.32xlarge"
+    #: Trainium nodegroup sizes.
+    min_nodes: int = 2
+    desired_nodes: int = 2
+    max_nodes: int = 2
+    #: Kubernetes minor version (a key of ``KUBERNETES_RELEASES``).
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
+    #: add your workstation's /32 to use kubectl from outside the VPC).
+    endpoint_public_cidrs: tuple[str, ...] = ()
+    #: IAM role/user ARNs given cluster-admin access entries.
+    admin_principal_arns: tuple[str, ...] = ()
+    #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
+    root_volume_gib: int = 512
+    #: Capacity reservation or Capacity Block to launch into (``cr-`` + 17 hex), if any.
+    capacity_reservation_id: Optional[str] = None
+    #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
+    capacity_type: str = "on-demand"
+    #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
+    #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
+    efa_interface_layout: str = "efa"
+    #: Prefix of every named resource (lower case, <= 20 characters).
+    name_prefix: str = "trn-bert"
+    #: CIDR of the VPC the platform creates.
+    vpc_cidr: str = "10.0.0.0/16"
+    #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).
+    nat_gateways: int = 1
+    #: Use an existing VPC instead of creating one: its id, plus private subnet ids with the
+    #: Trainium-AZ subnet first and the second-AZ subnet next.
+    existing_vpc_id: Optional[str] = None
+    existing_private_subnet_ids: tuple[str, ...] = ()
+    #: Size of the system nodegroup that runs controllers.
+    system_nodes: int = 2
+    # [storage] fields (FSx, ECR) go here.
+    # [addons] fields (add-on options) go here.
+    #: Tags applied to every taggable resource.
+    tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def facts(self) -> InstanceFacts:
+        """The facts-table row of :attr:`instance_type`."""
+        return instance_facts(self.instance_type)
+
+
+def _validate(c: PlatformConfig) -> None:
+    if not _REGION.match(c.region):
+        raise ConfigError("region", c.region, "use an AWS region code such as 'us-west-2'")
+    for name in ("trainium_az_id", "second_az_id"):
+        value = getattr(c, name)
+        if _AZ_NAME.match(value):
+            raise ConfigError(name, value, "this is an AZ name; give the AZ ID (e.g. 'usw2-az4'), "
+                              "see `aws ec2 describe-availability-zones`")
+        if not _AZ_ID.match(value):
+            raise ConfigError(name, value, "give an AZ ID such as 'usw2-az4'")
+        prefix = az_id_prefix(c.region)
+        if prefix and not value.startswith(prefix + "-"):
+            raise ConfigError(name, value, f"AZ IDs of region {c.region} start with '{prefix}-'")
+    if c.trainium_az_id == c.second_az_id:
+        raise ConfigError("second_az_id", c.second_az_id,
+                          "must differ from trainium_az_id: the EKS control plane needs two AZs")
+    if c.instance_type not in INSTANCE_FACTS:
+        raise ConfigError("instance_type", c.instance_type,
+                          f"choose one of {', '.join(INSTANCE_FACTS)}")
+    for name in ("min_nodes", "desired_nodes", "max_nodes", "root_volume_gib", "nat_gateways",
+                 "system_nodes"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(name, value, "must be a whole number")
+    if c.max_nodes < 1:
+        raise ConfigError("max_nodes", c.max_nodes, "must be at least 1")
+    if c.min_nodes < 0:
+        raise ConfigError("min_nodes", c.min_nodes, "must be 0 or more")
+    if c.min_nodes > c.max_nodes:
+        raise ConfigError("min_nodes", c.min_nodes, f"must not exceed max_nodes ({c.max_nodes})")
+    if not c.min_nodes <= c.desired_nodes <= c.max_nodes:
+        raise ConfigError("desired_nodes", c.desired_nodes,
+                          f"must lie between min_nodes ({c.min_nodes}) and max_nodes ({c.max_nodes})")
+    if c.desired_nodes == 0:
+        raise ConfigError("desired_nodes", 0, "training needs at least 1 Trainium node")
+    if c.max_nodes > 1 and not c.facts.multi_node:
+        raise ConfigError("max_nodes", c.max_nodes,
+                          f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
+                          "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge")
+    if c.kubernetes_version not in KUBERNETES_RELEASES:
+        raise ConfigError("kubernetes_version", c.kubernetes_version,
+                          f"supported: {', '.join(KUBERNETES_RELEASES)}")
+    for cidr in c.endpoint_public_cidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("endpoint_public_cidrs", cidr,
+                              "give CIDRs such as '203.0.113.7/32'") from None
+        if net.prefixlen == 0:
+            raise ConfigError("endpoint_public_cidrs", cidr,
+                              "an open API endpoint is not allowed; list your own CIDRs")
+    for arn in c.admin_principal_arns:
+        if not _ROLE_OR_USER_ARN.match(arn):
+            raise ConfigError("admin_principal_arns", arn,
+                              "give IAM role or user ARNs such as "
+                              "'arn:aws:iam::123456789012:role/Admin'")
+    if not 30 <= c.root_volume_gib <= 16384:
+        raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
+    if c.capacity_type not in CAPACITY_TYPES:
+        raise ConfigError("capacity_type", c.capacity_type, f"choose one of {', '.join(CAPACITY_TYPES)}")
+    if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION.match(c.capacity_reservation_id):
+        raise ConfigError("capacity_reservation_id", c.capacity_reservation_id,
+                          "give a reservation id such as 'cr-0123456789abcdef0'")
+    if c.capacity_type == "capacity-block" and c.capacity_reservation_id is None:
+        raise ConfigError("capacity_type", c.capacity_type,
+                          "a Capacity Block needs capacity_reservation_id")
+    if c.efa_interface_layout not in EFA_LAYOUTS:
+        raise ConfigError("efa_interface_layout", c.efa_interface_layout,
+                          f"choose one of {', '.join(EFA_LAYOUTS)}")
+    if not _NAME_PREFIX.match(c.name_prefix):
+        raise ConfigError("name_prefix", c.name_prefix,
+                          "use 1-20 lower-case letters, digits or '-', starting with a letter")
+    try:
+        vpc_net = ipaddress.ip_network(c.vpc_cidr, strict=True)
+    except ValueError:
+        raise ConfigError("vpc_cidr", c.vpc_cidr, "give a CIDR such as '10.0.0.0/16'") from None
+    if not 16 <= vpc_net.prefixlen <= 18:
+        raise ConfigError("vpc_cidr", c.vpc_cidr,
+                          "use a /16 to /18: EFA interfaces and pods take many addresses")
+    if not 1 <= c.nat_gateways <= 2:
+        raise ConfigError("nat_gateways", c.nat_gateways, "use 1 or 2")
+    if c.existing_vpc_id is not None:
+        if not _VPC_ID.match(c.existing_vpc_id):
+            raise ConfigError("existing_vpc_id", c.existing_vpc_id, "give a VPC id such as 'vpc-0abc...'")
+        if len(c.existing_private_subnet_ids) != 2:
+            raise ConfigError("existing_private_subnet_ids", list(c.existing_private_subnet_ids),
+                              "give two private subnet ids: the Trainium AZ's first, then the second AZ's")
+    elif c.existing_private_subnet_ids:
+        raise ConfigError("existing_private_subnet_ids", list(c.existing_private_subnet_ids),
+                          "only used together with existing_vpc_id")
+    for subnet in c.existing_private_subnet_ids:
+        if not _SUBNET_ID.match(subnet):
+            raise ConfigError("existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'")
+    if not 1 <= c.system_nodes <= 10:
+        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
+    # [storage] checks go here.
+    # [addons] checks go here.
+    for key, value in c.tags.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key or key.startswith("aws:"):
+            raise ConfigError("tags", {key: value}, "tags are non-empty string keys (not 'aws:') "
+                              "with string values")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Turn a context value (JSON from cdk.json, or a string from ``-c``) into the field's type."""
+    annotation = str(_FIELDS[name].type)
+    if annotation == "int":
+        if isinstance(raw, bool):
+            raise ConfigError(name, raw, "must be a whole number")
+        if isinstance(raw, int):
+            return raw
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(name, raw, "must be a whole number") from None
+    if annotation.startswith("tuple"):
+        if isinstance(raw, str):
+            text = raw.strip()
+            if text.startswith("["):
+                raw = _json(name, text)
+            else:
+                raw = [part.strip() for part in text.split(",") if part.strip()]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(v, str) for v in raw):
+            raise ConfigError(name, raw, "give a list of strings (JSON list or comma-separated)")
+        return tuple(raw)
+    if annotation.startswith("Mapping"):
+        if isinstance(raw, str):
+            raw = _json(name, raw)
+        if not isinstance(raw, dict):
+            raise ConfigError(name, raw, 'give a JSON object such as {"team": "ml"}')
+        return dict(raw)
+    if annotation.startswith("Optional"):
+        if raw is None or (isinstance(raw, str) and raw.strip() in ("", "none", "null")):
+            return None
+    if not isinstance(raw, str):
+        raise ConfigError(name, raw, "must be a string")
+    return raw.strip()
+
+
+def _json(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(name, text, f"not valid JSON ({err.msg})") from None
+
+
+def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
+    """Build the configuration from CDK context.
+
+    Plain keys (no ``:`` or ``@``, which CDK's own keys and feature flags carry) are configuration
+    fields; an unknown plain key is an error with the closest field name, so a typo never falls
+    back silently to a default.
+    """
+    values: dict[str, Any] = {}
+    for key, raw in context.items():
+        if ":" in key or "@" in key or key.startswith("aws-cdk") or key.startswith("availability-zones"):
+            continue
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(key, list(_FIELDS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(_FIELDS)}"
+            raise ConfigError(key, raw, f"unknown configuration key; {hint}")
+        values[key] = _coerce(key, raw)
+    return PlatformConfig(**values)

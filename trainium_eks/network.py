@@ -1,0 +1,85 @@
+"""Network: a VPC with public and private subnets in exactly two AZs given by AZ ID."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+
+class TrainiumNetwork(Construct):
+    """The VPC the cluster, the Trainium nodes and FSx live in.
+
+    Either creates a VPC (public + private subnet in each of ``az_ids``, NAT, flow logs) or wraps
+    an existing one (``existing_vpc_id`` + private subnet ids, Trainium-AZ subnet first).
+
+    Subnets are pinned by **AZ ID** through ``AvailabilityZoneId`` on the subnets: AZ names map to
+    different physical zones in each account, and Trainium is offered only in some zones. This
+    keeps synth offline (no AZ lookup) and the stack environment-agnostic.
+
+    Attributes:
+        vpc: the VPC.
+        trainium_subnet: private subnet in the Trainium AZ (nodegroup, FSx).
+        private_subnets: private subnets, Trainium AZ first (control plane, system nodes).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        az_ids: Sequence[str],
+        cidr: str = "10.0.0.0/16",
+        nat_gateways: int = 1,
+        existing_vpc_id: Optional[str] = None,
+        existing_private_subnet_ids: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, id)
+        if len(az_ids) != 2:
+            raise ValueError(f"az_ids: need exactly two AZ IDs, got {list(az_ids)}")
+        self.az_ids = tuple(az_ids)
+        if existing_vpc_id:
+            self.vpc = ec2.Vpc.from_vpc_attributes(
+                self, "Vpc",
+                vpc_id=existing_vpc_id,
+                # Only labels for the imported subnets; placement comes from the subnets themselves.
+                availability_zones=list(az_ids),
+                private_subnet_ids=list(existing_private_subnet_ids),
+            )
+        else:
+            self.vpc = self._create_vpc(cidr, nat_gateways)
+        self.private_subnets: list[ec2.ISubnet] = list(self.vpc.private_subnets)
+        self.trainium_subnet: ec2.ISubnet = self.private_subnets[0]
+
+    def _create_vpc(self, cidr: str, nat_gateways: int) -> ec2.Vpc:
+        vpc = ec2.Vpc(
+            self, "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            max_azs=2,
+            nat_gateways=nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                # /18 each: every EFA interface and every pod (VPC CNI) takes an address.
+                ec2.SubnetConfiguration(
+                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18
+                ),
+            ],
+        )
+        for subnets in (vpc.public_subnets, vpc.private_subnets):
+            for az_id, subnet in zip(self.az_ids, subnets):
+                cfn = subnet.node.default_child
+                cfn.add_property_deletion_override("AvailabilityZone")
+                cfn.add_property_override("AvailabilityZoneId", az_id)
+        # Public subnets exist only for the NAT gateways; nothing gets a public address by default.
+        for subnet in vpc.public_subnets:
+            subnet.node.default_child.add_property_override("MapPublicIpOnLaunch", False)
+        log_group = logs.LogGroup(
+            self, "FlowLogs",
+            retention=logs.RetentionDays.ONE_YEAR,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(log_group))
+        return vpc

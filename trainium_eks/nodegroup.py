@@ -1,0 +1,82 @@
+"""The Trainium managed nodegroup: Neuron AMI, launch template with EFA, one AZ, tainted."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from .instance_types import InstanceFacts
+from .launch_template import TrainiumLaunchTemplate
+
+#: Taint that keeps everything but training pods (and the Neuron/EFA daemons) off Trainium nodes.
+NEURON_TAINT_KEY = "aws.amazon.com/neuron"
+NEURON_TAINT = {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+#: Node label of the Trainium nodegroup (used by node selectors next to the instance type).
+TRAINIUM_NODE_LABEL = {"trainium-eks/pool": "trainium"}
+
+
+class NeuronNodegroup(Construct):
+    """Trainium nodes for training.
+
+    Built with ``eks.Nodegroup`` rather than ``Cluster.add_nodegroup_capacity`` (which applies a
+    bundled, stale Neuron device-plugin manifest for Trainium types). The instance type lives in the
+    launch template, so the nodegroup lists none and can use the ``AL2023_x86_64_NEURON`` AMI type
+    (the L2 rejects that AMI type next to trn1 instance types). Node auto-repair is on.
+
+    Attributes:
+        nodegroup: the managed nodegroup.
+        launch_template: the :class:`TrainiumLaunchTemplate` (EFA group, placement group).
+        facts: the instance-type facts row.
+        subnet: the single subnet the nodes live in.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        facts: InstanceFacts,
+        subnet: ec2.ISubnet,
+        min_size: int = 2,
+        desired_size: int = 2,
+        max_size: int = 2,
+        root_volume_gib: int = 512,
+        efa_layout: str = "efa",
+        capacity_reservation_id: Optional[str] = None,
+        capacity_block: bool = False,
+        name_prefix: str = "trn",
+    ) -> None:
+        super().__init__(scope, id)
+        self.facts = facts
+        self.subnet = subnet
+        self.launch_template = TrainiumLaunchTemplate(
+            self, "LaunchTemplate",
+            facts=facts,
+            vpc=cluster.vpc,
+            cluster_security_group_id=cluster.cluster_security_group_id,
+            root_volume_gib=root_volume_gib,
+            efa_layout=efa_layout,
+            capacity_reservation_id=capacity_reservation_id,
+            capacity_block=capacity_block,
+            name_prefix=name_prefix,
+        )
+        lt = self.launch_template.launch_template
+        self.nodegroup = eks.Nodegroup(
+            self, "Nodegroup",
+            cluster=cluster,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
+            launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            min_size=min_size,
+            desired_size=desired_size,
+            max_size=max_size,
+            labels=dict(TRAINIUM_NODE_LABEL),
+            taints=[eks.TaintSpec(key=NEURON_TAINT["key"], value=NEURON_TAINT["value"],
+                                  effect=eks.TaintEffect.NO_SCHEDULE)],
+            enable_node_auto_repair=True,
+        )
