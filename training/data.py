@@ -303,4 +303,7 @@ def make_loader(stream: ShardStream, *, num_workers: int = 0, pin_memory: bool =
         pin_memory=pin_memory,
         prefetch_factor=4 if num_workers else None,
         persistent_workers=False,
+        # Its own generator: creating an iterator draws a seed from it, and drawing from the
+        # global one would shift the dropout RNG stream a resumed run restores.
+        generator=torch.Generator(),
     )

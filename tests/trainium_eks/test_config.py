@@ -1,0 +1,85 @@
+"""Configuration: defaults, overrides from context, and one clear error per bad input."""
+
+import pytest
+
+from trainium_eks.config import ConfigError, PlatformConfig, az_id_prefix, config_from_context
+
+
+def test_given_no_context_when_loaded_then_defaults_are_the_reference_platform():
+    config = config_from_context({})
+    assert config == PlatformConfig()
+    assert (config.instance_type, config.desired_nodes, config.kubernetes_version) == (
+        "trn1.32xlarge", 2, "1.36")
+    assert config.facts.neuron_cores == 32
+
+
+def test_given_string_context_values_when_loaded_then_they_are_coerced_to_field_types():
+    config = config_from_context({
+        "instance_type": "trn1n.32xlarge",
+        "max_nodes": "4",
+        "endpoint_public_cidrs": "203.0.113.7/32, 198.51.100.0/24",
+        "admin_principal_arns": '["arn:aws:iam::123456789012:role/Admin"]',
+        "tags": '{"team": "ml"}',
+        "capacity_reservation_id": "none",
+    })
+    assert config.max_nodes == 4
+    assert config.endpoint_public_cidrs == ("203.0.113.7/32", "198.51.100.0/24")
+    assert config.admin_principal_arns == ("arn:aws:iam::123456789012:role/Admin",)
+    assert config.tags == {"team": "ml"}
+    assert config.capacity_reservation_id is None
+
+
+def test_given_cdk_own_context_keys_when_loaded_then_they_are_ignored():
+    config = config_from_context({
+        "@aws-cdk/core:newStyleStackSynthesis": True,
+        "aws:cdk:enable-path-metadata": True,
+        "availability-zones:account=1:region=us-west-2": ["a"],
+    })
+    assert config == PlatformConfig()
+
+
+def test_given_region_codes_then_az_id_prefix_is_derived():
+    assert az_id_prefix("us-west-2") == "usw2"
+    assert az_id_prefix("us-east-1") == "use1"
+    assert az_id_prefix("ap-northeast-1") == "apne1"
+    assert az_id_prefix("eu-central-1") == "euc1"
+    assert az_id_prefix("us-gov-west-1") is None
+
+
+BAD_INPUTS = [
+    ({"instance_type": "trn3.96xlarge"}, "instance_type", "choose one of"),
+    ({"trainium_az_id": "us-west-2d"}, "trainium_az_id", "AZ name"),
+    ({"trainium_az_id": "use1-az6"}, "trainium_az_id", "start with 'usw2-'"),
+    ({"second_az_id": "usw2-az4"}, "second_az_id", "must differ"),
+    ({"min_nodes": "3", "max_nodes": "2"}, "min_nodes", "must not exceed max_nodes"),
+    ({"desired_nodes": "0", "min_nodes": "0"}, "desired_nodes", "at least 1"),
+    ({"desired_nodes": "5"}, "desired_nodes", "between min_nodes"),
+    ({"max_nodes": "0", "min_nodes": "0", "desired_nodes": "0"}, "max_nodes", "at least 1"),
+    ({"max_nodes": "two"}, "max_nodes", "whole number"),
+    ({"instance_type": "trn1.2xlarge"}, "max_nodes", "no EFA for multi-node"),
+    ({"kubernetes_version": "1.29"}, "kubernetes_version", "supported: 1.34, 1.35, 1.36"),
+    ({"endpoint_public_cidrs": "203.0.113.300/32"}, "endpoint_public_cidrs", "give CIDRs"),
+    ({"endpoint_public_cidrs": "0.0.0.0/0"}, "endpoint_public_cidrs", "open API endpoint"),
+    ({"admin_principal_arns": "arn:aws:iam::12345:role/Admin"}, "admin_principal_arns", "IAM role or user ARNs"),
+    ({"capacity_reservation_id": "cr-123"}, "capacity_reservation_id", "cr-0123456789abcdef0"),
+    ({"capacity_type": "capacity-block"}, "capacity_type", "needs capacity_reservation_id"),
+    ({"efa_interface_layout": "ena"}, "efa_interface_layout", "choose one of efa, efa-only"),
+    ({"region": "oregon"}, "region", "region code"),
+    ({"root_volume_gib": "10"}, "root_volume_gib", "30 to 16384"),
+    ({"name_prefix": "Trn_Bert"}, "name_prefix", "lower-case"),
+    ({"vpc_cidr": "10.0.0.0/24"}, "vpc_cidr", "/16 to /18"),
+    ({"existing_vpc_id": "vpc-0123456789abcdef0"}, "existing_private_subnet_ids", "two private subnet ids"),
+    ({"tags": "{not json"}, "tags", "not valid JSON"),
+    ({"instnce_type": "trn1.32xlarge"}, "instnce_type", "did you mean 'instance_type'"),
+]
+
+
+@pytest.mark.parametrize("context,field,fix", BAD_INPUTS, ids=[b[1] + ":" + b[2] for b in BAD_INPUTS])
+def test_given_bad_input_when_loaded_then_one_line_error_names_field_value_and_fix(context, field, fix):
+    with pytest.raises(ConfigError) as err:
+        config_from_context(context)
+    message = str(err.value)
+    assert err.value.field_name == field
+    assert f"config '{field}'" in message
+    assert fix in message
+    assert "\n" not in message

@@ -1,0 +1,44 @@
+"""Network: subnets pinned by AZ ID, NAT, flow logs, and the existing-VPC option."""
+
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+
+from stacks import TrainiumPlatformStack
+from tests.support import resources
+from trainium_eks.config import config_from_context
+
+
+def test_given_default_config_then_public_and_private_subnet_in_each_az_id(platform_json):
+    subnets = [s["Properties"] for s in resources(platform_json, "AWS::EC2::Subnet").values()]
+    assert sorted((s["AvailabilityZoneId"], s["CidrBlock"]) for s in subnets) == [
+        ("usw2-az3", "10.0.1.0/24"), ("usw2-az3", "10.0.128.0/18"),
+        ("usw2-az4", "10.0.0.0/24"), ("usw2-az4", "10.0.64.0/18")]
+    # AZ IDs replace AZ names: no lookup at synth, same physical zone in every account.
+    assert all("AvailabilityZone" not in s and s["MapPublicIpOnLaunch"] is False for s in subnets)
+
+
+def test_given_default_config_then_one_nat_gateway_and_vpc_flow_logs(platform_json):
+    assert len(resources(platform_json, "AWS::EC2::NatGateway")) == 1
+    (flow_log,) = resources(platform_json, "AWS::EC2::FlowLog").values()
+    assert flow_log["Properties"]["TrafficType"] == "ALL"
+    assert flow_log["Properties"]["ResourceType"] == "VPC"
+
+
+def test_given_default_config_then_stack_is_region_pinned_without_account(default_synth):
+    manifest = (default_synth.outdir / "manifest.json").read_text()
+    assert '"environment": "aws://unknown-account/us-west-2"' in manifest
+
+
+def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subnets_are_used():
+    config = config_from_context({
+        "existing_vpc_id": "vpc-0123456789abcdef0",
+        "existing_private_subnet_ids": "subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
+    })
+    template = Template.from_stack(TrainiumPlatformStack(cdk.App(), "Existing", config=config)).to_json()
+    assert resources(template, "AWS::EC2::VPC") == {}
+    (trainium,) = [n for n in resources(template, "AWS::EKS::Nodegroup").values()
+                   if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"]
+    assert trainium["Properties"]["Subnets"] == ["subnet-0aaaaaaaaaaaaaaaa"]
+    (cluster,) = resources(template, "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["ResourcesVpcConfig"]["SubnetIds"] == [
+        "subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]

@@ -1,0 +1,352 @@
+"""BERT phase-1 pretraining: ``python -m training.pretrain`` (one process per device; torchrun).
+
+Reads rank/world from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK). Resumes by
+itself from the newest complete checkpoint in ``--output_dir``, so a torchrun or Volcano
+restart continues where the job stopped. See ``--help`` for the flags; the reference
+script's names and defaults are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training import checkpoint as ckpt
+from training.data import DataPosition, ShardStream, list_shards, make_loader, position_from_tensor
+from training.device import DEVICES, PRECISIONS, Backend, make_backend, resolve_precision, select_device
+from training.launch import PRECOMPILE_FLAG
+from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
+from training.model import MLM_HEADS, MODEL_NAMES, PretrainingModule, build_model, count_parameters
+from training.optim import OPTIMIZERS, MasterWeights, build_optimizer, build_scheduler, param_groups
+
+log = logging.getLogger("training.pretrain")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m training.pretrain",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    a = p.add_argument
+    # The reference script's flags, with its defaults.
+    a("--data_dir", required=True, help="directory of *_training_*.hdf5 shards")
+    a("--output_dir", default="./output", help="checkpoints, logs, metrics (shared by all nodes)")
+    a("--batch_size", type=int, default=16, help="micro-batch per worker")
+    a("--grad_accum_usteps", type=int, default=32, help="micro-batches per optimizer step")
+    a("--max_steps", type=int, default=28125, help="optimizer steps of the whole schedule")
+    a("--steps_this_run", type=int, default=None, help="stop after this many steps (default: max_steps)")
+    a("--lr", type=float, default=4e-4, help="peak learning rate")
+    a("--warmup_steps", type=int, default=2000)
+    a("--seq_len", type=int, default=128)
+    a("--max_pred_len", type=int, default=20)
+    a("--optimizer", choices=OPTIMIZERS, default="adamw")
+    a("--seed", type=int, default=12349)
+    a("--resume_ckpt", nargs="?", const="auto", default="auto",
+      help="'auto' (default, also the bare flag): newest complete checkpoint in output_dir; "
+           "or a checkpoint directory, used unless output_dir holds a newer one")  # fmt: skip
+    # Ours.
+    a("--model", choices=MODEL_NAMES, default="large", help="model_configs/<name>.json")
+    a("--vocab_size", type=int, default=None, help="override the config's vocabulary size")
+    a("--mlm_head", choices=MLM_HEADS, default="sparse",
+      help="sparse: LM head on the masked positions only; dense: Hugging Face's forward")  # fmt: skip
+    a("--checkpoint_every", type=int, default=200, help="optimizer steps between checkpoints")
+    a("--keep_checkpoints", type=int, default=3)
+    a("--weight_decay", type=float, default=0.01)
+    a("--max_grad_norm", type=float, default=1.0)
+    a("--device", choices=DEVICES, default="auto")
+    a("--precision", choices=PRECISIONS, default="auto",
+      help="auto: xla->bf16 (+stochastic rounding), cuda->amp_bf16, cpu->fp32")  # fmt: skip
+    a("--fp32_master_weights", action="store_true",
+      help="with bf16: optimizer updates fp32 copies (no stochastic rounding)")  # fmt: skip
+    a("--num_workers", type=int, default=0, help="loader processes: 0 or 1")
+    a("--tensorboard_dir", default=None, help="default: <output_dir>/tensorboard")
+    a("--metrics_file", default=None, help="final JSON metrics; default: <output_dir>/metrics.json")
+    a("--step_log", default=None, help="per-step JSONL; default: <output_dir>/train_log.jsonl")
+    a("--peak_tflops", type=float, default=None, help="device BF16 peak for MFU (overrides the table)")
+    a(PRECOMPILE_FLAG, action="store_true",
+      help="neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard")  # fmt: skip
+    a("--param_digest", action="store_true",
+      help="debug: each rank writes a hash of its final weights to <output_dir>/param_digest/")  # fmt: skip
+    args = p.parse_args(argv)
+    _validate(p, args)
+    return args
+
+
+def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    positive = ("batch_size", "grad_accum_usteps", "max_steps", "seq_len", "max_pred_len",
+                "checkpoint_every", "keep_checkpoints")  # fmt: skip
+    for name in positive:
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if args.steps_this_run is None:
+        args.steps_this_run = args.max_steps
+    if args.steps_this_run < 1:
+        p.error("--steps_this_run must be >= 1")
+    if not 0 <= args.warmup_steps <= args.max_steps:
+        p.error("--warmup_steps must be between 0 and --max_steps")
+    if args.lr <= 0 or args.max_grad_norm <= 0 or args.weight_decay < 0:
+        p.error("--lr and --max_grad_norm must be > 0, --weight_decay >= 0")
+    if args.num_workers not in (0, 1):
+        p.error("--num_workers must be 0 or 1")
+    if args.seq_len > 512 or args.max_pred_len > args.seq_len:
+        p.error("--seq_len must be <= 512 (position embeddings) and >= --max_pred_len")
+    out = Path(args.output_dir)
+    args.tensorboard_dir = args.tensorboard_dir or str(out / "tensorboard")
+    args.metrics_file = args.metrics_file or str(out / "metrics.json")
+    args.step_log = args.step_log or str(out / "train_log.jsonl")
+    # neuron_parallel_compile sets this in its trial run: never checkpoint stub outputs.
+    if os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY"):
+        args.precompile = True
+
+
+def seed_host(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resume_path(requested: str, root: Path) -> Path | None:
+    """The checkpoint to start from: newest complete one, or ``requested`` unless older."""
+    newest = ckpt.newest_complete(root)
+    if requested == "auto":
+        return newest
+    path = Path(requested)
+    if not ckpt.is_complete(path):
+        raise FileNotFoundError(f"--resume_ckpt {path}: not a complete checkpoint directory")
+    if newest is not None and newest.name > path.name:
+        log.info("output_dir holds %s, newer than --resume_ckpt %s: resuming from it", newest, path)
+        return newest
+    return path
+
+
+def model_state(module: PretrainingModule, master: MasterWeights | None) -> dict[str, torch.Tensor]:
+    """The HF model's state dict; with master weights, their fp32 values replace the bf16 ones."""
+    state = module.hf_model.state_dict(keep_vars=True)
+    masters = {id(p): m for p, m in master.pairs} if master else {}
+    return {k: masters.get(id(v), v).detach() for k, v in state.items()}
+
+
+def load_model_state(module: PretrainingModule, master: MasterWeights | None, state: dict) -> None:
+    module.hf_model.load_state_dict(state)
+    if master:
+        by_id = {id(v): k for k, v in module.hf_model.state_dict(keep_vars=True).items()}
+        master.load_from_model_state(state, [by_id[id(p)] for p, _ in master.pairs])
+
+
+def param_digest(module: PretrainingModule) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(module.hf_model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class StepReporter:
+    """Rank 0's per-step bookkeeping, run when the step's values are on the host."""
+
+    def __init__(self, logger: StepLogger, global_batch: int, flops_per_seq: float,
+                 peak: float | None, world_size: int) -> None:  # fmt: skip
+        self.logger = logger
+        self.global_batch = global_batch
+        self.flops_per_seq = flops_per_seq
+        self.peak = peak
+        self.world_size = world_size
+        self.stats = RunStats()
+        self.last = time.perf_counter()
+
+    def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        now = time.perf_counter()
+        seq_per_s = self.global_batch / max(now - self.last, 1e-9)
+        self.last = now
+        loss_v = float(loss.item())
+        self.stats.add(step, seq_per_s, loss_v)
+        self.logger.log(step, {
+            "loss": loss_v,
+            "lr": lr,
+            "grad_norm": float(grad_norm.item()),
+            "seq_per_s": seq_per_s,
+            "mfu": mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size),
+        })  # fmt: skip
+
+
+def train(args: argparse.Namespace) -> dict[str, Any] | None:
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    device = select_device(args.device)
+    precision = resolve_precision(device, args.precision, args.fp32_master_weights)
+    backend: Backend = make_backend(device, local_rank, rank, world)
+    backend.configure_precision(precision, args.fp32_master_weights)
+    backend.init_distributed()
+    output = Path(args.output_dir)
+    if rank == 0:
+        output.mkdir(parents=True, exist_ok=True)
+    files = list_shards(args.data_dir)
+
+    # Same seed on every rank -> same initial weights; per-rank streams are seeded below.
+    seed_host(args.seed)
+    module = build_model(
+        args.model, vocab_size=args.vocab_size, mlm_head=args.mlm_head, attn=backend.attn_implementation
+    )
+    config = module.hf_model.config
+    module = backend.prepare_model(module, precision)
+    groups = param_groups(module, args.weight_decay)
+    master = MasterWeights(groups) if args.fp32_master_weights else None
+    opt_groups = master.groups if master else groups
+    model_params = [p for g in groups for p in g["params"]]
+    opt_params = [p for g in opt_groups for p in g["params"]]
+    optimizer = build_optimizer(args.optimizer, opt_groups, args.lr)
+    scheduler = build_scheduler(optimizer, args.warmup_steps, args.max_steps)
+
+    root = ckpt.checkpoint_root(output)
+    step, position = 0, DataPosition()
+    start_from = resume_path(args.resume_ckpt, root)
+    if start_from is not None:
+        loaded = ckpt.load_checkpoint(start_from, rank, world)
+        load_model_state(module, master, loaded.state["model"])
+        optimizer.load_state_dict(loaded.state["optimizer"])
+        scheduler.load_state_dict(loaded.state["scheduler"])
+        step = loaded.step
+        if loaded.rank_state is not None:
+            position = DataPosition(*loaded.rank_state["data_position"])
+            backend.set_rng_state(ckpt.restore_rng_state(loaded.rank_state["rng"]))
+        else:
+            position = DataPosition(epoch=int(loaded.state.get("data_epoch", 0)) + 1)
+            seed_host(args.seed + 1000 * rank + step)
+            backend.seed(args.seed + 1000 * rank + step)
+        if rank == 0:
+            log.info("resumed from %s at step %d, data position %s", start_from, step, position)
+    else:
+        seed_host(args.seed + rank)  # different dropout masks per rank
+        backend.seed(args.seed + rank)
+
+    end_step = min(args.max_steps, step + args.steps_this_run)
+    global_batch = args.batch_size * args.grad_accum_usteps * world
+    flops_per_seq = model_flops_per_seq(config.num_hidden_layers, config.hidden_size, args.seq_len)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else backend.peak_flops()
+    if rank == 0:
+        log.info("device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), "
+                 "steps %d -> %d of %d", device, precision, " + fp32 master" if master else "",
+                 world, global_batch, args.model, count_parameters(module) / 1e6, step, end_step,
+                 args.max_steps)  # fmt: skip
+
+    stream = ShardStream(
+        files, batch_size=args.batch_size, seq_len=args.seq_len, max_pred_len=args.max_pred_len,
+        rank=rank, world_size=world, seed=args.seed, start=position, vocab_size=config.vocab_size,
+    )  # fmt: skip
+    loader = make_loader(stream, num_workers=args.num_workers, pin_memory=device == "cuda")
+    batches = backend.batches(loader)
+    model = backend.wrap_model(module)
+    model.train()
+
+    writes = rank == 0 and not args.precompile
+    logger = StepLogger(writes, Path(args.step_log), args.tensorboard_dir, restart)
+    reporter = StepReporter(logger, global_batch, flops_per_seq, peak, world)
+    last_position: torch.Tensor | None = None
+    saved_step = step if start_from is not None else -1
+
+    def save(at_step: int) -> None:
+        backend.synchronize()  # everything materialised before rank 0 copies it to the host
+        pos = position_from_tensor(last_position) if last_position is not None else position
+        ckpt.save_checkpoint(
+            root, at_step, ckpt.Comm(rank, world, backend.barrier),
+            rank_state={"data_position": pos.as_list(),
+                        "rng": ckpt.capture_rng_state(backend.rng_state())},
+            global_state=lambda: {
+                "model": model_state(module, master),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "step": at_step,
+                "data_epoch": pos.epoch,
+                "model_config": config.to_dict(),
+                "args": vars(args),
+            },
+            keep=args.keep_checkpoints,
+        )  # fmt: skip
+        if rank == 0:
+            log.info("checkpoint step %d written", at_step)
+
+    start_step = step
+    t0 = time.perf_counter()
+    reporter.last = t0
+    while step < end_step:
+        running = torch.zeros((), device=backend.device)
+        for micro in range(args.grad_accum_usteps):
+            batch = next(batches)
+            last_position = batch.pop("data_position")
+            with backend.no_sync(model, micro == args.grad_accum_usteps - 1), backend.autocast(precision):
+                loss = model(batch) / args.grad_accum_usteps
+            loss.backward()
+            running += loss.detach().float()
+        backend.reduce_gradients(model_params)
+        if master:
+            master.grads_to_master()
+        grad_norm = torch.nn.utils.clip_grad_norm_(opt_params, args.max_grad_norm)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if master:
+            module.zero_grad(set_to_none=True)
+            master.master_to_model()
+        loss_avg = backend.all_reduce_mean(running)
+        backend.mark_step()
+        step += 1
+        if rank == 0:
+            backend.defer(reporter, step, lr, loss_avg, grad_norm)
+        if not args.precompile and (step % args.checkpoint_every == 0 or step == end_step):
+            save(step)
+            saved_step = step
+    backend.synchronize()
+    wall = time.perf_counter() - t0
+    if not args.precompile and saved_step != step:
+        save(step)  # nothing ran this time (already at max_steps), or resumed mid-way
+    logger.close()
+
+    if args.param_digest and not args.precompile:
+        digest_dir = output / "param_digest"
+        digest_dir.mkdir(parents=True, exist_ok=True)
+        (digest_dir / f"rank_{rank:05d}.txt").write_text(param_digest(module) + "\n")
+    result = None
+    if writes:
+        result = summary(
+            reporter.stats, start_step=start_step, end_step=step, wall_s=wall,
+            global_batch=global_batch, flops_per_seq=flops_per_seq, peak_per_device=peak,
+            world_size=world,
+            extra={"device": device, "precision": precision, "model": args.model,
+                   "optimizer": args.optimizer, "restart": restart, "max_steps": args.max_steps},
+        )  # fmt: skip
+        ckpt.write_json_durably(Path(args.metrics_file), result)
+        log.info("done: %s", json.dumps(result))
+    backend.barrier()
+    del batches, loader
+    backend.shutdown()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
+    )
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Build a BERT WordPiece vocabulary (``vocab.txt``) from a text corpus, offline.
+
+    python -m training.vocab --input CORPUS_FILE_OR_DIR [...] --output vocab.txt --vocab_size 30522
+
+The corpus format is the one ``training.prepare_data`` reads (one sentence per line, blank line
+between documents); for vocabulary training only the words matter. Text goes through the same
+BERT normalizer and pre-tokenizer that ``prepare_data`` uses, so a vocabulary built here with
+``--no_lower_case`` must be used with ``prepare_data --no_lower_case`` too.
+
+The written file has one token per line, line number = token id. The five BERT special tokens
+come first ([PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4); Google's bert-base-uncased vocab has
+them elsewhere ([PAD]=0, [UNK]=100, ...), which is why consumers look ids up by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from tokenizers.normalizers import BertNormalizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
+from tokenizers.trainers import WordPieceTrainer
+
+SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+UNK_TOKEN = "[UNK]"
+CONTINUATION_PREFIX = "##"
+
+
+class UsageError(ValueError):
+    """A user error the CLIs report as one line (exit code 2) instead of a traceback."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse parser whose errors are a single ``prog: error: ...`` line, exit code 2.
+
+    The usage block argparse normally prints before the error is several lines long for these
+    tools and hides the message; ``--help`` still shows it.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Return the corpus files named by ``inputs``.
+
+    Files are kept in the order given; a directory contributes every regular file below it,
+    recursively, in sorted path order, skipping hidden files and folders (names starting with a
+    dot). The order matters: ``prepare_data`` derives its random seeds from a file's position.
+
+    Raises:
+        UsageError: an input does not exist, or a directory holds no files.
+    """
+    files: list[Path] = []
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not found:
+                raise UsageError(f"--input {raw}: directory contains no corpus files")
+            files.extend(found)
+        else:
+            raise UsageError(f"--input {raw}: no such file or directory")
+    return files
+
+
+def corpus_has_text(files: Sequence[Path]) -> bool:
+    """True if any file has a non-whitespace byte; stops at the first one found."""
+    for path in files:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                if block.strip():
+                    return True
+    return False
+
+
+def bert_tokenizer(vocab: dict[str, int] | None, lower_case: bool = True) -> Tokenizer:
+    """A ``tokenizers`` WordPiece tokenizer with BERT's normalizer and pre-tokenizer.
+
+    ``vocab=None`` gives an empty model for training. Accents are stripped exactly when
+    lower-casing, as in Google's uncased/cased BERT vocabularies. No post-processor is set: the
+    caller adds [CLS]/[SEP] itself.
+    """
+    model = WordPiece(vocab, unk_token=UNK_TOKEN) if vocab is not None else WordPiece(unk_token=UNK_TOKEN)
+    tokenizer = Tokenizer(model)
+    tokenizer.normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lower_case)
+    tokenizer.pre_tokenizer = BertPreTokenizer()
+    return tokenizer
+
+
+def read_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Read a ``vocab.txt`` (one token per line; id = line number, first occurrence wins)."""
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as handle:
+        for index, line in enumerate(handle):
+            vocab.setdefault(line.rstrip("\r\n"), index)
+    return vocab
+
+
+def train_vocab(
+    files: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    vocab_size: int = 30522,
+    lower_case: bool = True,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    show_progress: bool = False,
+) -> Path:
+    """Train a WordPiece vocabulary on ``files`` and write it to ``output`` (parents created).
+
+    The result has at most ``vocab_size`` tokens (fewer when the corpus has fewer distinct
+    subwords), the five special tokens first. Returns the output path.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise UsageError(f"--vocab_size {vocab_size}: must exceed the {len(SPECIAL_TOKENS)} special tokens")
+    tokenizer = bert_tokenizer(None, lower_case)
+    trainer = WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=show_progress,
+        special_tokens=list(SPECIAL_TOKENS),
+        # The alphabet is always kept whole, so it must leave room inside vocab_size.
+        limit_alphabet=min(limit_alphabet, vocab_size - len(SPECIAL_TOKENS)),
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+    )
+    tokenizer.train([str(f) for f in files], trainer)
+    vocab = tokenizer.get_vocab()
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS or len(tokens) > vocab_size:
+        raise RuntimeError(f"WordPiece trainer returned an unexpected vocabulary layout ({len(tokens)} tokens)")
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    partial.replace(out)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
+        prog="python -m training.vocab",
+        description="Build a BERT WordPiece vocab.txt from a corpus (one sentence per line), offline.",
+    )
+    parser.add_argument("--input", nargs="+", required=True, help="corpus file(s) or directories")
+    parser.add_argument("--output", required=True, help="vocab.txt to write")
+    parser.add_argument("--vocab_size", type=int, default=30522, help="upper bound on the token count")
+    parser.add_argument("--min_frequency", type=int, default=2, help="minimum count of a merged pair")
+    parser.add_argument("--limit_alphabet", type=int, default=1000, help="most single characters kept")
+    parser.add_argument("--do_lower_case", dest="lower_case", action="store_true", default=True)
+    parser.add_argument("--no_lower_case", dest="lower_case", action="store_false")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        files = expand_inputs(args.input)
+        if not corpus_has_text(files):
+            raise UsageError(f"--input {' '.join(args.input)}: corpus is empty (only blank lines)")
+        if Path(args.output).is_dir():
+            raise UsageError(f"--output {args.output}: is a directory; name the vocab file, e.g. {args.output}/vocab.txt")
+        out = train_vocab(
+            files,
+            args.output,
+            vocab_size=args.vocab_size,
+            lower_case=args.lower_case,
+            min_frequency=args.min_frequency,
+            limit_alphabet=args.limit_alphabet,
+            show_progress=not args.no_progress and sys.stderr.isatty(),
+        )
+    except UsageError as err:
+        parser.error(str(err))
+    print(f"wrote {len(read_vocab(out))} tokens to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
