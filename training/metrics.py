@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +105,8 @@ class StepLogger:
             parts.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
         print(" | ".join(parts), flush=True)
         if self.jsonl_path is not None:
-            record = {"step": step, "restart": self.restart, "time": time.time(), **values}
+            # pid tells restarts apart (torchrun's restart count is per node agent).
+            record = {"step": step, "restart": self.restart, "pid": os.getpid(), "time": time.time(), **values}
             with open(self.jsonl_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.writer is not None:

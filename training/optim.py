@@ -110,14 +110,15 @@ def build_optimizer(name: str, groups: list[dict], lr: float) -> Optimizer:
 def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int) -> float:
     """LR factor for 0-based update ``step``: linear warmup to 1, then linear decay.
 
-    Update u = step + 1 gets u / warmup during warmup, then (total + 1 - u) / (total + 1 -
-    warmup), which never reaches 0 within ``total`` updates: a zero LR would waste an update
+    Update u = step + 1 gets u / warmup during warmup (peak at u = warmup), then
+    (total + 1 - u) / (total - warmup): the peak again at u = warmup + 1, falling to
+    1 / (total - warmup) at u = total. It never reaches 0: a zero LR would waste an update
     (and, on XLA, a 0 scalar is a special constant that compiles another graph).
     """
     u = step + 1
     if u <= warmup_steps:
         return u / warmup_steps
-    return max(total_steps + 1 - u, 1) / (total_steps + 1 - warmup_steps)
+    return max(total_steps + 1 - u, 1) / max(total_steps - warmup_steps, 1)
 
 
 def build_scheduler(optimizer: Optimizer, warmup_steps: int, total_steps: int) -> LambdaLR:

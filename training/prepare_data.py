@@ -52,10 +52,12 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import BinaryIO
 
 import h5py
 import numpy as np
@@ -223,7 +225,7 @@ def plan_chunks(files: Sequence[Path], chunk_bytes: int) -> list[Chunk]:
     return chunks
 
 
-def _document_boundary_after(handle, offset: int, size: int) -> int:
+def _document_boundary_after(handle: BinaryIO, offset: int, size: int) -> int:
     """Offset just past the first blank line that starts after ``offset`` (or the file end)."""
     if offset >= size:
         return size
@@ -586,7 +588,14 @@ def prepare_shards(
             "sentence per line and a blank line between documents"
         )
     _, info = load_vocab(vocab_path)
-    out_dir = _prepare_output_dir(Path(output_dir), output_prefix, overwrite)
+    out_dir = Path(output_dir)
+    inside = [f for f in files if out_dir.resolve() in f.resolve().parents]
+    if inside:
+        raise UsageError(
+            f"--output_dir {output_dir}: holds input file {inside[0]}; a second run would read the "
+            "shards as text: put the shards outside the corpus folder"
+        )
+    _prepare_output_dir(out_dir, output_prefix, overwrite)
     chunks = plan_chunks(files, chunk_bytes)
     dtype = record_dtype(cfg, info.size)
     workers = min(num_workers, len(chunks))
@@ -640,10 +649,10 @@ def _check_run_args(
     if not output_prefix or "/" in output_prefix or os.sep in output_prefix:
         raise UsageError(f"--output_prefix {output_prefix!r}: must be a non-empty file-name prefix without '/'")
     if chunk_bytes < 1:
-        raise UsageError(f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be positive")
+        raise UsageError(f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be at least 1 byte; the default is 8")
 
 
-def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> Path:
+def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--output_dir {out_dir}: exists and is not a directory; choose a directory path")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -655,34 +664,33 @@ def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> Path:
         )
     for path in existing:
         path.unlink()
-    return out_dir
 
 
 class _WorkerMap:
-    """Context manager yielding an ordered ``map(fn, items)``: a spawn pool of ``workers``
-    processes, or this process itself when ``workers == 1``."""
+    """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` spawned
+    processes, or this process itself when ``workers == 1``.
+
+    concurrent.futures rather than multiprocessing.Pool: a worker that dies (killed for
+    memory, say) fails the run with BrokenProcessPool instead of hanging it.
+    """
 
     def __init__(self, workers: int, vocab_path: str, cfg: PrepConfig) -> None:
         self.workers, self.init_args = workers, (vocab_path, cfg, workers > 1)
-        self.pool = None
+        self.pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
         if self.workers == 1:
             _init_worker(*self.init_args)
             return map
-        # spawn: safe with the tokenizer's threads and on every platform; the workers import
-        # this module afresh.
-        self.pool = mp.get_context("spawn").Pool(self.workers, initializer=_init_worker, initargs=self.init_args)
-        return lambda fn, items: self.pool.imap(fn, items, chunksize=1)
+        # spawn: safe next to the tokenizer's threads and the same on every platform.
+        self.pool = ProcessPoolExecutor(
+            self.workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=self.init_args
+        )
+        return self.pool.map
 
     def __exit__(self, exc_type, *_) -> None:
-        if self.pool is None:
-            return
-        if exc_type is None:
-            self.pool.close()
-        else:
-            self.pool.terminate()
-        self.pool.join()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=exc_type is not None)
 
 
 @dataclass
@@ -786,8 +794,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         lower_case=args.lower_case,
         whole_word_mask=args.whole_word_mask,
     )
-    if not args.chunk_mb > 0:
-        parser.error(f"--chunk_mb {args.chunk_mb}: must be positive; the default is {DEFAULT_CHUNK_MB:g}")
     try:
         summary = prepare_shards(
             args.input,
@@ -798,7 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             num_shards=args.num_shards,
             samples_per_shard=args.samples_per_shard,
             output_prefix=args.output_prefix,
-            chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))),
+            chunk_bytes=int(args.chunk_mb * (1 << 20)),
             overwrite=args.overwrite,
             progress=False if args.no_progress else None,
         )

@@ -25,7 +25,7 @@ import torch
 from training import checkpoint as ckpt
 from training.data import DataPosition, ShardStream, list_shards, make_loader, position_from_tensor
 from training.device import DEVICES, PRECISIONS, Backend, make_backend, resolve_precision, select_device
-from training.launch import PRECOMPILE_FLAG
+from training.launch import PRECOMPILE_FLAG, launch_env
 from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
 from training.model import MLM_HEADS, MODEL_NAMES, PretrainingModule, build_model, count_parameters
 from training.optim import OPTIMIZERS, MasterWeights, build_optimizer, build_scheduler, param_groups
@@ -111,6 +111,18 @@ def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.precompile = True
 
 
+def warn_if_restarts_will_fail() -> None:
+    """torchrun's shared rendezvous store breaks restarts; see ``launch.launch_env``."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    if shared and restarts > 0:
+        log.warning(
+            "torchrun shares one rendezvous store across restart rounds; a restart after a "
+            "failure will not form a process group. Start torchrun with %s",
+            " ".join(f"{k}={v}" for k, v in launch_env(None).items()),  # type: ignore[arg-type]
+        )
+
+
 def seed_host(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -194,6 +206,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     output = Path(args.output_dir)
     if rank == 0:
         output.mkdir(parents=True, exist_ok=True)
+        warn_if_restarts_will_fail()
     files = list_shards(args.data_dir)
 
     # Same seed on every rank -> same initial weights; per-rank streams are seeded below.

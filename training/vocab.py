@@ -7,6 +7,10 @@ between documents); for vocabulary training only the words matter. Text goes thr
 BERT normalizer and pre-tokenizer that ``prepare_data`` uses, so a vocabulary built here with
 ``--no_lower_case`` must be used with ``prepare_data --no_lower_case`` too.
 
+Not bit-for-bit reproducible: the ``tokenizers`` trainer breaks ties between equally frequent
+merges in hash-map order, so two builds on the same corpus can differ in a few tokens
+(huggingface/tokenizers#1794). Build the vocabulary once and keep it with the shards made from it.
+
 The written file has one token per line, line number = token id. The five BERT special tokens
 come first ([PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4); Google's bert-base-uncased vocab has
 them elsewhere ([PAD]=0, [UNK]=100, ...), which is why consumers look ids up by name.
@@ -122,16 +126,19 @@ def train_vocab(
     The result has at most ``vocab_size`` tokens (fewer when the corpus has fewer distinct
     subwords), the five special tokens first. Returns the output path.
     """
-    if vocab_size <= len(SPECIAL_TOKENS):
-        raise UsageError(f"--vocab_size {vocab_size}: must exceed the {len(SPECIAL_TOKENS)} special tokens")
+    if vocab_size < len(SPECIAL_TOKENS) + 2:
+        raise UsageError(
+            f"--vocab_size {vocab_size}: leaves no room for ordinary tokens next to the "
+            f"{len(SPECIAL_TOKENS)} special ones; BERT uses 30522"
+        )
     tokenizer = bert_tokenizer(None, lower_case)
     trainer = WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         show_progress=show_progress,
         special_tokens=list(SPECIAL_TOKENS),
-        # The alphabet is always kept whole, so it must leave room inside vocab_size.
-        limit_alphabet=min(limit_alphabet, vocab_size - len(SPECIAL_TOKENS)),
+        # Every kept character enters twice (c and ##c) and is never dropped: leave room for it.
+        limit_alphabet=min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2),
         continuing_subword_prefix=CONTINUATION_PREFIX,
     )
     tokenizer.train([str(f) for f in files], trainer)

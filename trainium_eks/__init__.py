@@ -3,35 +3,58 @@
 The public API is what this module re-exports; submodules are implementation detail.
 """
 
+from .addons import TrainiumAddons
 from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
 from .config import ConfigError, PlatformConfig, config_from_context
+from .dataset_staging import PUBLIC_BERT_SHARDS, DatasetStaging
+from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
+from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
 from .nag import acknowledge_findings, suppress_platform_findings
 from .network import TrainiumNetwork
 from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup
+from .registry import TrainingImageRepository
 from .review import platform_review
+from .tensorboard import TensorBoard
+from .training_image import TrainingImages
+from .training_job import BertPretrainingJob, TrainingPlan, plan_training
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES, KubernetesRelease
 
 __all__ = [
+    "acknowledge_findings",
+    "BertPretrainingJob",
+    "CLAIM_NAME",
+    "config_from_context",
     "ConfigError",
+    "DATASET_PATH",
+    "DatasetStaging",
     "DEFAULT_KUBERNETES_VERSION",
+    "efa_network_interfaces",
+    "FsxCsiVolume",
+    "instance_facts",
     "INSTANCE_FACTS",
     "InstanceFacts",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
     "NEURON_TAINT",
     "NeuronNodegroup",
+    "OUTPUT_PATH",
+    "plan_training",
+    "platform_review",
     "PlatformConfig",
+    "PUBLIC_BERT_SHARDS",
+    "suppress_platform_findings",
     "SYSTEM_NODE_LABEL",
+    "TensorBoard",
+    "TRAINING_NAMESPACE",
+    "TrainingFileSystem",
+    "TrainingImageRepository",
+    "TrainingImages",
+    "TrainingPlan",
     "TRAINIUM_NODE_LABEL",
+    "TrainiumAddons",
     "TrainiumCluster",
     "TrainiumLaunchTemplate",
     "TrainiumNetwork",
-    "acknowledge_findings",
-    "config_from_context",
-    "efa_network_interfaces",
-    "instance_facts",
-    "platform_review",
-    "suppress_platform_findings",
 ]

@@ -15,6 +15,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from .fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
+from .fsx import resolved_throughput as fsx_resolved_throughput
+from .fsx import s3_uri_problem as fsx_s3_uri_problem
+from .fsx import s3_uris_overlap as fsx_s3_uris_overlap
+from .fsx import storage_capacity_problem as fsx_storage_capacity_problem
+from .fsx import throughput_problem as fsx_throughput_problem
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
@@ -100,7 +106,71 @@ class PlatformConfig:
     #: Size of the system nodegroup that runs controllers.
     system_nodes: int = 2
     # [storage] fields (FSx, ECR) go here.
+    #: FSx for Lustre deployment type: PERSISTENT_2 (replicated in its AZ, survives server
+    #: failures) or SCRATCH_2 (not replicated, for short experiments). Changing it REPLACES the
+    #: file system (the old one is retained, not deleted).
+    fsx_deployment_type: str = "PERSISTENT_2"
+    #: FSx capacity in GiB: 1200 or a multiple of 2400 (can grow later, never shrink).
+    fsx_storage_gib: int = 1200
+    #: PERSISTENT_2 throughput tier, MB/s per TiB (125/250/500/1000). Unset: 125, the cheapest,
+    #: which is enough for BERT (~1 KB read per sequence, a ~4 GB checkpoint now and then:
+    #: 150 MB/s at 1.2 TiB). Must stay unset for SCRATCH_2 (fixed throughput).
+    fsx_throughput_per_tib: Optional[int] = None
+    #: LZ4 compression on FSx (less capacity and throughput used by compressible files).
+    fsx_compression: bool = True
+    #: S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any.
+    fsx_s3_import_uri: Optional[str] = None
+    #: S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any.
+    fsx_s3_export_uri: Optional[str] = None
+    #: Images the ECR repository keeps (newest first; untagged ones expire after 7 days).
+    ecr_keep_images: int = 20
     # [addons] fields (add-on options) go here.
+    #: Neuron scheduler extension (contiguous NeuronCore allocation for pods that share a node).
+    #: Off: training pods take whole nodes through Volcano, which the extension does not serve,
+    #: and its bundled kube-scheduler (1.31) is far outside the skew policy of a 1.36 cluster.
+    neuron_scheduler_extension: bool = False
+    #: Neuron node-problem-detector (privileged, monitor-only). Off: the EKS node monitoring
+    #: agent already reports Neuron device errors and drives the nodegroups' auto-repair.
+    neuron_node_problem_detector: bool = False
+    #: etcd server (v2 API) for the ``etcd`` rendezvous of torchrun, with a gp3 volume (and the
+    #: EBS CSI driver it needs). On: the platform offers the reference's rendezvous out of the
+    #: box; set false when every job uses c10d (the training default).
+    etcd_enabled: bool = True
+    #: CloudWatch Container Insights with Neuron and EFA metrics (amazon-cloudwatch-observability
+    #: add-on). Off: it bills per metric and log GB; turn on for production fleets.
+    container_insights: bool = False
+    # [training] fields (the pretraining job; checks in trainium_eks/training_config.py).
+    #: Deploy the BERT pretraining job (image, dataset staging, Volcano Job, TensorBoard).
+    training_enabled: bool = True
+    #: Model config of training/model_configs: large | base | tiny.
+    training_model: str = "large"
+    #: Micro-batch per worker (the reference's 16).
+    training_batch_size: int = 16
+    #: Sequences per optimizer step; the accumulation is global / (batch x workers): 16,384 on
+    #: 2 x trn1.32xlarge (64 workers) gives 16 micro-batches.
+    training_global_batch: int = 16384
+    #: Optimizer steps of the schedule (the reference's phase 1: 28,125).
+    training_max_steps: int = 28125
+    #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
+    training_nproc_per_node: int = 0
+    #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs etcd_enabled).
+    training_rdzv_backend: str = "c10d"
+    #: Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging).
+    training_dataset_source: str = ("s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
+                                    "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar")
+    #: The shards land in /data/datasets/<name>.
+    training_dataset_name: str = "bert-wikicorpus-seq128"
+    #: Neuron compile cache set: /data/neuron-cache/<set>. Never the same for two running jobs.
+    training_cache_set: str = "bert-large-seq128"
+    #: Checkpoints and TensorBoard events in /data/runs/<run>; a job resumes from it.
+    training_run_name: str = "bert-large-phase1"
+    #: Optimizer steps between checkpoints.
+    training_checkpoint_every: int = 200
+    #: torchrun restarts of the worker group; and Volcano restarts of the whole job.
+    training_max_restarts: int = 3
+    training_max_retry: int = 3
+    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}.
+    training_script_args: Mapping[str, str] = field(default_factory=dict)
     #: Tags applied to every taggable resource.
     tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
 
@@ -209,11 +279,55 @@ def _validate(c: PlatformConfig) -> None:
     if not 1 <= c.system_nodes <= 10:
         raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
     # [storage] checks go here.
+    _validate_storage(c)
     # [addons] checks go here.
+    for name in ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled",
+                 "container_insights"):
+        if not isinstance(getattr(c, name), bool):
+            raise ConfigError(name, getattr(c, name), "must be true or false")
+    # [training] checks (imported here: training_config imports this module).
+    from .training_config import validate_training_config
+    validate_training_config(c)
     for key, value in c.tags.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key or key.startswith("aws:"):
             raise ConfigError("tags", {key: value}, "tags are non-empty string keys (not 'aws:') "
                               "with string values")
+
+
+def _validate_storage(c: PlatformConfig) -> None:
+    """[storage] FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
+    if c.fsx_deployment_type not in FSX_DEPLOYMENT_TYPES:
+        raise ConfigError("fsx_deployment_type", c.fsx_deployment_type,
+                          f"choose one of {', '.join(FSX_DEPLOYMENT_TYPES)}")
+    for name in ("fsx_storage_gib", "ecr_keep_images"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(name, value, "must be a whole number")
+    problem = fsx_storage_capacity_problem(c.fsx_deployment_type, c.fsx_storage_gib)
+    if problem:
+        raise ConfigError("fsx_storage_gib", c.fsx_storage_gib, problem)
+    if c.fsx_throughput_per_tib is not None and (
+            isinstance(c.fsx_throughput_per_tib, bool) or not isinstance(c.fsx_throughput_per_tib, int)):
+        raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, "must be a whole number")
+    problem = fsx_throughput_problem(
+        c.fsx_deployment_type, fsx_resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib))
+    if problem:
+        raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, problem)
+    if not isinstance(c.fsx_compression, bool):
+        raise ConfigError("fsx_compression", c.fsx_compression, "must be true or false")
+    for name in ("fsx_s3_import_uri", "fsx_s3_export_uri"):
+        uri = getattr(c, name)
+        if uri is not None:
+            problem = fsx_s3_uri_problem(uri) if isinstance(uri, str) else "must be a string"
+            if problem:
+                raise ConfigError(name, uri, problem)
+    if c.fsx_s3_import_uri and c.fsx_s3_export_uri and fsx_s3_uris_overlap(
+            c.fsx_s3_import_uri, c.fsx_s3_export_uri):
+        raise ConfigError("fsx_s3_export_uri", c.fsx_s3_export_uri,
+                          f"overlaps fsx_s3_import_uri ({c.fsx_s3_import_uri}); use a separate, "
+                          "non-nested bucket or prefix for the outputs")
+    if not 1 <= c.ecr_keep_images <= 1000:
+        raise ConfigError("ecr_keep_images", c.ecr_keep_images, "use 1 to 1000")
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
@@ -222,6 +336,17 @@ _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
 def _coerce(name: str, raw: Any) -> Any:
     """Turn a context value (JSON from cdk.json, or a string from ``-c``) into the field's type."""
     annotation = str(_FIELDS[name].type)
+    if annotation == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ConfigError(name, raw, "must be true or false")
+    if annotation == "Optional[int]":
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+            return None
+        annotation = "int"
     if annotation == "int":
         if isinstance(raw, bool):
             raise ConfigError(name, raw, "must be a whole number")

@@ -47,7 +47,36 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
      "AwsSolutions-IAM5[Resource::<ClusterKubectlProviderHandler93C0312D.Arn>:*]",
      _KUBECTL_REASON + " The wildcard covers the versions of that one handler function."),
     # [storage] entries go here.
+    ("StorageVolume/ControllerRole/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
+     "The FSx CSI controller's only permission is fsx:DescribeFileSystems (read-only; static "
+     "volumes need no create/delete), and that action supports no resource-level permissions "
+     "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'."),
     # [addons] entries go here.
+    # Scoped to "Addons" (always present) because each role exists only when its option is on
+    # (etcd_enabled, container_insights), and an entry for a missing path is an error here.
+    ("Addons", _managed("service-role/AmazonEBSCSIDriverPolicy"),
+     "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
+     "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
+     "current with the driver's EC2 volume calls."),
+    ("Addons", _managed("CloudWatchAgentServerPolicy"),
+     "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
+     "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
+     "publishing metrics and logs."),
+    # [training] entries: in TRAINING_ACKNOWLEDGEMENTS below (applied only when the job is on).
+)
+
+# [training] The image copy into ECR (cdk-ecr-deployment's singleton function, at the stack root;
+# its id is the library's fixed UUID + memory size). Applied by stacks/training.py.
+_ECR_DEPLOYMENT = "Custom::CDKECRDeploymentbd07c930edb94112a20f03f096f53666512MiB"
+_ECR_DEPLOYMENT_REASON = ("cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
+                          "runs only during deployments to copy the built training images into the "
+                          "platform's ECR repository; its role and policy are set by the library.")
+TRAINING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (f"{_ECR_DEPLOYMENT}/ServiceRole", _managed("service-role/AWSLambdaBasicExecutionRole"),
+     _ECR_DEPLOYMENT_REASON),
+    (f"{_ECR_DEPLOYMENT}/ServiceRole/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
+     _ECR_DEPLOYMENT_REASON + " ecr:GetAuthorizationToken supports no resource-level permissions, "
+     "and the library grants its image read/push actions on '*' (it copies between any repositories)."),
 )
 
 

@@ -20,6 +20,10 @@ class TrainiumNetwork(Construct):
     different physical zones in each account, and Trainium is offered only in some zones. This
     keeps synth offline (no AZ lookup) and the stack environment-agnostic.
 
+    ``retain_on_delete`` (default True) keeps the created VPC and the Trainium-AZ private subnet
+    when the stack is deleted: the FSx file system is retained with its data and its network
+    interfaces live in that subnet, so deleting them would fail the whole stack deletion.
+
     Attributes:
         vpc: the VPC.
         trainium_subnet: private subnet in the Trainium AZ (nodegroup, FSx).
@@ -36,6 +40,7 @@ class TrainiumNetwork(Construct):
         nat_gateways: int = 1,
         existing_vpc_id: Optional[str] = None,
         existing_private_subnet_ids: Sequence[str] = (),
+        retain_on_delete: bool = True,
     ) -> None:
         super().__init__(scope, id)
         if len(az_ids) != 2:
@@ -53,6 +58,9 @@ class TrainiumNetwork(Construct):
             self.vpc = self._create_vpc(cidr, nat_gateways)
         self.private_subnets: list[ec2.ISubnet] = list(self.vpc.private_subnets)
         self.trainium_subnet: ec2.ISubnet = self.private_subnets[0]
+        if retain_on_delete and not existing_vpc_id:
+            for construct in (self.vpc, self.trainium_subnet):
+                construct.node.default_child.apply_removal_policy(RemovalPolicy.RETAIN)
 
     def _create_vpc(self, cidr: str, nat_gateways: int) -> ec2.Vpc:
         vpc = ec2.Vpc(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .config import PlatformConfig
+from .training_config import training_review
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -23,4 +24,7 @@ def platform_review(config: PlatformConfig) -> str:
         f"{nodes * facts.network_gbps:,.0f} Gbps in all",
         f"  cost:         {cost}",
         f"  Kubernetes:   {config.kubernetes_version}, API endpoint {endpoint}",
+        f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
+        f"etcd {'on' if config.etcd_enabled else 'off'}",
+        *training_review(config),
     ])

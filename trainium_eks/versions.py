@@ -58,4 +58,69 @@ DEFAULT_KUBERNETES_VERSION = "1.36"
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 
 # [storage] pinned versions (FSx CSI driver add-on/chart) go here.
+#: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
+#: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.
+FSX_LUSTRE_VERSION = "2.15"
+#: FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.16.0
+#: ships driver 1.9.0 (upstream PR #491, merged 2026-04-09; chart kubeVersion >=1.17). The chart,
+#: not the EKS add-on: no `aws-fsx-csi-driver` add-on version for Kubernetes 1.36 could be
+#: verified offline, and EKS rejects an unknown one at deploy.
+FSX_CSI_DRIVER_CHART = {
+    "repository": "https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
+    "chart": "aws-fsx-csi-driver",
+    "version": "1.16.0",
+}
 # [addons] pinned Helm charts, managed add-ons and images go here.
+@dataclass(frozen=True)
+class AddonPin:
+    """One pinned cluster add-on: a Helm chart, an EKS managed add-on or a container image.
+
+    Attributes:
+        name: Helm chart name, EKS add-on name, or image repository.
+        version: chart version, add-on version (``vX.Y.Z-eksbuild.N``), or image tag.
+        repository: Helm repository (``https://`` index or the chart's ``oci://`` reference);
+            ``None`` for managed add-ons and images.
+    """
+
+    name: str
+    version: str
+    repository: str | None = None
+
+    @property
+    def image(self) -> str:
+        """``name:version``, for image pins."""
+        return f"{self.name}:{self.version}"
+
+
+#: Every add-on the platform installs, pinned. Checked 2026-11 against the sources named here;
+#: EKS rejects an add-on version it does not offer for the cluster's Kubernetes version, so a
+#: cluster-version bump means re-checking the ``eksbuild`` rows (``aws eks describe-addon-versions
+#: --kubernetes-version 1.36 --addon-name <name>``).
+ADDON_PINS: dict[str, AddonPin] = {
+    # aws-neuron/neuron-helm-charts release 1.10.0 (2026-08-19; `helm show values ... --version
+    # 1.10.0` digest sha256:ed5d8f73...): device plugin 2.32.0.0. The chart follows Neuron SDK
+    # releases (1.9.0 = SDK 2.31); the device plugin talks to the node's driver (the Neuron AMI
+    # ships the newest), not to the container's Neuron 2.28 runtime, which newer drivers support.
+    "neuron": AddonPin("neuron-helm-chart", "1.10.0",
+                       "oci://public.ecr.aws/neuron/neuron-helm-chart"),
+    # aws/eks-charts: chart v0.5.29 = image v0.5.20 (PR #1338, 2026-06); v0.5.32 is the pin of
+    # a recorded EKS 1.36 deployment with EFA nodes (awslabs/awsome-distributed-ai compatibility
+    # matrix, 2026-09-16). Its instance list includes trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge.
+    "efa": AddonPin("aws-efa-k8s-device-plugin", "v0.5.32", "https://aws.github.io/eks-charts"),
+    # volcano-sh/helm-charts index.yaml: 1.15.2 (2026-08-29) is the newest stable release. The
+    # Volcano README marks v1.15 exact for Kubernetes 1.35 and '-' (works; cannot use newer API
+    # features) for 1.36; only the 1.16 pre-releases are marked exact for 1.36.
+    "volcano": AddonPin("volcano", "1.15.2", "https://volcano-sh.github.io/helm-charts"),
+    # etcd v3.5.32 (etcd-io/etcd #22016: released with v3.6.13, 2026-07-01), the newest 3.5
+    # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
+    # registry; tag-pinned (no digest could be verified offline).
+    "etcd": AddonPin("gcr.io/etcd-development/etcd", "v3.5.32"),
+    # EKS managed add-ons for Kubernetes 1.36: pod identity agent as resolved by a 1.36 cluster
+    # (awslabs/awsome-distributed-ai matrix, 2026-09-16); node monitoring agent and EBS CSI
+    # driver as the 1.36 defaults in a published 1.36 configuration (2026). CloudWatch
+    # observability: seen pinned in 2026 but NOT verified for 1.36 (off by default).
+    "pod-identity-agent": AddonPin("eks-pod-identity-agent", "v1.3.10-eksbuild.3"),
+    "node-monitoring-agent": AddonPin("eks-node-monitoring-agent", "v1.6.6-eksbuild.1"),
+    "ebs-csi-driver": AddonPin("aws-ebs-csi-driver", "v1.62.0-eksbuild.1"),
+    "cloudwatch-observability": AddonPin("amazon-cloudwatch-observability", "v4.10.3-eksbuild.1"),
+}

@@ -97,6 +97,8 @@ def build_vocab(
     """Train a lower-cased WordPiece vocab.txt on ``corpus_paths`` with ``training.vocab``.
 
     A small ``vocab_size`` (the default 400 for a ``write_corpus`` corpus) keeps the common
-    words whole and splits the made-up ones into pieces. Returns ``out_path``.
+    words whole and splits the made-up ones into pieces. Two builds on the same corpus may
+    differ in a few tokens (see ``training.vocab``): build one per test session or module and
+    share it when results must be compared. Returns ``out_path``.
     """
     return train_vocab(corpus_paths, out_path, vocab_size=vocab_size, min_frequency=2)

@@ -42,3 +42,13 @@ def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subn
     (cluster,) = resources(template, "AWS::EKS::Cluster").values()
     assert cluster["Properties"]["ResourcesVpcConfig"]["SubnetIds"] == [
         "subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
+
+
+def test_given_created_vpc_then_vpc_and_trainium_subnet_outlive_a_stack_delete(platform_json):
+    # FSx (retained) keeps network interfaces in the Trainium subnet: deleting it would fail.
+    (vpc,) = resources(platform_json, "AWS::EC2::VPC").values()
+    assert vpc["DeletionPolicy"] == "Retain" and vpc["UpdateReplacePolicy"] == "Retain"
+    retained = [s["Properties"]["AvailabilityZoneId"] + " " + s["Properties"]["CidrBlock"]
+                for s in resources(platform_json, "AWS::EC2::Subnet").values()
+                if s.get("DeletionPolicy") == "Retain"]
+    assert retained == ["usw2-az4 10.0.64.0/18"]

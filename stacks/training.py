@@ -1,0 +1,65 @@
+"""Composition of the training workload on the platform stack (images, staging, job, TensorBoard)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_eks.config import PlatformConfig
+from trainium_eks.dataset_staging import DatasetStaging
+from trainium_eks.nag import TRAINING_ACKNOWLEDGEMENTS, acknowledge_findings
+from trainium_eks.tensorboard import TensorBoard
+from trainium_eks.training_config import nproc_per_node
+from trainium_eks.training_image import TrainingImages
+from trainium_eks.training_job import BertPretrainingJob, add_job_outputs
+
+
+@dataclass
+class TrainingWorkload:
+    images: TrainingImages
+    job: BertPretrainingJob
+    staging: DatasetStaging
+    tensorboard: TensorBoard
+
+
+def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
+    """Build the workload from the platform stack's storage, registry and add-ons."""
+    cluster = stack.cluster.cluster
+    volume = stack.storage_volume
+    addons = stack.addons
+    images = TrainingImages(stack, "TrainingImages", repository=stack.registry.repository)
+    # Volcano's CRDs and queue, the claim, and the images before any job is applied.
+    before = [addons.volcano.chart, addons.volcano.queue, volume.volume_manifest, *images.copies]
+    job = BertPretrainingJob(
+        stack, "Training",
+        cluster=cluster, facts=config.facts, nodes=config.desired_nodes, max_nodes=config.max_nodes,
+        image=images.training_image, image_key=images.training_tag,
+        namespace=volume.namespace, claim_name=volume.claim_name, queue=addons.queue_name,
+        model=config.training_model, batch_size=config.training_batch_size,
+        global_batch=config.training_global_batch, max_steps=config.training_max_steps,
+        nproc_per_node=nproc_per_node(config), script_args=dict(config.training_script_args),
+        rdzv_backend=config.training_rdzv_backend, etcd_endpoint=addons.etcd_endpoint,
+        dataset_name=config.training_dataset_name, cache_set=config.training_cache_set,
+        run_name=config.training_run_name, checkpoint_every=config.training_checkpoint_every,
+        max_restarts=config.training_max_restarts, max_retry=config.training_max_retry,
+        name_prefix=config.name_prefix, depends_on=before,
+    )
+    if addons.etcd is not None and config.training_rdzv_backend != "c10d":
+        job.manifest.node.add_dependency(addons.etcd)
+    staging = DatasetStaging(
+        stack, "DatasetStaging",
+        cluster=cluster, namespace=volume.namespace, image=images.training_image,
+        image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
+        service_account=job.service_account, source=config.training_dataset_source,
+        depends_on=[volume.volume_manifest, job.service_account_manifest, *images.copies],
+    )
+    tensorboard = TensorBoard(
+        stack, "TensorBoard", cluster=cluster, namespace=volume.namespace,
+        image=images.tensorboard_image, claim_name=volume.claim_name,
+        depends_on=[volume.volume_manifest, *images.copies],
+    )
+    add_job_outputs(stack, job=job, namespace=volume.namespace)
+    acknowledge_findings(stack, TRAINING_ACKNOWLEDGEMENTS)
+    return TrainingWorkload(images, job, staging, tensorboard)
+
+

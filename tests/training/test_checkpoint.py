@@ -1,0 +1,162 @@
+"""Atomic checkpoints: crash during a save, newest-complete detection, keep-last-K, per-rank files."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.training.conftest import PYTHON, REPO, child_env
+from training import checkpoint as ckpt
+
+
+def save(root: Path, step: int, keep: int = 3, comm: ckpt.Comm | None = None, value: float | None = None) -> Path:
+    value = float(step) if value is None else value
+    return ckpt.save_checkpoint(
+        root, step, comm or ckpt.Comm(),
+        rank_state={"data_position": [0, step, 8], "rng": ckpt.capture_rng_state()},
+        global_state=lambda: {"model": {"w": torch.full((4,), value)}, "step": step},
+        keep=keep,
+    )  # fmt: skip
+
+
+def test_given_saves_then_only_last_k_kept_and_newest_loadable(tmp_path):
+    for step in range(1, 6):
+        save(tmp_path, step * 10, keep=2)
+    assert [s for s, _ in ckpt.complete_checkpoints(tmp_path)] == [40, 50]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000040", "step_00000050"]
+    loaded = ckpt.load_checkpoint(ckpt.newest_complete(tmp_path), rank=0, world_size=1)
+    assert loaded.step == 50 and loaded.state["model"]["w"].tolist() == [50.0] * 4
+    assert loaded.rank_state["data_position"] == [0, 50, 8]
+
+
+def test_given_leftovers_of_crashes_then_ignored_by_newest_complete_and_pruned(tmp_path):
+    save(tmp_path, 5)
+    (tmp_path / ".step_00000009.partial").mkdir()  # crash before the rename
+    (tmp_path / ".step_00000009.partial" / "state.pt").write_bytes(b"torn")
+    no_meta = tmp_path / "step_00000007"  # not made by us: no meta.json
+    no_meta.mkdir()
+    missing_rank = tmp_path / "step_00000008"
+    missing_rank.mkdir()
+    (missing_rank / "meta.json").write_text('{"step": 8, "world_size": 2}')
+    (missing_rank / "state.pt").write_bytes(b"x")
+    (missing_rank / "rank_00000.pt").write_bytes(b"x")  # rank 1 never wrote
+    assert ckpt.newest_complete(tmp_path).name == "step_00000005"
+    save(tmp_path, 10)  # a later save removes the stale partial it supersedes
+    assert not (tmp_path / ".step_00000009.partial").exists()
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        ckpt.load_checkpoint(missing_rank, 0, 2)
+
+
+def test_given_same_step_saved_again_then_replaced(tmp_path):
+    save(tmp_path, 3, value=1.0)
+    save(tmp_path, 3, value=2.0)
+    loaded = ckpt.load_checkpoint(tmp_path / "step_00000003", 0, 1)
+    assert loaded.state["model"]["w"][0].item() == 2.0
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000003"]
+
+
+def test_given_two_ranks_then_each_writes_its_file_and_world_change_drops_rank_state(tmp_path):
+    barrier = threading.Barrier(2, timeout=30)
+    errors = []
+
+    def run(rank):
+        try:
+            ckpt.save_checkpoint(
+                tmp_path, 4, ckpt.Comm(rank, 2, barrier.wait),
+                rank_state={"data_position": [1, rank, 16], "rng": ckpt.capture_rng_state()},
+                global_state=lambda: {"model": {}, "step": 4}, keep=1,
+            )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    path = tmp_path / "step_00000004"
+    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "rank_00000.pt", "rank_00001.pt", "state.pt"]
+    assert ckpt.load_checkpoint(path, 1, 2).rank_state["data_position"] == [1, 1, 16]
+    assert ckpt.load_checkpoint(path, 0, 4).rank_state is None  # other world size
+
+
+def test_given_rng_state_then_restored_exactly():
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    state = ckpt.capture_rng_state(device_state="dev")
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(2), np.random.seed(2), torch.manual_seed(2)
+    assert ckpt.restore_rng_state(state) == "dev"
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_given_error_while_writing_then_old_file_intact_and_no_temp_left(tmp_path):
+    target = tmp_path / "f.json"
+    ckpt.write_json_durably(target, {"v": 1})
+
+    def failing(f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.write_file_durably(target, failing)
+    assert target.read_text().replace(" ", "").replace("\n", "") == '{"v":1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+SAVER = textwrap.dedent(
+    """
+    import sys, torch
+    from pathlib import Path
+    from training import checkpoint as ckpt
+    root = Path(sys.argv[1])
+    big = torch.zeros(60_000_000)  # 240 MB: a save takes long enough to be killed mid-write
+    step = 0
+    while True:
+        step += 1
+        big[0] = step
+        ckpt.save_checkpoint(root, step, ckpt.Comm(),
+                             rank_state={"data_position": [0, 0, step], "rng": ckpt.capture_rng_state()},
+                             global_state=lambda: {"model": {"big": big}, "step": step}, keep=2)
+    """
+)
+
+
+def test_given_sigkill_during_save_then_previous_checkpoint_is_newest_complete_and_loads(tmp_path):
+    proc = subprocess.Popen([PYTHON, "-c", SAVER, str(tmp_path)], cwd=REPO, env=child_env())
+    try:
+        deadline = time.monotonic() + 120
+        victim = None
+        while victim is None:
+            assert proc.poll() is None, "saver died on its own"
+            assert time.monotonic() < deadline, "no save in progress seen"
+            done = ckpt.complete_checkpoints(tmp_path)
+            for partial in tmp_path.glob(".step_*.partial"):
+                temp = [p for p in partial.glob(".state.pt.tmp-*") if p.stat().st_size > 1_000_000]
+                if done and temp:
+                    victim = partial
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-write of the big state file
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    killed_step = int(victim.name.split("_")[1].split(".")[0])
+    assert victim.exists() and not ckpt.is_complete(victim)
+    newest = ckpt.newest_complete(tmp_path)
+    assert newest is not None and int(newest.name.split("_")[1]) == killed_step - 1
+    loaded = ckpt.load_checkpoint(newest, 0, 1)
+    assert loaded.step == killed_step - 1
+    assert loaded.state["model"]["big"][0].item() == killed_step - 1
+    assert loaded.state["model"]["big"].numel() == 60_000_000

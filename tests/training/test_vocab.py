@@ -1,0 +1,108 @@
+"""Tests of training.vocab: the vocab.txt it writes and what can load it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tokenizers import BertWordPieceTokenizer
+from transformers import BertTokenizerFast
+
+from tests.training.corpus import write_corpus
+from training.vocab import SPECIAL_TOKENS, bert_tokenizer, expand_inputs, read_vocab, train_vocab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training.vocab", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", n_docs=80, seed=11)
+
+
+@pytest.fixture(scope="module")
+def cli_vocab(corpus: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    result = run_cli("--input", str(corpus), "--output", str(out), "--vocab_size", "300", "--no_progress")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"wrote 300 tokens to {out}"
+    return out
+
+
+def test_vocab_has_specials_first_and_respects_the_size(cli_vocab: Path):
+    tokens = cli_vocab.read_text(encoding="utf-8").splitlines()
+    assert tuple(tokens[:5]) == SPECIAL_TOKENS
+    assert len(tokens) == 300  # the corpus has more than 300 subwords, so the bound is reached
+    assert len(set(tokens)) == len(tokens)
+    assert any(t.startswith("##") for t in tokens)
+    assert not any(c.isupper() for t in tokens[5:] for c in t)  # lower-cased by default
+
+
+@pytest.mark.parametrize("size", [7, 40, 120])
+def test_small_sizes_stay_within_the_bound(corpus: Path, tmp_path: Path, size: int):
+    tokens = train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=size).read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(tokens) <= size
+    assert tuple(tokens[:5]) == SPECIAL_TOKENS and len(tokens) > 5
+
+
+def test_hugging_face_tokenizers_load_it_and_agree(cli_vocab: Path, corpus: Path):
+    vocab = read_vocab(cli_vocab)
+    ours = bert_tokenizer(vocab)
+    wordpiece = BertWordPieceTokenizer(str(cli_vocab), lowercase=True)
+    # transformers 5 reads a vocab.txt from a folder (or vocab=path); vocab_file= is ignored.
+    fast = BertTokenizerFast.from_pretrained(str(cli_vocab.parent))
+    assert wordpiece.get_vocab_size() == fast.vocab_size == len(vocab) == 300
+    assert (fast.cls_token_id, fast.sep_token_id, fast.mask_token_id, fast.pad_token_id) == (
+        vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], vocab["[PAD]"],
+    )  # fmt: skip
+    lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line][:200]
+    for line in lines:
+        ids = ours.encode(line, add_special_tokens=False).ids
+        assert vocab["[UNK]"] not in ids
+        assert wordpiece.encode(line, add_special_tokens=False).ids == ids
+        assert fast(line, add_special_tokens=False)["input_ids"] == ids
+
+
+def test_no_lower_case_keeps_capitals(corpus: Path, tmp_path: Path):
+    tokens = train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=300, lower_case=False).read_text().split()
+    assert any(c.isupper() for t in tokens[5:] for c in t)
+
+
+def test_directories_are_walked_in_sorted_order_without_hidden_files(tmp_path: Path):
+    for name in ["b/2.txt", "a.txt", "b/1.txt", ".hidden/x.txt", "b/.y.txt"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("word\n")
+    single = tmp_path / "b" / "2.txt"
+    assert expand_inputs([single, tmp_path]) == [single, tmp_path / "a.txt", tmp_path / "b/1.txt", single]
+
+
+@pytest.mark.parametrize(
+    "case, extra, expected",
+    [
+        ("missing input", ["--input", "{tmp}/none.txt"], r"--input \S+none\.txt: no such file or directory"),
+        ("empty corpus", ["--input", "{tmp}/blank.txt"], r"--input \S+blank\.txt: corpus is empty"),
+        ("empty folder", ["--input", "{tmp}/empty"], r"--input \S+empty: directory contains no corpus files"),
+        ("tiny size", ["--vocab_size", "5"], r"--vocab_size 5: leaves no room for ordinary tokens"),
+        ("output is a folder", ["--output", "{tmp}"], r"--output \S+: is a directory"),
+    ],
+)  # fmt: skip
+def test_bad_input_fails_with_one_line(corpus: Path, tmp_path: Path, case: str, extra: list[str], expected: str):
+    (tmp_path / "blank.txt").write_text("\n\n  \n")
+    (tmp_path / "empty").mkdir()
+    args = {"--input": str(corpus), "--output": str(tmp_path / "vocab.txt")}
+    args.update(dict(zip(extra[::2], (value.format(tmp=tmp_path) for value in extra[1::2]))))
+    result = run_cli(*[item for pair in args.items() for item in pair], "--no_progress")
+    assert result.returncode == 2, (case, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m training.vocab: error: "), lines
+    assert re.search(expected, lines[0]), lines[0]
+    assert not (tmp_path / "vocab.txt").exists()

@@ -1,0 +1,60 @@
+"""Tests of trainium_eks.addons, and helpers they share with the schema test."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+
+from stacks import TrainiumPlatformStack
+from tests.support import helm_charts, k8s_manifests
+from trainium_eks.config import config_from_context
+
+#: Every add-on option switched on.
+ALL_OPTIONS = {
+    "neuron_scheduler_extension": "true",
+    "neuron_node_problem_detector": "true",
+    "etcd_enabled": "true",
+    "container_insights": "true",
+}
+
+
+@lru_cache(maxsize=None)
+def _synth(items: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    config = config_from_context(dict(items))
+    return Template.from_stack(TrainiumPlatformStack(cdk.App(), "Variant", config=config)).to_json()
+
+
+def synth_platform(**context: str) -> dict[str, Any]:
+    """The platform template for ``context`` (synthesized in-process, once per context; read only)."""
+    return _synth(tuple(sorted(context.items())))
+
+
+def chart(template: dict[str, Any], release: str) -> tuple[str, dict[str, Any]]:
+    """(logical id, properties) of the Helm release named ``release``."""
+    (found,) = [(k, p) for k, p in helm_charts(template).items() if p["Release"] == release]
+    return found
+
+
+def objects(template: dict[str, Any], kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """(logical id, object) of every applied Kubernetes object of ``kind``."""
+    return [(k, o) for k, o in k8s_manifests(template) if o["kind"] == kind]
+
+
+def depends_on(template: dict[str, Any], logical_id: str) -> list[str]:
+    return template["Resources"][logical_id].get("DependsOn", [])
+
+
+def logical_ids(template: dict[str, Any], type_name: str, prefix: str) -> list[str]:
+    return [k for k, r in template["Resources"].items()
+            if r["Type"] == type_name and k.startswith(prefix)]
+
+
+def nodegroup_id(template: dict[str, Any], pool: str) -> str:
+    """Logical id of the nodegroup labelled ``trainium-eks/pool=<pool>``."""
+    (found,) = [k for k, r in template["Resources"].items()
+                if r["Type"] == "AWS::EKS::Nodegroup"
+                and r["Properties"]["Labels"].get("trainium-eks/pool") == pool]
+    return found

@@ -1,0 +1,52 @@
+"""EFA device plugin chart: pinned, only on Trainium nodes of an EFA instance type."""
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_eks_v2 as eks
+
+from tests.support import helm_charts
+from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, synth_platform
+from trainium_eks.addons.efa import EfaDevicePlugin
+from trainium_eks.instance_types import instance_facts
+
+
+def test_given_default_config_then_the_pinned_eks_chart_is_installed_in_kube_system(platform_json):
+    _, props = chart(platform_json, "efa")
+    assert props["Repository"] == "https://aws.github.io/eks-charts"
+    assert props["Chart"] == "aws-efa-k8s-device-plugin"
+    assert props["Version"] == "v0.5.32"
+    assert props["Namespace"] == "kube-system"
+
+
+def test_given_default_config_then_plugin_is_selected_onto_trainium_nodes_and_tolerates_them(platform_json):
+    values = chart(platform_json, "efa")[1]["Values"]
+    assert values["nodeSelector"] == {"trainium-eks/pool": "trainium",
+                                      "node.kubernetes.io/instance-type": "trn1.32xlarge"}
+    assert values["tolerations"] == [
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_given_default_config_then_chart_waits_for_the_trainium_nodegroup(platform_json):
+    logical_id, _ = chart(platform_json, "efa")
+    assert nodegroup_id(platform_json, "trainium") in depends_on(platform_json, logical_id)
+
+
+def test_given_trn1n_then_selector_names_that_instance_type():
+    template = synth_platform(instance_type="trn1n.32xlarge")
+    assert chart(template, "efa")[1]["Values"]["nodeSelector"]["node.kubernetes.io/instance-type"] == (
+        "trn1n.32xlarge")
+
+
+def test_given_an_instance_type_without_efa_then_no_efa_plugin_is_installed():
+    template = synth_platform(instance_type="trn1.2xlarge", min_nodes="1", desired_nodes="1",
+                              max_nodes="1")
+    releases = {p["Release"] for p in helm_charts(template).values()}
+    assert "efa" not in releases
+    assert "neuron" in releases
+
+
+def test_given_facts_without_efa_when_constructed_directly_then_it_refuses():
+    stack = cdk.Stack(cdk.App(), "Direct")
+    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")
+    with pytest.raises(ValueError, match="trn1.2xlarge has no EFA"):
+        EfaDevicePlugin(stack, "Efa", cluster=cluster, facts=instance_facts("trn1.2xlarge"))

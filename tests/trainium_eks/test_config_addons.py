@@ -1,0 +1,45 @@
+"""[addons] configuration: defaults, boolean coercion from context, and errors for bad inputs."""
+
+import pytest
+
+from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
+
+FLAGS = ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled",
+         "container_insights")
+
+
+def test_given_no_context_then_add_on_defaults_are_the_documented_ones():
+    config = config_from_context({})
+    assert config.neuron_scheduler_extension is False
+    assert config.neuron_node_problem_detector is False
+    assert config.etcd_enabled is True
+    assert config.container_insights is False
+
+
+@pytest.mark.parametrize("field", FLAGS)
+@pytest.mark.parametrize("raw, expected", [("true", True), ("False", False), (" TRUE ", True),
+                                           (True, True), (False, False)])
+def test_given_context_strings_or_json_booleans_then_flags_are_coerced(field, raw, expected):
+    assert getattr(config_from_context({field: raw}), field) is expected
+
+
+@pytest.mark.parametrize("field", FLAGS)
+@pytest.mark.parametrize("raw", ["yes", "1", "", "on"])
+def test_given_a_non_boolean_context_value_then_the_error_names_the_field(field, raw):
+    with pytest.raises(ConfigError) as err:
+        config_from_context({field: raw})
+    assert err.value.field_name == field
+    assert "must be true or false" in str(err.value)
+
+
+@pytest.mark.parametrize("field", FLAGS)
+def test_given_a_non_boolean_in_code_then_validation_refuses_it(field):
+    with pytest.raises(ConfigError) as err:
+        PlatformConfig(**{field: "true"})
+    assert err.value.field_name == field
+    assert "must be true or false" in str(err.value)
+
+
+def test_given_a_typo_of_an_add_on_flag_then_the_closest_field_is_suggested():
+    with pytest.raises(ConfigError, match="did you mean 'etcd_enabled'"):
+        config_from_context({"etcd_enable": "true"})

@@ -1,0 +1,200 @@
+"""Every Kubernetes object the stacks apply is valid for the pinned cluster version.
+
+Core objects are validated (strict: unknown fields fail) against the OpenAPI schema of Kubernetes
+1.36 with kubernetes-validate. Custom resources have no schema there; they are checked against the
+rules of their CRD in :data:`CUSTOM_RESOURCES` below. A custom resource with no entry fails: add
+its CRD's rules when you add the object.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import kubernetes_validate
+import pytest
+
+from tests.support import k8s_manifests, validate_k8s
+from tests.trainium_eks.addons import ALL_OPTIONS, synth_platform
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
+
+# Quantity pattern of `x-kubernetes-int-or-string` resource lists in the Volcano CRDs.
+_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                       r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+def _quantities(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(q, int) or (isinstance(q, str) and _QUANTITY.match(q)) for q in value.values())
+
+
+def _int32(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
+
+
+@dataclass(frozen=True)
+class CrdRules:
+    """What a CRD's structural schema demands of an object (the parts our objects use)."""
+
+    #: "Cluster" or "Namespaced".
+    scope: str
+    #: spec field -> check. With ``closed``, other spec fields are errors (the API server would
+    #: prune them silently).
+    spec_fields: dict[str, Callable[[Any], bool]]
+    closed: bool = True
+    #: Extra checks: (description, check(object) -> bool).
+    checks: tuple[tuple[str, Callable[[dict], bool]], ...] = ()
+
+
+def _pod_template_valid(template: Any) -> bool:
+    # A Volcano task template is a core PodTemplateSpec: validate it as one.
+    validate_k8s({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "task"},
+                  "template": template}, DEFAULT_KUBERNETES_VERSION)
+    return True
+
+
+def _tasks_valid(tasks: Any) -> bool:
+    if not isinstance(tasks, list) or not tasks:
+        return False
+    names = [task.get("name") for task in tasks]
+    return (len(set(names)) == len(names) and all(isinstance(n, str) and n for n in names)
+            and all(_int32(task.get("replicas", 0)) and task.get("replicas", 0) >= 0 for task in tasks)
+            and all(_pod_template_valid(task["template"]) for task in tasks))
+
+
+#: Sources: volcano-sh/volcano installer/helm/chart/volcano/crd/bases/
+#: scheduling.volcano.sh_queues.yaml (v1beta1: cluster-scoped; no required fields; `weight` int32,
+#: `capability`/`deserved` quantity maps, `reclaimable` boolean, `priority` int32, `parent`/`type`
+#: strings) and batch.volcano.sh_jobs.yaml (v1alpha1: namespaced; `tasks[].template` is a
+#: PodTemplateSpec; `minSuccess` minimum 1; int32 counters).
+CUSTOM_RESOURCES: dict[tuple[str, str], CrdRules] = {
+    ("scheduling.volcano.sh/v1beta1", "Queue"): CrdRules(
+        scope="Cluster",
+        spec_fields={
+            "weight": lambda v: _int32(v) and v >= 1,
+            "capability": _quantities,
+            "deserved": _quantities,
+            "reclaimable": lambda v: isinstance(v, bool),
+            "priority": _int32,
+            "parent": lambda v: isinstance(v, str),
+            "type": lambda v: isinstance(v, str),
+        },
+    ),
+    ("batch.volcano.sh/v1alpha1", "Job"): CrdRules(
+        scope="Namespaced",
+        spec_fields={
+            "tasks": _tasks_valid,
+            "minAvailable": _int32,
+            "minSuccess": lambda v: _int32(v) and v >= 1,
+            "maxRetry": _int32,
+            "queue": lambda v: isinstance(v, str),
+            "schedulerName": lambda v: isinstance(v, str),
+            "priorityClassName": lambda v: isinstance(v, str),
+            "plugins": lambda v: isinstance(v, dict) and all(
+                isinstance(a, list) and all(isinstance(s, str) for s in a) for a in v.values()),
+        },
+        # Only the fields above are checked; the CRD has more (policies, volumes, ...).
+        closed=False,
+        checks=(("spec.tasks is required by the job controller",
+                 lambda o: "tasks" in o.get("spec", {})),),
+    ),
+}
+
+
+def check_custom_resource(obj: dict[str, Any]) -> None:
+    """Raise AssertionError if ``obj`` breaks its CRD's rules (or has no entry)."""
+    key = (obj["apiVersion"], obj["kind"])
+    assert key in CUSTOM_RESOURCES, f"{key}: no schema and no CRD rules; add them to CUSTOM_RESOURCES"
+    rules = CUSTOM_RESOURCES[key]
+    metadata = obj.get("metadata", {})
+    assert isinstance(metadata.get("name"), str) and metadata["name"], f"{key}: metadata.name"
+    if rules.scope == "Cluster":
+        assert "namespace" not in metadata, f"{key} is cluster-scoped: no metadata.namespace"
+    else:
+        assert metadata.get("namespace"), f"{key} is namespaced: set metadata.namespace"
+    spec = obj.get("spec", {})
+    for field_name, value in spec.items():
+        if field_name in rules.spec_fields:
+            assert rules.spec_fields[field_name](value), f"{key}: spec.{field_name} = {value!r}"
+        else:
+            assert not rules.closed, f"{key}: spec.{field_name} is not in the CRD (would be pruned)"
+    for description, check in rules.checks:
+        assert check(obj), f"{key}: {description}"
+
+
+def _objects(templates: dict[str, dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for stack, template in sorted(templates.items()):
+        for logical_id, obj in k8s_manifests(template):
+            yield f"{stack}/{logical_id}/{obj['kind']}/{obj.get('metadata', {}).get('name')}", obj
+
+
+def _assert_valid(obj: dict[str, Any]) -> None:
+    try:
+        validate_k8s(obj, DEFAULT_KUBERNETES_VERSION)
+    except kubernetes_validate.SchemaNotFoundError:
+        check_custom_resource(obj)
+
+
+def test_given_default_app_then_every_applied_object_is_valid_for_kubernetes_1_36(default_synth):
+    objects = list(_objects(default_synth.templates))
+    assert len(objects) >= 5  # the Queue and etcd's objects at least
+    failures = []
+    for name, obj in objects:
+        try:
+            _assert_valid(obj)
+        except (AssertionError, kubernetes_validate.ValidationError) as err:
+            failures.append(f"{name}: {str(err).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_given_every_add_on_option_on_then_every_applied_object_is_valid():
+    failures = []
+    for name, obj in _objects({"Variant": synth_platform(**ALL_OPTIONS)}):
+        try:
+            _assert_valid(obj)
+        except (AssertionError, kubernetes_validate.ValidationError) as err:
+            failures.append(f"{name}: {str(err).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_given_the_pinned_version_then_kubernetes_validate_has_its_schema():
+    assert DEFAULT_KUBERNETES_VERSION == "1.36"
+    # An unknown field in a core object must fail: strict validation is on.
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_k8s({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+                      "spec": {"port": 1}}, DEFAULT_KUBERNETES_VERSION)
+
+
+QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+         "metadata": {"name": "training"},
+         "spec": {"weight": 1, "reclaimable": False, "capability": {"cpu": "256", "memory": "1024Gi"}}}
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda q: q["metadata"].update(namespace="training"), "cluster-scoped"),
+    (lambda q: q["spec"].update(weight=0), "spec.weight"),
+    (lambda q: q["spec"].update(reclaimable="false"), "spec.reclaimable"),
+    (lambda q: q["spec"]["capability"].update(memory="1 TB"), "spec.capability"),
+    (lambda q: q["spec"].update(capacity={}), "not in the CRD"),
+    (lambda q: q.update(kind="Queues"), "no schema and no CRD rules"),
+])
+def test_given_a_broken_queue_then_the_crd_check_fails(mutate, message):
+    queue = {**QUEUE, "metadata": dict(QUEUE["metadata"]),
+             "spec": {**QUEUE["spec"], "capability": dict(QUEUE["spec"]["capability"])}}
+    check_custom_resource(queue)  # the original passes
+    mutate(queue)
+    with pytest.raises(AssertionError, match=message):
+        check_custom_resource(queue)
+
+
+def test_given_a_volcano_job_with_a_bad_pod_template_then_the_check_fails():
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "bert", "namespace": "training"},
+           "spec": {"queue": "training", "minAvailable": 2,
+                    "tasks": [{"name": "worker", "replicas": 2, "template": {
+                        "spec": {"containers": [{"name": "w", "image": "i"}]}}}]}}
+    check_custom_resource(job)
+    job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        check_custom_resource(job)

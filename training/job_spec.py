@@ -1,0 +1,167 @@
+"""The pod of one training node, in ONE place: command, environment, devices, volumes, retries.
+
+Both launchers build their Volcano Job from these functions: the CDK construct
+(``trainium_eks.training_job``) at ``cdk synth`` and the TorchX component
+(``training.torchx_component``) at ``torchx run``. Standard library only (no torch, no
+Kubernetes client), so it imports at synth time and inside the image alike.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from training.launch import LaunchSpec, precompile_args, render, torchrun_args
+
+#: Where the FSx claim is mounted in every pod.
+DATA_MOUNT = "/data"
+#: Port of the c10d rendezvous store on the pod of node 0.
+RDZV_PORT = 29400
+#: Name of the Volcano task (and of the TorchX role): pods are ``<job>-worker-<i>``.
+TASK_NAME = "worker"
+#: Optimizer steps of the neuron_parallel_compile trial run.
+PRECOMPILE_STEPS = 3
+#: Volcano job-level policies: any failed or evicted pod restarts the whole gang (the script
+#: resumes from its newest checkpoint), as TorchX's APPLICATION retry policy does.
+RESTART_POLICIES = (
+    {"event": "PodEvicted", "action": "RestartJob"},
+    {"event": "PodFailed", "action": "RestartJob"},
+)
+#: CPU (millicores) and memory (MiB) left to the kubelet and the node daemons (Neuron and EFA
+#: device plugins, FSx CSI node plugin, VPC CNI, kube-proxy, node monitoring agent). EKS's
+#: own kube-reserved on a 128-vCPU/512-GiB node is ~0.4 vCPU and ~10 GiB; the rest is slack.
+RESERVED_MILLICPU = 4000
+RESERVED_MEMORY_MIB = 32 * 1024
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one job keeps its inputs and outputs on FSx (all under :data:`DATA_MOUNT`).
+
+    Attributes:
+        data_dir: directory of the ``*_training_*.hdf5`` shards.
+        dataset_marker: file the staging job writes when ``data_dir`` is complete.
+        cache_dir: Neuron compile cache of this job's cache set (never shared by two jobs
+            running at once: the compiler's cache locking is per process, not per cluster).
+        output_dir: checkpoints, TensorBoard events, metrics (kept across restarts and
+            re-deploys: the script resumes from it).
+    """
+
+    data_dir: str
+    dataset_marker: str
+    cache_dir: str
+    output_dir: str
+
+    @property
+    def cache_marker(self) -> str:
+        """Written after a successful precompile pass: later runs skip it."""
+        return f"{self.cache_dir}/.precompiled"
+
+
+def job_paths(*, dataset_name: str, cache_set: str, run_name: str) -> JobPaths:
+    """The standard layout: ``/data/datasets/<name>``, ``/data/neuron-cache/<set>``, ``/data/runs/<run>``."""
+    data_dir = f"{DATA_MOUNT}/datasets/{dataset_name}"
+    return JobPaths(
+        data_dir=data_dir,
+        dataset_marker=f"{data_dir}/.staged",
+        cache_dir=f"{DATA_MOUNT}/neuron-cache/{cache_set}",
+        output_dir=f"{DATA_MOUNT}/runs/{run_name}",
+    )
+
+
+def rank0_endpoint(job_name: str, task_pod: str = f"{TASK_NAME}-0") -> str:
+    """c10d endpoint on node 0, by the host name Volcano's ``svc`` plugin gives its pod.
+
+    The plugin sets each pod's ``hostname`` to ``<job>-<task>-<index>`` and its ``subdomain`` to
+    the job's headless Service ``<job>``, so ``<job>-worker-0.<job>`` resolves in the namespace.
+    TorchX makes one task per replica (``worker-0``, index 0): pass ``task_pod="worker-0-0"``.
+    """
+    return f"{job_name}-{task_pod}.{job_name}:{RDZV_PORT}"
+
+
+def neuron_env(paths: JobPaths) -> dict[str, str]:
+    """Environment of every training container (EFA transport, Neuron runtime and compiler).
+
+    - FI_PROVIDER/FI_EFA_USE_DEVICE_RDMA/FI_EFA_FORK_SAFE: libfabric over EFA with RDMA reads
+      (trn1 supports them); fork-safe because the data loader may fork.
+    - CCOM_SOCKET_IFNAME=eth0: the Neuron collectives bootstrap over the pod's interface.
+    - NEURON_RT_RESET_CORES=1: reset the cores a crashed predecessor left busy, so a restart
+      after a failure does not hang on acquire.
+    - NEURON_CC_FLAGS: the compile cache on FSx, shared by the nodes of this job and reused by
+      later runs of the same cache set.
+    """
+    return {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+        "FI_EFA_FORK_SAFE": "1",
+        "CCOM_SOCKET_IFNAME": "eth0",
+        "NEURON_RT_RESET_CORES": "1",
+        "NEURON_CC_FLAGS": f"--cache_dir={paths.cache_dir}",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def device_limits(*, neuron_devices: int, efa_interfaces: int) -> dict[str, str]:
+    """Extended resources of one pod: every Trainium device and every EFA interface of its node."""
+    limits = {"aws.amazon.com/neuron": str(neuron_devices)}
+    if efa_interfaces:
+        limits["vpc.amazonaws.com/efa"] = str(efa_interfaces)
+    return limits
+
+
+def compute_resources(*, vcpus: int, memory_gib: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(requests, limits) for CPU and memory: the node minus what its daemons need.
+
+    Requests equal limits so the pod is Guaranteed for CPU and memory (extended resources are
+    always request == limit): the kubelet evicts it last under memory pressure.
+    """
+    millicpu = max(vcpus * 1000 - RESERVED_MILLICPU, vcpus * 500)
+    memory_mib = max(memory_gib * 1024 - RESERVED_MEMORY_MIB, memory_gib * 512)
+    values = {"cpu": f"{millicpu}m", "memory": f"{memory_mib}Mi"}
+    return dict(values), dict(values)
+
+
+def volumes(claim_name: str) -> list[dict]:
+    """Pod volumes: the FSx claim and a memory-backed /dev/shm (PyTorch's 64 MiB default is too small)."""
+    return [
+        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def volume_mounts() -> list[dict]:
+    return [
+        {"name": "data", "mountPath": DATA_MOUNT},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+
+
+def worker_script(spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = PRECOMPILE_STEPS) -> str:
+    """The shell script each training container runs.
+
+    1. Wait for the dataset marker (the staging job may still be downloading).
+    2. If this cache set has no precompile marker: ``neuron_parallel_compile`` the same torchrun
+       command for a few steps (all nodes together), then write the marker. A re-deploy or a
+       restart finds the marker and goes straight to training; a failed precompile leaves no
+       marker, so the next attempt compiles again (reusing what the cache already holds).
+    3. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
+    """
+    marker = shlex.quote(paths.dataset_marker)
+    cache_marker = shlex.quote(paths.cache_marker)
+    lines = [
+        "set -euo pipefail",
+        f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; sleep 30; done",
+        f"mkdir -p {shlex.quote(paths.cache_dir)} {shlex.quote(paths.output_dir)}",
+        f"if [ ! -f {cache_marker} ]; then",
+        "  echo 'precompiling into an empty cache set'",
+        f"  {render(precompile_args(spec, precompile_steps))}",
+        f"  touch {cache_marker}",
+        "fi",
+        f"exec {render(torchrun_args(spec))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def container_command(spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = PRECOMPILE_STEPS) -> list[str]:
+    """``bash -c <worker_script>``: the container command of every training pod."""
+    return ["bash", "-c", worker_script(spec, paths, precompile_steps=precompile_steps)]

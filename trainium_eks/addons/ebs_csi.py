@@ -1,0 +1,71 @@
+"""EBS CSI driver (EKS managed add-on) and an encrypted gp3 StorageClass.
+
+The cluster has no block-storage driver otherwise; etcd's volume needs one. The driver's
+controller gets AWS credentials through EKS Pod Identity (a role trusted by
+``pods.eks.amazonaws.com`` with the AWS managed ``AmazonEBSCSIDriverPolicy``, associated with
+its ``ebs-csi-controller-sa`` service account), so the node role gains nothing. The pod identity
+agent add-on must exist first (the caller orders it).
+
+The StorageClass encrypts every volume (the account's ``aws/ebs`` key), binds at first consumer
+(the volume lands in the pod's AZ) and deletes volumes with their claims: what lives here is
+scratch state (rendezvous keys), not data worth keeping; training data lives on FSx.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ..versions import ADDON_PINS, AddonPin
+from .managed import managed_addon, pod_identity_role
+
+CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+
+
+class EbsCsiDriver(Construct):
+    """The EBS CSI driver add-on (Pod Identity) and the ``gp3-encrypted`` StorageClass.
+
+    Attributes:
+        role: the controller's IAM role.
+        addon: the ``aws_eks_v2.Addon``.
+        storage_class_name: name of the StorageClass.
+        storage_class: the ``KubernetesManifest`` holding it.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        storage_class_name: str = "gp3-encrypted",
+        pin: AddonPin = ADDON_PINS["ebs-csi-driver"],
+    ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            storage_class_name: name of the StorageClass. Default "gp3-encrypted".
+            pin: add-on name and version. Default: ``ADDON_PINS["ebs-csi-driver"]``.
+        """
+        super().__init__(scope, id)
+        self.storage_class_name = storage_class_name
+        self.role = pod_identity_role(
+            self, "ControllerRole", managed_policy="service-role/AmazonEBSCSIDriverPolicy",
+            description="EBS CSI driver controller (EKS Pod Identity)",
+        )
+        self.addon = managed_addon(self, "Addon", cluster=cluster, pin=pin,
+                                   pod_identity=(CONTROLLER_SERVICE_ACCOUNT, self.role))
+        self.storage_class = eks.KubernetesManifest(
+            self, "StorageClass",
+            cluster=cluster,
+            manifest=[{
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": storage_class_name},
+                "provisioner": "ebs.csi.aws.com",
+                "parameters": {"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "allowVolumeExpansion": True,
+            }],
+        )

@@ -1,0 +1,72 @@
+"""EFA device plugin (Helm chart ``aws-efa-k8s-device-plugin`` from aws/eks-charts).
+
+It advertises ``vpc.amazonaws.com/efa``. It must run only where EFA devices exist, or it
+crash-loops: a node selector on the Trainium nodegroup's label and instance type, plus a
+toleration of the Neuron taint. The chart's own affinity (its list of EFA instance types) still
+applies. Instance types without EFA (trn1.2xlarge) get no chart at all (see
+:class:`~trainium_eks.addons.TrainiumAddons`).
+
+Values keys (``nodeSelector``, ``tolerations``) are those of the chart; its ``CriticalAddonsOnly``
+toleration is built in, the list given here is appended to it.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ..instance_types import InstanceFacts
+from ..nodegroup import TRAINIUM_NODE_LABEL
+from ..versions import ADDON_PINS, AddonPin
+from .neuron import NEURON_TOLERATION
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def efa_chart_values(facts: InstanceFacts) -> dict:
+    """Helm values of the EFA chart: Trainium nodes of ``facts.name`` only."""
+    return {
+        "nodeSelector": {**TRAINIUM_NODE_LABEL, INSTANCE_TYPE_LABEL: facts.name},
+        "tolerations": [dict(NEURON_TOLERATION)],
+    }
+
+
+class EfaDevicePlugin(Construct):
+    """The EFA device plugin chart, pinned, installed after the Trainium nodegroup exists.
+
+    Attributes:
+        chart: the ``aws_eks_v2.HelmChart`` (release ``efa`` in ``kube-system``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        facts: InstanceFacts,
+        pin: AddonPin = ADDON_PINS["efa"],
+    ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            facts: the Trainium instance type; it must have EFA interfaces.
+            pin: chart, repository and version. Default: ``ADDON_PINS["efa"]``.
+        """
+        super().__init__(scope, id)
+        if not facts.multi_node:
+            raise ValueError(f"facts: {facts.name} has no EFA interfaces; the EFA device plugin "
+                             "would crash-loop there, leave it out")
+        self.chart = eks.HelmChart(
+            self, "Chart",
+            cluster=cluster,
+            repository=pin.repository,
+            chart=pin.name,
+            version=pin.version,
+            release="efa",
+            namespace="kube-system",
+            create_namespace=False,
+            values=efa_chart_values(facts),
+            timeout=Duration.minutes(10),
+        )

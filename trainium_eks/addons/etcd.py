@@ -1,0 +1,211 @@
+"""An etcd server with the v2 API, for torchrun's ``etcd``/``etcd-v2`` rendezvous.
+
+Installed when the configuration asks for it (``etcd_enabled``, default on: the platform offers
+the reference walkthrough's rendezvous without a redeploy; jobs default to c10d and do not need
+it). The training-job construct refuses an etcd rendezvous when it is off.
+
+Choices:
+
+* etcd 3.5.x with ``--enable-v2``: the python-etcd client of the rendezvous speaks v2, which 3.6
+  removed.
+* One replica in a StatefulSet. Rendezvous state lives only as long as a job's start-up and its
+  keep-alives; a restarted member recovers from its volume within seconds, while three members
+  would triple the footprint and add quorum failure modes for no gain at this scale.
+* A gp3 encrypted volume (1 GiB quota on a 2 GiB volume, so the quota alarm comes before a full
+  disk) from the EBS CSI driver (:mod:`.ebs_csi`): a restarted pod keeps its data, unlike the
+  reference's bare Pod.
+* Its own namespace ``etcd`` (the training namespace belongs to the storage construct, and
+  nothing here should wait for it), on the system nodegroup, behind a ClusterIP Service
+  ``etcd.etcd.svc.cluster.local:2379``.
+* Non-root (UID 65532), read-only root filesystem, no capabilities, RuntimeDefault seccomp: the
+  namespace enforces the ``restricted`` Pod Security Standard. No service-account token.
+* Readiness on ``/health`` (no leader or an alarm: take it out of the Service), liveness on
+  ``/livez`` (etcd 3.5.11+; a process that answers but is NOSPACE must not be restart-looped).
+* A NetworkPolicy admitting clients only from ``client_namespaces`` on 2379. EKS enforces it
+  once the VPC CNI's network policy agent is enabled; until then it documents intent.
+* No TLS or auth: the rendezvous client of torchrun does not configure either, and the store
+  holds only rendezvous bookkeeping.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ..cluster import SYSTEM_NODE_LABEL
+from ..versions import ADDON_PINS, AddonPin
+
+CLIENT_PORT = 2379
+PEER_PORT = 2380
+_LABELS = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/part-of": "trainium-eks"}
+_UID = 65532
+
+
+def etcd_manifests(
+    *,
+    namespace: str,
+    image: str,
+    storage_class_name: str,
+    volume_gib: int,
+    quota_bytes: int,
+    client_namespaces: Sequence[str],
+) -> list[dict]:
+    """Namespace, Service, StatefulSet and NetworkPolicy of a single-member etcd."""
+    name = "etcd"
+    member = f"{name}-0"
+    peer_url = f"http://127.0.0.1:{PEER_PORT}"
+    selector = {"app.kubernetes.io/name": name}
+    http_probe = {"port": "client", "scheme": "HTTP"}
+    container = {
+        "name": name,
+        "image": image,
+        "command": ["/usr/local/bin/etcd"],
+        "args": [
+            f"--name={member}",
+            "--data-dir=/var/lib/etcd/data",
+            f"--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}",
+            f"--advertise-client-urls=http://{name}.{namespace}.svc.cluster.local:{CLIENT_PORT}",
+            # One member: peers only on loopback.
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster={member}={peer_url}",
+            "--initial-cluster-state=new",
+            "--enable-v2=true",
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=1h",
+            f"--quota-backend-bytes={quota_bytes}",
+        ],
+        "ports": [{"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/health", **http_probe},
+                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/livez", **http_probe},
+                          "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 6},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {
+                **_LABELS, "pod-security.kubernetes.io/enforce": "restricted"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(_LABELS)},
+            "spec": {
+                "type": "ClusterIP",
+                "selector": dict(selector),
+                "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": "client",
+                           "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(_LABELS)},
+            "spec": {
+                "serviceName": name,
+                "replicas": 1,
+                "selector": {"matchLabels": dict(selector)},
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
+                                                         "whenScaled": "Retain"},
+                "template": {
+                    "metadata": {"labels": {**_LABELS, **selector}},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "nodeSelector": dict(SYSTEM_NODE_LABEL),
+                        "securityContext": {
+                            "runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID,
+                            "fsGroup": _UID, "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "terminationGracePeriodSeconds": 30,
+                        "containers": [container],
+                    },
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": storage_class_name,
+                        "resources": {"requests": {"storage": f"{volume_gib}Gi"}},
+                    },
+                }],
+            },
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": f"{name}-clients", "namespace": namespace, "labels": dict(_LABELS)},
+            "spec": {
+                "podSelector": {"matchLabels": dict(selector)},
+                "policyTypes": ["Ingress"],
+                "ingress": [{
+                    "from": [{"namespaceSelector": {"matchLabels": {
+                        "kubernetes.io/metadata.name": client}}} for client in client_namespaces],
+                    "ports": [{"protocol": "TCP", "port": CLIENT_PORT}],
+                }],
+            },
+        },
+    ]
+
+
+class EtcdServer(Construct):
+    """A single-member etcd 3.5 (v2 API on) with a persistent, encrypted volume.
+
+    Attributes:
+        endpoint: ``host:port`` for ``--rdzv_endpoint``.
+        namespace: the namespace it runs in.
+        manifest: the ``KubernetesManifest`` holding its objects.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        storage_class_name: str,
+        namespace: str = "etcd",
+        client_namespaces: Sequence[str] = ("training",),
+        volume_gib: int = 2,
+        quota_bytes: int = 1024 ** 3,
+        pin: AddonPin = ADDON_PINS["etcd"],
+    ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            storage_class_name: StorageClass of the data volume (an EBS CSI class).
+            namespace: namespace created for etcd. Default "etcd".
+            client_namespaces: namespaces whose pods may connect. Default ("training",).
+            volume_gib: size of the data volume. Default 2.
+            quota_bytes: etcd backend quota; keep it below the volume size. Default 1 GiB.
+            pin: image and tag (3.5.x). Default: ``ADDON_PINS["etcd"]``.
+        """
+        super().__init__(scope, id)
+        if not pin.version.startswith("v3.5."):
+            raise ValueError(f"pin: etcd {pin.version} is invalid; the v2 API needs etcd 3.5.x "
+                             "(3.6 removed it)")
+        if not client_namespaces:
+            raise ValueError("client_namespaces: () is invalid; name the namespaces of the jobs")
+        if quota_bytes >= volume_gib * 1024 ** 3:
+            raise ValueError(f"quota_bytes: {quota_bytes} is invalid; keep it below the "
+                             f"{volume_gib} GiB volume so the quota alarm precedes a full disk")
+        self.namespace = namespace
+        self.endpoint = f"etcd.{namespace}.svc.cluster.local:{CLIENT_PORT}"
+        self.manifest = eks.KubernetesManifest(
+            self, "Manifest",
+            cluster=cluster,
+            manifest=etcd_manifests(
+                namespace=namespace, image=pin.image, storage_class_name=storage_class_name,
+                volume_gib=volume_gib, quota_bytes=quota_bytes,
+                client_namespaces=client_namespaces,
+            ),
+        )

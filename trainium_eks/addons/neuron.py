@@ -1,0 +1,98 @@
+"""Neuron device plugin (Helm chart), with the scheduler extension and node-problem-detector as options.
+
+The device plugin advertises ``aws.amazon.com/neuron`` (devices) and ``aws.amazon.com/neuroncore``
+(cores); without it no pod can request Trainium. It runs only on the Trainium nodegroup: a node
+selector on its label, plus a toleration of the Neuron taint that keeps everything else away.
+
+Options (both off by default):
+
+* Scheduler extension: packs NeuronCores contiguously when several pods share a node. Training
+  here takes whole nodes (16 devices per pod) through Volcano, which the extension does not serve,
+  and the chart's own kube-scheduler image (1.31) is far outside the version-skew policy of a 1.36
+  control plane. When on, its two Deployments run on the system nodegroup.
+* Node-problem-detector: a privileged DaemonSet reporting a ``NeuronHealth`` node condition. The
+  EKS node monitoring agent (see :mod:`.observability`) already reports Neuron device errors as
+  ``AcceleratedHardwareReady`` and drives the nodegroups' auto-repair; NPD's own recovery agent
+  stays off when NPD is on, so two controllers never replace the same node.
+
+The chart's values keys are those of aws-neuron/neuron-helm-charts (``devicePlugin``,
+``scheduler``, ``npd``, ``draDriver``); Helm replaces lists, so the tolerations given here are the
+complete set.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ..cluster import SYSTEM_NODE_LABEL
+from ..nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+from ..versions import ADDON_PINS, AddonPin
+
+#: Toleration of the Trainium nodegroup's taint (any value), for the node daemons.
+NEURON_TOLERATION = {"key": NEURON_TAINT["key"], "operator": "Exists", "effect": NEURON_TAINT["effect"]}
+
+
+def neuron_chart_values(*, scheduler_extension: bool, node_problem_detector: bool) -> dict:
+    """Helm values of the Neuron chart (device plugin on Trainium nodes only)."""
+    trainium_only = {"nodeSelector": dict(TRAINIUM_NODE_LABEL), "tolerations": [dict(NEURON_TOLERATION)]}
+    return {
+        "devicePlugin": {"enabled": True, **trainium_only},
+        "scheduler": {
+            "enabled": scheduler_extension,
+            "nodeSelector": dict(SYSTEM_NODE_LABEL),
+            "customScheduler": {"nodeSelector": dict(SYSTEM_NODE_LABEL)},
+        },
+        "npd": {
+            "enabled": node_problem_detector,
+            # The chart no longer creates its default "neuron-healthcheck-system" namespace.
+            "namespaceOverride": "kube-system",
+            "nodeRecovery": {"enabled": False},
+            **trainium_only,
+        },
+        # The DRA driver cannot share a node with the device plugin.
+        "draDriver": {"enabled": False},
+    }
+
+
+class NeuronDevicePlugin(Construct):
+    """The Neuron Helm chart, pinned, installed after the Trainium nodegroup exists.
+
+    Attributes:
+        chart: the ``aws_eks_v2.HelmChart`` (release ``neuron`` in ``kube-system``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        scheduler_extension: bool = False,
+        node_problem_detector: bool = False,
+        pin: AddonPin = ADDON_PINS["neuron"],
+    ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            scheduler_extension: install the Neuron scheduler extension. Default False.
+            node_problem_detector: install the Neuron node-problem-detector (monitor only).
+                Default False.
+            pin: chart and version. Default: ``ADDON_PINS["neuron"]``.
+        """
+        super().__init__(scope, id)
+        self.chart = eks.HelmChart(
+            self, "Chart",
+            cluster=cluster,
+            # An OCI chart: the handler pulls `repository` (the full reference) at `version`.
+            repository=pin.repository,
+            chart=pin.name,
+            version=pin.version,
+            release="neuron",
+            namespace="kube-system",
+            create_namespace=False,
+            values=neuron_chart_values(scheduler_extension=scheduler_extension,
+                                       node_problem_detector=node_problem_detector),
+            timeout=Duration.minutes(10),
+        )

@@ -1,0 +1,149 @@
+"""Dataset staging: a Kubernetes Job that puts the training shards on FSx once, then marks them.
+
+Sources:
+- ``s3://.../*.tar`` (default: the public BERT wikicorpus seq-128 shards, no sign-in needed):
+  streamed from S3 and unpacked, every ``*_training_*.hdf5`` moved into the dataset directory.
+- ``s3://bucket/prefix/``: the shards copied with ``aws s3 sync``.
+- ``fsx:/<path>``: already on the file system (e.g. the FSx S3 data repository association's
+  ``/dataset``); the job only checks the shards are there and writes the marker.
+
+Idempotent: a marker file (``<data_dir>/.staged``) is written last; a job that finds it exits at
+once, so a re-deploy or a second job on the same dataset downloads nothing. A failed download
+leaves no marker, and the Job's retries start over in a fresh temporary directory.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Sequence
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct, IConstruct
+
+from training.job_spec import DATA_MOUNT, JobPaths
+
+from .config import ConfigError
+from .job_naming import hashed_name, spec_digest
+from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+
+#: The reference's public copy of the tokenized BERT shards (sequence length 128).
+PUBLIC_BERT_SHARDS = ("s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
+                      "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar")
+_S3 = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s'\"]*)?$")
+_FSX = re.compile(r"^fsx:/[A-Za-z0-9._/-]+$")
+
+
+def check_source(source: str) -> None:
+    if not (_S3.match(source) or _FSX.match(source)):
+        raise ConfigError("dataset_source", source,
+                          "give s3://bucket/key.tar, s3://bucket/prefix/ or fsx:/path-on-the-file-system")
+    if _FSX.match(source) and ".." in source.split("/"):
+        raise ConfigError("dataset_source", source, "a path on FSx without '..'")
+
+
+def staging_script(source: str, paths: JobPaths) -> str:
+    """The shell script of the staging container (runs as a Job; see the module docstring)."""
+    check_source(source)
+    dest, marker = shlex.quote(paths.data_dir), shlex.quote(paths.dataset_marker)
+    src = shlex.quote(source)
+    lines = [
+        "set -euo pipefail",
+        f"if [ -f {marker} ]; then echo 'dataset already staged'; exit 0; fi",
+        f"mkdir -p {dest}",
+        f'tmp=$(mktemp -d {shlex.quote(DATA_MOUNT)}/datasets/.staging-XXXXXX)',
+        "trap 'rm -rf \"$tmp\"' EXIT",
+    ]
+    if source.startswith("fsx:"):
+        lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:'):])}")
+        lines.append("find \"$src\" -name '*_training_*.hdf5' -exec ln -sf -t " + dest + " {} +")
+    elif source.endswith(".tar"):
+        lines.append(f"aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x -C \"$tmp\"")
+        lines.append("find \"$tmp\" -name '*_training_*.hdf5' -exec mv -t " + dest + " {} +")
+    else:
+        lines.append(f"aws s3 sync --no-sign-request --only-show-errors {src} \"$tmp\"")
+        lines.append("find \"$tmp\" -name '*_training_*.hdf5' -exec mv -t " + dest + " {} +")
+    lines += [
+        f"count=$(find {dest} -maxdepth 1 -name '*_training_*.hdf5' | wc -l)",
+        "if [ \"$count\" -eq 0 ]; then echo 'no *_training_*.hdf5 shards found' >&2; exit 1; fi",
+        f"echo \"$count shards\" > {marker}",
+        "echo \"staged $count shards\"",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def staging_job(*, name: str, namespace: str, image: str, source: str, paths: JobPaths,
+                claim_name: str, service_account: str) -> dict[str, Any]:
+    """The batch/v1 Job. It runs on a Trainium node, which pulls the training image anyway."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "dataset-staging"}},
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "dataset-staging"}},
+                "spec": {
+                    "serviceAccountName": service_account,
+                    "automountServiceAccountToken": False,
+                    "restartPolicy": "Never",
+                    "nodeSelector": dict(TRAINIUM_NODE_LABEL),
+                    "tolerations": [{"key": NEURON_TAINT["key"], "operator": "Equal",
+                                     "value": NEURON_TAINT["value"], "effect": NEURON_TAINT["effect"]}],
+                    "containers": [{
+                        "name": "stage",
+                        "image": image,
+                        "command": ["bash", "-c", staging_script(source, paths)],
+                        "resources": {"requests": {"cpu": "2", "memory": "4Gi"},
+                                      "limits": {"cpu": "4", "memory": "8Gi"}},
+                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+                        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                    }],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+                },
+            },
+        },
+    }
+
+
+class DatasetStaging(Construct):
+    """Applies the staging Job; its name (and construct id) follow its spec, like the training job.
+
+    Attributes: job_name, manifest, job (the Job as a dict).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str,
+        image: str,
+        image_key: str,
+        paths: JobPaths,
+        claim_name: str,
+        service_account: str,
+        source: str = PUBLIC_BERT_SHARDS,
+        depends_on: Sequence[IConstruct] = (),
+    ) -> None:
+        """
+        Args:
+            image_key: a plain string identifying ``image`` (its tag), for the Job's name.
+            source: see the module docstring. Default: :data:`PUBLIC_BERT_SHARDS`.
+            paths: the job's FSx layout (data_dir and its marker).
+            service_account: an existing service account in ``namespace`` (no AWS role: the
+                public bucket needs no sign-in).
+        """
+        super().__init__(scope, id)
+        check_source(source)
+        draft = staging_job(name="stage", namespace=namespace, image=image_key, source=source, paths=paths,
+                            claim_name=claim_name, service_account=service_account)
+        self.job_name = hashed_name("stage-dataset", draft)
+        self.job = staging_job(name=self.job_name, namespace=namespace, image=image, source=source,
+                               paths=paths, claim_name=claim_name, service_account=service_account)
+        self.manifest = eks.KubernetesManifest(self, f"Job{spec_digest(draft)}", cluster=cluster,
+                                               manifest=[self.job])
+        for dependency in depends_on:
+            self.manifest.node.add_dependency(dependency)

@@ -1,0 +1,94 @@
+"""The training and TensorBoard images: built from ``docker/`` at deploy, copied into the platform's ECR.
+
+The build context is assembled at synth from files that ship inside the installed packages
+(``trainium_eks/_docker`` -> ``docker/`` and the ``training`` package), so the constructs work
+the same from this repository and when ``trainium-eks`` is pip-installed into another app. The
+assembled directory is named after a hash of its contents: synth stays deterministic and
+offline (nothing is built or pulled until ``cdk deploy``).
+
+The CDK builds each image into its bootstrap asset repository; ``cdk-ecr-deployment`` (a
+well-kept construct library, not a hand-written copy function) then copies it into the
+platform's repository under the asset's content hash as tag, so a changed image is a new tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import training
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from cdk_ecr_deployment import DockerImageName, ECRDeployment
+from constructs import Construct
+
+DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
+TRAINING_DIR = Path(training.__file__).resolve().parent
+DOCKERFILES = ("Dockerfile", "tensorboard.Dockerfile")
+
+
+def _context_files() -> dict[str, Path]:
+    """Relative path in the build context -> source file."""
+    files = {name: DOCKER_DIR / name for name in (*DOCKERFILES, ".dockerignore")}
+    for path in sorted(TRAINING_DIR.rglob("*")):
+        rel = path.relative_to(TRAINING_DIR)
+        if path.is_file() and "__pycache__" not in rel.parts and path.suffix in (".py", ".json", ".txt"):
+            files[f"training/{rel.as_posix()}"] = path
+    missing = [str(src) for src in files.values() if not src.is_file()]
+    if missing:
+        raise FileNotFoundError(f"training image build context incomplete, missing: {', '.join(missing)}")
+    return files
+
+
+def build_context(root: Path | None = None) -> Path:
+    """Assemble the build context; the same inputs always give the same directory and bytes."""
+    files = _context_files()
+    digest = hashlib.sha256()
+    for rel, src in sorted(files.items()):
+        digest.update(rel.encode() + b"\0" + src.read_bytes() + b"\0")
+    target = (root or Path(tempfile.gettempdir())) / f"trainium-eks-image-{digest.hexdigest()[:16]}"
+    if not (target / ".complete").is_file():
+        staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        for rel, src in files.items():
+            dest = staging / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+        (staging / ".complete").write_text("")
+        try:
+            staging.rename(target)
+        except OSError:  # another synth got there first with the same contents
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class TrainingImages(Construct):
+    """Both images, in ``repository`` as ``training-<hash>`` and ``tensorboard-<hash>``.
+
+    Attributes:
+        training_image / tensorboard_image: image URIs in the platform repository (tokens).
+        training_tag / tensorboard_tag: the content-hash tags (plain strings: stable job names).
+        copies: the ECRDeployment constructs (apply jobs after them).
+    """
+
+    def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository) -> None:
+        super().__init__(scope, id)
+        context = str(build_context())
+        self.copies: list[ECRDeployment] = []
+        uris: dict[str, str] = {}
+        tags: dict[str, str] = {}
+        for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
+            asset = ecr_assets.DockerImageAsset(
+                self, f"{name.title()}Asset", directory=context, file=dockerfile,
+                platform=ecr_assets.Platform.LINUX_AMD64,
+            )
+            tags[name] = f"{name}-{asset.asset_hash[:16]}"
+            uris[name] = f"{repository.repository_uri}:{tags[name]}"
+            self.copies.append(ECRDeployment(
+                self, f"{name.title()}Copy",
+                src=DockerImageName(asset.image_uri),
+                dest=DockerImageName(uris[name]),
+            ))
+        self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
+        self.training_tag, self.tensorboard_tag = tags["training"], tags["tensorboard"]
