@@ -5,7 +5,7 @@ Derivation per layer and token, forward: Q/K/V/output projections 4*H^2 multiply
 the FFN 2*H*4H, i.e. 12*H^2 MACs = 24*H^2 FLOPs; attention scores and weighted sum 2*S*H
 MACs = 4*S*H FLOPs; together 4*H*(6H + S). Backward costs twice the forward, so x3:
 12*H*(6H + S) per token and layer. BERT-large, S=128: 12*24*1024*128*(6*1024+128)
-= 2.3677e11 FLOPs/sequence, matching the brief's ~2.37e11. It leaves out the embeddings and
+= 2.3676e11 FLOPs/sequence, matching the brief's ~2.37e11. It leaves out the embeddings and
 the LM head (another ~10% for BERT-large when the head runs on all 128 positions), so the
 MFU reported is conservative.
 
