@@ -20,7 +20,9 @@ corpus is cached under ``--cache_dir``.
 
 What is measured, each configuration in a fresh ``python -m training.prepare_data`` process
 (so start-up, imports and the spawn of workers are included):
-* wall time, samples (sequences) per second, input MB per second (MB = 10^6 bytes);
+* wall time (best of --repeat runs, all listed: the machine may be shared), samples (sequences)
+  per second, input MB per second (MB = 10^6 bytes), and CPU time (user + system, from
+  getrusage(RUSAGE_CHILDREN), workers included), which other load disturbs less;
 * peak memory: the largest sum of resident set sizes (VmRSS) over the process tree, sampled
   from /proc every 0.1 s, and the largest single-process high-water mark (VmHWM) seen;
 * the vocabulary build (``training.vocab``) on the same corpus;
@@ -34,11 +36,13 @@ import argparse
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,16 +158,27 @@ class TreeMemory:
         self._thread.join()
 
 
-def timed_run(command: list[str]) -> tuple[float, str, TreeMemory]:
+@dataclass
+class Run:
+    seconds: float  # wall clock
+    cpu_seconds: float  # user + system of the process and every worker it waited for
+    stdout: str
+    memory: TreeMemory
+
+
+def timed_run(command: list[str]) -> Run:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     memory = TreeMemory(process.pid)
     stdout, stderr = process.communicate()
     seconds = time.perf_counter() - started
     memory.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0:
         fail(f"{' '.join(command)} failed:\n{stderr}")
-    return seconds, stdout, memory
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Run(seconds, cpu, stdout, memory)
 
 
 def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[str]:
@@ -210,6 +225,7 @@ def main() -> None:
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--vocab_size", type=int, default=30522)
     parser.add_argument("--tokenizer_sample_mb", type=float, default=2.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per worker count (the machine may be shared)")
     args = parser.parse_args()
 
     print(f"machine: {machine()}")
@@ -218,25 +234,30 @@ def main() -> None:
     print(f"corpus: {corpus} ({corpus_mb:.1f} MB)")
 
     vocab = args.cache_dir / "vocab.txt"
-    seconds, _, memory = timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus),
-                                    "--output", str(vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+    run = timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus),
+                     "--output", str(vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
     tokens = len(vocab.read_text(encoding="utf-8").splitlines())
-    print(f"vocab: {tokens} tokens in {seconds:.1f} s ({corpus_mb / seconds:.1f} MB/s), peak RSS {memory.peak_total_kib / 1024:.0f} MiB")
+    print(f"vocab: {tokens} tokens in {run.seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU "
+          f"({corpus_mb / run.seconds:.1f} MB/s), peak RSS {run.memory.peak_total_kib / 1024:.0f} MiB")  # fmt: skip
 
-    print("\n| workers | wall s | samples | samples/s | input MB/s | peak RSS, tree sum (MiB) | peak RSS, largest process (MiB) |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\nprepare_data, dupe_factor {args.dupe_factor}, best wall time of {args.repeat} runs per row:\n")
+    print("| workers | wall s (all runs) | CPU s | samples | samples/s | input MB/s | peak RSS, tree sum (MiB) | peak RSS, largest process (MiB) |")
+    print("|---|---|---|---|---|---|---|---|")
     for workers in args.workers:
         out = args.cache_dir / f"shards-{workers}"
         command = [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
                    "--output_dir", str(out), "--dupe_factor", str(args.dupe_factor), "--num_workers", str(workers),
                    "--overwrite", "--no_progress"]  # fmt: skip
-        seconds, stdout, memory = timed_run(command)
-        samples = int(re.search(r"wrote (\d+) samples", stdout)[1])
+        runs = [timed_run(command) for _ in range(args.repeat)]
+        best = min(runs, key=lambda r: r.seconds)
+        samples = int(re.search(r"wrote (\d+) samples", best.stdout)[1])
         print(
-            f"| {workers} | {seconds:.1f} | {samples} | {samples / seconds:,.0f} | {corpus_mb / seconds:.2f} | "
-            f"{memory.peak_total_kib / 1024:.0f} | {memory.peak_single_kib / 1024:.0f} |"
+            f"| {workers} | {best.seconds:.1f} ({', '.join(f'{r.seconds:.1f}' for r in runs)}) | {best.cpu_seconds:.1f} | "
+            f"{samples} | {samples / best.seconds:,.0f} | {corpus_mb / best.seconds:.2f} | "
+            f"{best.memory.peak_total_kib / 1024:.0f} | {best.memory.peak_single_kib / 1024:.0f} |"
         )
         shutil.rmtree(out)
+    print(f"load average after the runs: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
     print(f"\ntokenization only, first {args.tokenizer_sample_mb:g} MB of the corpus:\n")
     print("| tokenizer | MB/s | tokens/s |\n|---|---|---|")

@@ -52,8 +52,9 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -76,7 +77,7 @@ from training.vocab import (
 )
 
 SHARD_NAME = "{prefix}_training_{index}.hdf5"
-DEFAULT_CHUNK_MB = 8.0
+DEFAULT_CHUNK_MB = 2.0  # "random next" pool of several hundred Wikipedia-sized articles; balances work
 DEFAULT_SAMPLES_PER_SHARD = 65536
 _ENCODE_BATCH = 4096  # sentences per encode call: bounds the Encoding objects alive at once
 _ROUTE_BLOCK = 1 << 16  # spool records read per routing step
@@ -124,7 +125,6 @@ class VocabInfo:
     """What sample-making needs from a vocabulary, looked up by token name."""
 
     size: int
-    pad_id: int
     unk_id: int
     cls_id: int
     sep_id: int
@@ -167,7 +167,6 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
         raise UsageError(f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`")
     info = VocabInfo(
         size=size,
-        pad_id=vocab["[PAD]"],
         unk_id=vocab["[UNK]"],
         cls_id=vocab["[CLS]"],
         sep_id=vocab["[SEP]"],
@@ -274,7 +273,7 @@ def tokenize_documents(text: str, tokenizer: Tokenizer) -> TokenizedChunk:
     return TokenizedChunk(
         tokens=tokens,
         sentence_starts=np.concatenate(([0], np.cumsum(lengths))),
-        document_starts=np.concatenate(([0], new_document, [lengths.size])) if lengths.size else np.zeros(1, np.int64),
+        document_starts=np.concatenate(([0], new_document, [lengths.size]) if lengths.size else ([0],)),
     )
 
 
@@ -314,7 +313,7 @@ def build_pairs(chunk: TokenizedChunk, cfg: PrepConfig, rng: random.Random) -> n
                     i = group_start + a_sentences - 1
                 else:
                     b_begin, b_end, is_random = a_end, starts[i + 1], 0
-                a_begin, a_end, b_begin, b_end = _truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
+                a_begin, a_end, b_begin, b_end = truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
                 pairs.append((a_begin, a_end, b_begin, b_end, is_random))
                 group_start = i + 1
                 target = draw_target()
@@ -341,21 +340,35 @@ def _random_segment(
     return starts[begin], starts[end]
 
 
-def _truncate_pair(
+def truncate_pair(
     a_begin: int, a_end: int, b_begin: int, b_end: int, max_tokens: int, rng: random.Random
 ) -> tuple[int, int, int, int]:
-    """Drop tokens from the longer segment (B on a tie), at a random end each time, until the
-    pair has at most ``max_tokens``; neither segment can become empty since max_tokens >= 2."""
-    while (a_end - a_begin) + (b_end - b_begin) > max_tokens:
-        front = rng.random() < 0.5
-        if a_end - a_begin > b_end - b_begin:
-            a_begin, a_end = (a_begin + 1, a_end) if front else (a_begin, a_end - 1)
-        else:
-            b_begin, b_end = (b_begin + 1, b_end) if front else (b_begin, b_end - 1)
-    return a_begin, a_end, b_begin, b_end
+    """Fit a pair into ``max_tokens`` (>= 2) the way BERT's tool does, without its per-token loop.
+
+    That loop drops one token at a time from the longer segment (B on a tie), at the front or
+    the back with equal odds, so neither segment empties. Its final lengths follow from the
+    start lengths: all the excess comes off the longer segment while that is enough, otherwise
+    they end at ceil(max/2) for A and floor(max/2) for B. The front/back draws are i.i.d. fair
+    coins, so the number taken from each front is the popcount of that many random bits.
+    """
+    len_a, len_b = a_end - a_begin, b_end - b_begin
+    excess = len_a + len_b - max_tokens
+    if excess <= 0:
+        return a_begin, a_end, b_begin, b_end
+    if len_a - len_b >= excess:
+        cut_a, cut_b = excess, 0
+    elif len_b - len_a >= excess:
+        cut_a, cut_b = 0, excess
+    else:
+        cut_a, cut_b = len_a - (max_tokens + 1) // 2, len_b - max_tokens // 2
+    front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
+    front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
+    return a_begin + front_a, a_end - (cut_a - front_a), b_begin + front_b, b_end - (cut_b - front_b)
 
 
-def assemble(tokens: np.ndarray, pairs: np.ndarray, cfg: PrepConfig, vocab: VocabInfo) -> tuple[np.ndarray, ...]:
+def assemble(
+    tokens: np.ndarray, pairs: np.ndarray, cfg: PrepConfig, vocab: VocabInfo
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lay pairs out as ``[CLS] A [SEP] B [SEP]`` rows padded with 0.
 
     Returns (input_ids int32 [M, S], len_a [M], length [M]) where length counts real tokens.
@@ -390,9 +403,11 @@ def mask_samples(
     """
     n, width = ids.shape
     pos = np.arange(width)[None, :]
-    candidate = (pos < length[:, None]) & (pos != 0) & (pos != len_a[:, None] + 1) & (pos != length[:, None] - 1)
+    real, first_sep, last_sep = pos < length[:, None], pos == len_a[:, None] + 1, pos == length[:, None] - 1
+    candidate = real & (pos != 0) & ~first_sep & ~last_sep
     # np.rint rounds half to even, like Python's round().
-    count = np.minimum(cfg.max_pred_len, np.maximum(1, np.rint((length - 3) * cfg.masked_lm_prob))).astype(np.int64)
+    wanted = np.rint((length - 3) * cfg.masked_lm_prob)
+    count = np.minimum(cfg.max_pred_len, np.maximum(1, wanted)).astype(np.int64)
     keys = rng.random((n, width))
     if cfg.whole_word_mask:
         previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
@@ -431,11 +446,18 @@ def mask_samples(
 def _rngs(seed: int, *keys: int) -> tuple[random.Random, np.random.Generator]:
     """Independent Python and NumPy generators for one (seed, keys) stream."""
     py_seq, np_seq = np.random.SeedSequence([seed, *keys]).spawn(2)
-    return random.Random(int.from_bytes(py_seq.generate_state(4).tobytes(), "little")), np.random.default_rng(np_seq)
+    py_seed = int.from_bytes(py_seq.generate_state(4).tobytes(), "little")
+    return random.Random(py_seed), np.random.default_rng(np_seq)
 
 
-def make_samples(chunk_tokens: TokenizedChunk, cfg: PrepConfig, vocab: VocabInfo, dtype: np.dtype, rng_key: tuple[int, ...]) -> np.ndarray:
-    """All dupe passes of one tokenized chunk as spool records, in pass order."""
+def make_samples(
+    chunk_tokens: TokenizedChunk, cfg: PrepConfig, vocab: VocabInfo, dtype: np.dtype, rng_key: tuple[int, ...]
+) -> np.ndarray:
+    """All dupe passes of one tokenized chunk as spool records, in pass order.
+
+    ``rng_key`` (file index, chunk index) and the pass number seed the generators, so the
+    records depend on the data and the configuration only.
+    """
     parts = []
     for dupe in range(cfg.dupe_factor):
         py_rng, np_rng = _rngs(cfg.seed, _BUILD, *rng_key, dupe)
@@ -491,7 +513,8 @@ def _build_chunk(chunk: Chunk) -> _ChunkResult:
         handle.seek(chunk.start)
         text = handle.read(chunk.end - chunk.start).decode("utf-8", errors="replace")
     tokenized = tokenize_documents(text, _STATE.tokenizer)
-    records = make_samples(tokenized, _STATE.cfg, _STATE.vocab, _STATE.dtype, (chunk.file_index, chunk.chunk_index))
+    key = (chunk.file_index, chunk.chunk_index)
+    records = make_samples(tokenized, _STATE.cfg, _STATE.vocab, _STATE.dtype, key)
     unknown = int(np.count_nonzero(tokenized.tokens == _STATE.vocab.unk_id))
     return _ChunkResult(records, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
 
@@ -524,7 +547,9 @@ def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig) -> None:
     partial = path.with_name(path.name + ".partial")
     with h5py.File(partial, "w") as handle:
         for name, array in arrays.items():
-            handle.create_dataset(name, data=array, compression="gzip")
+            # Whole-row chunks: readers take runs of samples, never columns (and it packs tighter).
+            chunks = (min(len(array), 1024),) + array.shape[1:]
+            handle.create_dataset(name, data=array, compression="gzip", chunks=chunks)
     partial.replace(path)
 
 
@@ -566,6 +591,8 @@ def prepare_shards(
         output_dir: where ``<output_prefix>_training_<k>.hdf5`` go (created if needed).
         cfg: sample-making parameters.
         num_workers: processes; 1 runs in this process. The output does not depend on it.
+            Workers are spawned, so a script calling this with more than one needs the
+            ``if __name__ == "__main__":`` guard.
         num_shards: exact number of shards (balanced sizes); exclusive with samples_per_shard.
         samples_per_shard: most samples per shard (default 65536 when neither is given).
         output_prefix: shard name prefix.
@@ -649,7 +676,10 @@ def _check_run_args(
     if not output_prefix or "/" in output_prefix or os.sep in output_prefix:
         raise UsageError(f"--output_prefix {output_prefix!r}: must be a non-empty file-name prefix without '/'")
     if chunk_bytes < 1:
-        raise UsageError(f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be at least 1 byte; the default is 8")
+        raise UsageError(
+            f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be at least 1 byte; "
+            f"the default is {DEFAULT_CHUNK_MB:g} MiB"
+        )
 
 
 def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> None:
@@ -671,12 +701,23 @@ class _WorkerMap:
     processes, or this process itself when ``workers == 1``.
 
     concurrent.futures rather than multiprocessing.Pool: a worker that dies (killed for
-    memory, say) fails the run with BrokenProcessPool instead of hanging it.
+    memory, say) fails the run with BrokenProcessPool instead of hanging it. At most
+    ``2 x workers`` items are in flight, so finished results waiting behind a slow one stay few.
     """
 
     def __init__(self, workers: int, vocab_path: str, cfg: PrepConfig) -> None:
         self.workers, self.init_args = workers, (vocab_path, cfg, workers > 1)
         self.pool: ProcessPoolExecutor | None = None
+
+    def _ordered(self, fn: Callable, items: Iterable) -> Iterator:
+        assert self.pool is not None
+        pending: deque[Future] = deque()
+        for item in items:
+            pending.append(self.pool.submit(fn, item))
+            if len(pending) >= 2 * self.workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
         if self.workers == 1:
@@ -686,7 +727,7 @@ class _WorkerMap:
         self.pool = ProcessPoolExecutor(
             self.workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=self.init_args
         )
-        return self.pool.map
+        return self._ordered
 
     def __exit__(self, exc_type, *_) -> None:
         if self.pool is not None:
@@ -701,7 +742,13 @@ class _Totals:
     bytes: int = 0
 
 
-def _build_all(parallel_map, chunks: list[Chunk], spool: Path, total_bytes: int, progress: bool | None) -> _Totals:
+def _build_all(
+    parallel_map: Callable[[Callable, Iterable], Iterator],
+    chunks: list[Chunk],
+    spool: Path,
+    total_bytes: int,
+    progress: bool | None,
+) -> _Totals:
     totals = _Totals()
     bar = tqdm(total=total_bytes, desc="tokenize+mask", unit="B", unit_scale=True, disable=_disabled(progress))
     with open(spool, "wb") as out, bar:
@@ -767,7 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--do_lower_case", dest="lower_case", action="store_true", default=True,
                         help="lower-case and strip accents (default; for uncased vocabs)")
     parser.add_argument("--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)")
-    parser.add_argument("--num_workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--num_workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="worker processes (default: all CPUs); the output does not depend on it")
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument("--num_shards", type=int, help="number of output shards")

@@ -28,7 +28,8 @@ from training.device import DEVICES, PRECISIONS, Backend, make_backend, resolve_
 from training.launch import PRECOMPILE_FLAG, launch_env
 from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
 from training.model import MLM_HEADS, MODEL_NAMES, PretrainingModule, build_model, count_parameters
-from training.optim import OPTIMIZERS, MasterWeights, build_optimizer, build_scheduler, param_groups
+from training.optim import OPTIMIZERS, MasterWeights
+from training.step import make_trainer, optimizer_step
 
 log = logging.getLogger("training.pretrain")
 
@@ -216,13 +217,13 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     )
     config = module.hf_model.config
     module = backend.prepare_model(module, precision)
-    groups = param_groups(module, args.weight_decay)
-    master = MasterWeights(groups) if args.fp32_master_weights else None
-    opt_groups = master.groups if master else groups
-    model_params = [p for g in groups for p in g["params"]]
-    opt_params = [p for g in opt_groups for p in g["params"]]
-    optimizer = build_optimizer(args.optimizer, opt_groups, args.lr)
-    scheduler = build_scheduler(optimizer, args.warmup_steps, args.max_steps)
+    trainer = make_trainer(
+        backend, module, precision=precision, optimizer=args.optimizer, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
+        grad_accum=args.grad_accum_usteps, max_grad_norm=args.max_grad_norm,
+        fp32_master_weights=args.fp32_master_weights,
+    )  # fmt: skip
+    master, optimizer, scheduler = trainer.master, trainer.optimizer, trainer.scheduler
 
     root = ckpt.checkpoint_root(output)
     step, position = 0, DataPosition()
@@ -262,14 +263,13 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     )  # fmt: skip
     loader = make_loader(stream, num_workers=args.num_workers, pin_memory=device == "cuda")
     batches = backend.batches(loader)
-    model = backend.wrap_model(module)
-    model.train()
+    trainer.model = backend.wrap_model(module)
+    trainer.model.train()
 
     writes = rank == 0 and not args.precompile
     logger = StepLogger(writes, Path(args.step_log), args.tensorboard_dir, restart)
     reporter = StepReporter(logger, global_batch, flops_per_seq, peak, world)
     last_position: torch.Tensor | None = None
-    saved_step = step if start_from is not None else -1
 
     def save(at_step: int) -> None:
         backend.synchronize()  # everything materialised before rank 0 copies it to the host
@@ -296,37 +296,13 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     t0 = time.perf_counter()
     reporter.last = t0
     while step < end_step:
-        running = torch.zeros((), device=backend.device)
-        for micro in range(args.grad_accum_usteps):
-            batch = next(batches)
-            last_position = batch.pop("data_position")
-            with backend.no_sync(model, micro == args.grad_accum_usteps - 1), backend.autocast(precision):
-                loss = model(batch) / args.grad_accum_usteps
-            loss.backward()
-            running += loss.detach().float()
-        backend.reduce_gradients(model_params)
-        if master:
-            master.grads_to_master()
-        grad_norm = torch.nn.utils.clip_grad_norm_(opt_params, args.max_grad_norm)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if master:
-            module.zero_grad(set_to_none=True)
-            master.master_to_model()
-        loss_avg = backend.all_reduce_mean(running)
-        backend.mark_step()
+        report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if rank == 0 else None
+        last_position = optimizer_step(trainer, batches, report).position
         step += 1
-        if rank == 0:
-            backend.defer(reporter, step, lr, loss_avg, grad_norm)
         if not args.precompile and (step % args.checkpoint_every == 0 or step == end_step):
-            save(step)
-            saved_step = step
+            save(step)  # every N steps and at the end of this run
     backend.synchronize()
     wall = time.perf_counter() - t0
-    if not args.precompile and saved_step != step:
-        save(step)  # nothing ran this time (already at max_steps), or resumed mid-way
     logger.close()
 
     if args.param_digest and not args.precompile:
@@ -342,6 +318,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
             extra={"device": device, "precision": precision, "model": args.model,
                    "optimizer": args.optimizer, "restart": restart, "max_steps": args.max_steps},
         )  # fmt: skip
+        Path(args.metrics_file).parent.mkdir(parents=True, exist_ok=True)
         ckpt.write_json_durably(Path(args.metrics_file), result)
         log.info("done: %s", json.dumps(result))
     backend.barrier()

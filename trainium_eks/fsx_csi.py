@@ -17,7 +17,7 @@ from constructs import Construct
 
 from .cluster import SYSTEM_NODE_LABEL
 from .fsx import TrainingFileSystem
-from .versions import FSX_CSI_DRIVER_CHART
+from .versions import ADDON_PINS
 
 #: Namespace of the training jobs (created here, with the claim).
 TRAINING_NAMESPACE = "training"
@@ -91,9 +91,9 @@ class FsxCsiVolume(Construct):
         self.driver = eks.HelmChart(
             self, "Driver",
             cluster=cluster,
-            repository=FSX_CSI_DRIVER_CHART["repository"],
-            chart=FSX_CSI_DRIVER_CHART["chart"],
-            version=FSX_CSI_DRIVER_CHART["version"],
+            repository=ADDON_PINS["fsx-csi-driver"].repository,
+            chart=ADDON_PINS["fsx-csi-driver"].name,
+            version=ADDON_PINS["fsx-csi-driver"].version,
             release="aws-fsx-csi-driver",
             namespace=DRIVER_NAMESPACE,
             values=driver_values(Stack.of(self).region),

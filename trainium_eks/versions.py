@@ -61,15 +61,6 @@ SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 #: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
 #: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.
 FSX_LUSTRE_VERSION = "2.15"
-#: FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.16.0
-#: ships driver 1.9.0 (upstream PR #491, merged 2026-04-09; chart kubeVersion >=1.17). The chart,
-#: not the EKS add-on: no `aws-fsx-csi-driver` add-on version for Kubernetes 1.36 could be
-#: verified offline, and EKS rejects an unknown one at deploy.
-FSX_CSI_DRIVER_CHART = {
-    "repository": "https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
-    "chart": "aws-fsx-csi-driver",
-    "version": "1.16.0",
-}
 # [addons] pinned Helm charts, managed add-ons and images go here.
 @dataclass(frozen=True)
 class AddonPin:
@@ -111,6 +102,12 @@ ADDON_PINS: dict[str, AddonPin] = {
     # Volcano README marks v1.15 exact for Kubernetes 1.35 and '-' (works; cannot use newer API
     # features) for 1.36; only the 1.16 pre-releases are marked exact for 1.36.
     "volcano": AddonPin("volcano", "1.15.2", "https://volcano-sh.github.io/helm-charts"),
+    # FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver: chart 1.16.0
+    # ships driver 1.9.0 (upstream PR #491, merged 2026-04-09; chart kubeVersion >=1.17). The
+    # chart, not the EKS add-on: no `aws-fsx-csi-driver` add-on version for Kubernetes 1.36
+    # could be verified offline, and EKS rejects an unknown one at deploy.
+    "fsx-csi-driver": AddonPin("aws-fsx-csi-driver", "1.16.0",
+                               "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"),
     # etcd v3.5.32 (etcd-io/etcd #22016: released with v3.6.13, 2026-07-01), the newest 3.5
     # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
     # registry; tag-pinned (no digest could be verified offline).

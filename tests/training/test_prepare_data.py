@@ -27,6 +27,7 @@ from training.prepare_data import (
     plan_chunks,
     prepare_shards,
     tokenize_documents,
+    truncate_pair,
 )
 from training.vocab import SPECIAL_TOKENS, bert_tokenizer, read_vocab
 
@@ -172,54 +173,85 @@ def test_masked_positions_are_sorted_real_non_special_and_counted_by_the_formula
         assert count == min(20, max(1, round((length - 3) * 0.15)))
 
 
-def test_masked_lm_ids_restore_text_that_really_is_in_the_corpus(base_run, corpus, vocab):
-    """Restoring masked_lm_ids must give the corpus back: A and B are each a contiguous run of
-    the independently tokenized corpus (transformers' BertTokenizerFast), and B comes later in
-    A's document exactly when the label says it is the actual next segment (truncation may
-    drop tokens between them). A wrong masked_lm_id or a wrong NSP label breaks this."""
-    text, vocab_path = corpus
-    _, data = base_run
-    # from_pretrained(folder): transformers 5 ignores a vocab_file= keyword of the constructor.
-    reference = BertTokenizerFast.from_pretrained(str(vocab_path.parent), do_lower_case=True)
-    assert reference.vocab_size == 400
-    documents = [d for d in text.read_text(encoding="utf-8").split("\n\n") if d.strip()]
-    as_text = [
-        " " + " ".join(str(i) for line in doc.splitlines() for i in reference(line, add_special_tokens=False)["input_ids"]) + " "
-        for doc in documents
-    ]  # fmt: skip
+class TokenizedCorpus:
+    """The test corpus tokenized independently (transformers' BertTokenizerFast), one string
+    of space-separated ids per document, for finding where a segment comes from."""
 
-    def needle(tokens: np.ndarray) -> str:
-        return " " + " ".join(map(str, tokens.tolist())) + " "
+    def __init__(self, text: Path, vocab_path: Path) -> None:
+        # from_pretrained(folder): transformers 5 ignores a vocab_file= keyword of the constructor.
+        reference = BertTokenizerFast.from_pretrained(str(vocab_path.parent), do_lower_case=True)
+        assert reference.vocab_size == 400
+        documents = [d for d in text.read_text(encoding="utf-8").split("\n\n") if d.strip()]
+        self.docs = [
+            self.needle([i for line in doc.splitlines() for i in reference(line, add_special_tokens=False)["input_ids"]])
+            for doc in documents
+        ]
+        self.haystack = "|".join(self.docs)
+        self.doc_starts = np.cumsum([0] + [len(doc) + 1 for doc in self.docs])
 
-    haystack = "|".join(as_text)
-    doc_starts = np.cumsum([0] + [len(doc) + 1 for doc in as_text])
+    @staticmethod
+    def needle(tokens) -> str:
+        return " " + " ".join(map(str, list(tokens))) + " "
 
-    def docs_with(segment: str) -> set[int]:
-        found, at = set(), haystack.find(segment)
+    def docs_with(self, segment: str) -> set[int]:
+        found, at = set(), self.haystack.find(segment)
         while at >= 0:
-            found.add(int(np.searchsorted(doc_starts, at, side="right")) - 1)
-            at = haystack.find(segment, at + 1)
+            found.add(int(np.searchsorted(self.doc_starts, at, side="right")) - 1)
+            at = self.haystack.find(segment, at + 1)
         return found
 
-    def b_follows_a(a: str, b: str) -> bool:
+    def b_follows_a(self, a: str, b: str) -> bool:
         """Some document holds A and, after it, B (the needles share the space between)."""
-        return any(as_text[d].find(b, as_text[d].index(a) + len(a) - 1) >= 0 for d in docs_with(a) & docs_with(b))
+        return any(
+            self.docs[d].find(b, self.docs[d].index(a) + len(a) - 1) >= 0
+            for d in self.docs_with(a) & self.docs_with(b)
+        )
 
+
+@pytest.fixture(scope="module")
+def tokenized_corpus(corpus) -> TokenizedCorpus:
+    return TokenizedCorpus(*corpus)
+
+
+def segments(row: np.ndarray, sep: int) -> tuple[np.ndarray, np.ndarray]:
+    first, second = np.flatnonzero(row == sep)[:2]
+    return row[1:first], row[first + 1 : second]
+
+
+def test_masked_lm_ids_restore_text_that_really_is_in_the_corpus(base_run, tokenized_corpus, vocab):
+    """Restoring masked_lm_ids must give the corpus back: A and B are each a contiguous run of
+    the independently tokenized corpus, and B comes later in A's document exactly when the
+    label says it is the actual next segment (truncation may drop tokens between them). A wrong
+    masked_lm_id or a wrong NSP label breaks this."""
+    _, data = base_run
     ids = original_ids(data)
-    sep = vocab["[SEP]"]
+    corpus = tokenized_corpus
     checked_random = 0
     for row, label in zip(ids, data["next_sentence_labels"]):
-        first, second = np.flatnonzero(row == sep)[:2]
-        a, b = needle(row[1:first]), needle(row[first + 1 : second])
-        assert a in haystack and b in haystack
+        a, b = (corpus.needle(s) for s in segments(row, vocab["[SEP]"]))
+        assert a in corpus.haystack and b in corpus.haystack
         if label == 0:
-            assert b_follows_a(a, b)
-        elif second - first > 8:  # a B of a few common words may recur by chance: skip those
-            assert not b_follows_a(a, b)
+            assert corpus.b_follows_a(a, b)
+        elif b.count(" ") > 7:  # a B of a few common words may recur by chance: skip those
+            assert not corpus.b_follows_a(a, b)
             checked_random += 1
     assert checked_random > 0.4 * len(ids)
     # The restoration mattered: the stored input differs from the corpus at masked positions.
     assert (data["input_ids"] != ids).mean() > 0.01
+
+
+def test_samples_are_shuffled_across_and_within_shards(base_run, tokenized_corpus, vocab):
+    """Unshuffled, samples would follow the corpus order (chunk by chunk, document by
+    document). Each shard must instead draw from the whole corpus, in no particular order."""
+    summary, _ = base_run
+    n_docs = len(tokenized_corpus.docs)
+    for path in summary.shards:
+        ids = original_ids(load_shards([path]))
+        doc_of_a = [min(tokenized_corpus.docs_with(tokenized_corpus.needle(segments(row, vocab["[SEP]"])[0]))) for row in ids]
+        assert max(doc_of_a) - min(doc_of_a) > 0.8 * n_docs
+        # Order vs. position: |r| stays below 5/sqrt(n) for a random order, near 1 for corpus order.
+        r = np.corrcoef(np.arange(len(doc_of_a)), doc_of_a)[0, 1]
+        assert abs(r) < 5 / math.sqrt(len(doc_of_a))
 
 
 def test_mask_replacement_is_80_10_10(base_run, vocab):
@@ -405,6 +437,7 @@ def bad_inputs(corpus, tmp_path_factory) -> dict[str, Path]:
         ("too many shards", {"--num_shards": "100000"}, r"--num_shards 100000: only \d+ samples were made"),
         ("existing shards", {"--output_dir": "{occupied}"}, r"--output_dir \S+occupied: already holds 1 .*--overwrite"),
         ("not an integer", {"--dupe_factor": "two"}, r"argument --dupe_factor: invalid int value: 'two'"),
+        ("output among inputs", {"--input": "{root}", "--output_dir": "{root}"}, r"--output_dir \S+: holds input file"),
     ],
 )  # fmt: skip
 def test_bad_input_fails_with_one_line(bad_inputs, tmp_path, case, overrides, expected):
@@ -419,3 +452,22 @@ def test_bad_input_fails_with_one_line(bad_inputs, tmp_path, case, overrides, ex
     assert lines[0].startswith("python -m training.prepare_data: error: ")
     assert re.search(expected, lines[0]), lines[0]
     assert not list(tmp_path.glob("*.hdf5"))
+
+
+def test_truncation_trims_the_longer_segment_at_random_ends():
+    """Lengths must match the reference rule (drop one token at a time from the longer
+    segment, B on a tie); each dropped token comes off the front half of the time."""
+    rng = random.Random(0)
+    fronts = drops = 0
+    for len_a in range(1, 70, 3):
+        for len_b in range(1, 70, 4):
+            for max_tokens in (2, 5, 64, 125):
+                a, b = len_a, len_b
+                while a + b > max_tokens:
+                    a, b = (a - 1, b) if a > b else (a, b - 1)
+                a0, a1, b0, b1 = truncate_pair(1000, 1000 + len_a, 5000, 5000 + len_b, max_tokens, rng)
+                assert (a1 - a0, b1 - b0) == (a, b)
+                assert 1000 <= a0 <= a1 <= 1000 + len_a and 5000 <= b0 <= b1 <= 5000 + len_b
+                fronts += (a0 - 1000) + (b0 - 5000)
+                drops += (len_a - a) + (len_b - b)
+    assert drops > 10_000 and within(fronts, drops, 0.5)

@@ -11,7 +11,7 @@ import torch
 
 from tests.training.conftest import PYTHON, REPO, child_env
 from training import checkpoint as ckpt
-from training.pretrain import main, parse_args, train
+from training.pretrain import parse_args, train
 
 
 def args_for(shards, out: Path, *extra: str) -> list[str]:
@@ -88,16 +88,16 @@ def test_given_precompile_then_no_checkpoint_metrics_or_events(shards, tmp_path,
     assert parse_args(args_for(shards, out)).precompile is True
 
 
-@pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
-def test_given_bf16_with_fp32_master_weights_then_trains_and_checkpoints_fp32(shards, tmp_path, optimizer):
+@pytest.mark.parametrize(("optimizer", "lr"), [("lamb", "0.05")])  # AdamW: fp32 tests above
+def test_given_bf16_with_fp32_master_weights_then_trains_and_checkpoints_fp32(shards, tmp_path, optimizer, lr):
     out = tmp_path / optimizer
     result = run(shards, out, "--precision", "bf16", "--fp32_master_weights", "--optimizer", optimizer,
-                 "--mlm_head", "dense", "--max_steps", "6", "--lr", "5e-3")  # fmt: skip
+                 "--max_steps", "8", "--lr", lr)  # fmt: skip
     assert result["precision"] == "bf16" and result["optimizer"] == optimizer
-    lines = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in lines)
-    assert lines[-1]["loss"] < lines[0]["loss"]
-    state = torch.load(out / "checkpoints" / "step_00000006" / "state.pt", weights_only=False)
+    losses = [json.loads(x)["loss"] for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert len(losses) == 8 and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-3:]) < sum(losses[:3]) - 0.1  # it learns
+    state = torch.load(out / "checkpoints" / "step_00000008" / "state.pt", weights_only=False)
     weights = state["model"]
     assert all(t.dtype == torch.float32 for k, t in weights.items() if t.is_floating_point())
     # The fp32 masters hold information a bf16 copy cannot: not all values are bf16-exact.
@@ -128,4 +128,3 @@ def test_given_module_entry_point_then_runs_as_torchrun_would(shards, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 2 | loss" in proc.stdout
     assert json.loads((out / "metrics.json").read_text())["end_step"] == 2
-    assert main is not None

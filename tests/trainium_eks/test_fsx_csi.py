@@ -8,7 +8,7 @@ from stacks import TrainiumPlatformStack
 from tests.support import helm_charts, k8s_manifests, resources, validate_k8s
 from trainium_eks.config import PlatformConfig
 from trainium_eks.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
-from trainium_eks.versions import FSX_CSI_DRIVER_CHART
+from trainium_eks.versions import ADDON_PINS
 
 
 def _objects(template_json, kind):
@@ -29,7 +29,8 @@ def _file_system_id(template_json):
 def test_given_default_config_then_the_driver_chart_is_the_pinned_one(platform_json):
     _, chart = _driver(platform_json)
     assert (chart["Repository"], chart["Chart"], chart["Version"]) == (
-        FSX_CSI_DRIVER_CHART["repository"], FSX_CSI_DRIVER_CHART["chart"], FSX_CSI_DRIVER_CHART["version"])
+        ADDON_PINS["fsx-csi-driver"].repository, ADDON_PINS["fsx-csi-driver"].name,
+        ADDON_PINS["fsx-csi-driver"].version)
     assert chart["Version"] == "1.16.0"
     assert chart["Namespace"] == "kube-system"
 
