@@ -27,7 +27,9 @@ What is measured, each configuration in a fresh ``python -m training.prepare_dat
   from /proc every 0.1 s, and the largest single-process high-water mark (VmHWM) seen;
 * the vocabulary build (``training.vocab``) on the same corpus;
 * tokenization alone: the ``tokenizers`` batch encoder used here, against transformers'
-  pure-Python ``BertTokenizerLegacy`` (the same algorithm as the reference tool's tokenizer).
+  pure-Python ``BertTokenizerLegacy`` (the same algorithm as the reference tool's tokenizer);
+* how many cores were actually free, before and after (the machine may be shared): CPU-bound
+  busy loops, one per CPU, timed alone and together.
 """
 
 from __future__ import annotations
@@ -202,20 +204,37 @@ def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[s
     started = time.perf_counter()
     slow_tokens = sum(len(slow.tokenize(line)) for line in lines)
     seconds = time.perf_counter() - started
-    rows.append(f"| pure-Python WordPiece (`BertTokenizerLegacy`, 1 thread) | {size_mb / seconds:.2f} | {slow_tokens / seconds:,.0f} |")
+    rows.append(
+        f"| pure-Python WordPiece (`BertTokenizerLegacy`, 1 thread) | {size_mb / seconds:.2f} "
+        f"| {slow_tokens / seconds:,.0f} |"
+    )
     if slow_tokens != tokens:
         rows.append(f"| (token counts differ: {slow_tokens} vs {tokens}) | | |")
     return rows
 
 
+def free_cores(processes: int) -> float:
+    """How many cores ``processes`` busy loops actually get together: each would finish in the
+    solo time on an idle core, so solo x processes / concurrent wall time estimates it."""
+    loop = [sys.executable, "-c", "x = 0\nfor i in range(20_000_000): x += i"]
+    started = time.perf_counter()
+    subprocess.run(loop, check=True)
+    solo = time.perf_counter() - started
+    started = time.perf_counter()
+    for process in [subprocess.Popen(loop) for _ in range(processes)]:
+        process.wait()
+    return solo * processes / (time.perf_counter() - started)
+
+
 def machine() -> str:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-        platform.processor(),
-    )  # fmt: skip
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
     memory_kib = int(Path("/proc/meminfo").read_text().split()[1])
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return f"{os.cpu_count()} CPUs ({model}), {memory_kib / 2**20:.1f} GiB RAM, Python {platform.python_version()}, load average before the run {load}"
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {memory_kib / 2**20:.1f} GiB RAM, "
+        f"Python {platform.python_version()}, load average before the run {load}"
+    )
 
 
 def main() -> None:
@@ -229,6 +248,7 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"machine: {machine()}")
+    print(f"free cores now (probe with {os.cpu_count()} busy loops): {free_cores(os.cpu_count() or 1):.2f}")
     corpus = ensure_corpus(args.cache_dir)
     corpus_mb = corpus.stat().st_size / 1e6
     print(f"corpus: {corpus} ({corpus_mb:.1f} MB)")
@@ -241,8 +261,10 @@ def main() -> None:
           f"({corpus_mb / run.seconds:.1f} MB/s), peak RSS {run.memory.peak_total_kib / 1024:.0f} MiB")  # fmt: skip
 
     print(f"\nprepare_data, dupe_factor {args.dupe_factor}, best wall time of {args.repeat} runs per row:\n")
-    print("| workers | wall s (all runs) | CPU s | samples | samples/s | input MB/s | peak RSS, tree sum (MiB) | peak RSS, largest process (MiB) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| workers | wall s (all runs) | CPU s | samples | samples/s | input MB/s "
+        "| peak RSS, tree sum (MiB) | peak RSS, largest process (MiB) |\n|---|---|---|---|---|---|---|---|"
+    )
     for workers in args.workers:
         out = args.cache_dir / f"shards-{workers}"
         command = [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
@@ -252,12 +274,14 @@ def main() -> None:
         best = min(runs, key=lambda r: r.seconds)
         samples = int(re.search(r"wrote (\d+) samples", best.stdout)[1])
         print(
-            f"| {workers} | {best.seconds:.1f} ({', '.join(f'{r.seconds:.1f}' for r in runs)}) | {best.cpu_seconds:.1f} | "
+            f"| {workers} | {best.seconds:.1f} ({', '.join(f'{r.seconds:.1f}' for r in runs)}) "
+            f"| {best.cpu_seconds:.1f} | "
             f"{samples} | {samples / best.seconds:,.0f} | {corpus_mb / best.seconds:.2f} | "
             f"{best.memory.peak_total_kib / 1024:.0f} | {best.memory.peak_single_kib / 1024:.0f} |"
         )
         shutil.rmtree(out)
     print(f"load average after the runs: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
 
     print(f"\ntokenization only, first {args.tokenizer_sample_mb:g} MB of the corpus:\n")
     print("| tokenizer | MB/s | tokens/s |\n|---|---|---|")

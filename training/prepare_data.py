@@ -145,7 +145,10 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
             f"--vocab {path}: file not found; build one with "
             f"`python -m training.vocab --input <corpus> --output {path}`"
         )
-    vocab = read_vocab(path)
+    try:
+        vocab = read_vocab(path)
+    except UnicodeDecodeError:
+        raise UsageError(f"--vocab {path}: not a UTF-8 text file; a vocab.txt has one token per line") from None
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise UsageError(
@@ -433,9 +436,7 @@ def mask_samples(
     action = rng.random(rows.size)
     random_tokens = vocab.replacement_ids[rng.integers(vocab.replacement_ids.size, size=rows.size)]
     masked = ids.copy()
-    masked[rows, cols] = np.where(
-        action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols])
-    )
+    masked[rows, cols] = np.where(action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols]))
     first_chosen = np.argsort(~chosen, axis=1, kind="stable")[:, : cfg.max_pred_len]
     valid = np.take_along_axis(chosen, first_chosen, axis=1)
     positions = np.where(valid, first_chosen, 0)
@@ -548,7 +549,7 @@ def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig) -> None:
     with h5py.File(partial, "w") as handle:
         for name, array in arrays.items():
             # Whole-row chunks: readers take runs of samples, never columns (and it packs tighter).
-            chunks = (min(len(array), 1024),) + array.shape[1:]
+            chunks = (min(len(array), 1024), *array.shape[1:])
             handle.create_dataset(name, data=array, compression="gzip", chunks=chunks)
     partial.replace(path)
 
@@ -811,18 +812,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dupe_factor", type=int, default=5, help="passes with different masks (default: 5)")
     parser.add_argument("--seed", type=int, default=12345, help="random seed (default: 12345)")
     parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
-    parser.add_argument("--do_lower_case", dest="lower_case", action="store_true", default=True,
-                        help="lower-case and strip accents (default; for uncased vocabs)")
+    parser.add_argument(
+        "--do_lower_case",
+        dest="lower_case",
+        action="store_true",
+        default=True,
+        help="lower-case and strip accents (default; for uncased vocabs)",
+    )
     parser.add_argument("--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)")
-    parser.add_argument("--num_workers", type=int, default=len(os.sched_getaffinity(0)),
-                        help="worker processes (default: all CPUs); the output does not depend on it")
+    parser.add_argument(
+        "--num_workers",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="worker processes (default: all CPUs); the output does not depend on it",
+    )
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument("--num_shards", type=int, help="number of output shards")
-    shards.add_argument("--samples_per_shard", type=int,
-                        help=f"most samples per shard (default: {DEFAULT_SAMPLES_PER_SHARD})")
-    parser.add_argument("--chunk_mb", type=float, default=DEFAULT_CHUNK_MB,
-                        help=f"input chunk size in MiB, the unit of parallel work and of the random-next "
-                        f"pool; changes the output (default: {DEFAULT_CHUNK_MB:g})")
+    shards.add_argument(
+        "--samples_per_shard", type=int, help=f"most samples per shard (default: {DEFAULT_SAMPLES_PER_SHARD})"
+    )
+    parser.add_argument(
+        "--chunk_mb",
+        type=float,
+        default=DEFAULT_CHUNK_MB,
+        help=f"input chunk size in MiB, the unit of parallel work and of the random-next "
+        f"pool; changes the output (default: {DEFAULT_CHUNK_MB:g})",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing shards with the same prefix")
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     return parser

@@ -178,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not corpus_has_text(files):
             raise UsageError(f"--input {' '.join(args.input)}: corpus is empty (only blank lines)")
         if Path(args.output).is_dir():
-            raise UsageError(f"--output {args.output}: is a directory; name the vocab file, e.g. {args.output}/vocab.txt")
+            raise UsageError(
+                f"--output {args.output}: is a directory; name the vocab file, e.g. {args.output}/vocab.txt"
+            )
         out = train_vocab(
             files,
             args.output,

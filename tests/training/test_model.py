@@ -51,3 +51,10 @@ def test_given_same_weights_then_sparse_head_loss_and_grads_equal_hugging_face_d
     for (name, a), (_, b) in zip(sparse.named_parameters(), dense.named_parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
     assert 5.0 < loss_s.item() < 8.0  # ~ln(400) + ln(2) for a fresh model
+
+
+def test_given_attention_choice_then_model_uses_it():
+    # The XLA backend asks for eager attention; CPU/CUDA for SDPA.
+    for attn in ("eager", "sdpa"):
+        model = build_model("tiny", vocab_size=100, attn=attn)
+        assert model.hf_model.config._attn_implementation == attn

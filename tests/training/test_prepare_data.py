@@ -7,6 +7,7 @@ seeds, and so that a real bias of a few percent fails them.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
@@ -182,10 +183,11 @@ class TokenizedCorpus:
         reference = BertTokenizerFast.from_pretrained(str(vocab_path.parent), do_lower_case=True)
         assert reference.vocab_size == 400
         documents = [d for d in text.read_text(encoding="utf-8").split("\n\n") if d.strip()]
-        self.docs = [
-            self.needle([i for line in doc.splitlines() for i in reference(line, add_special_tokens=False)["input_ids"]])
-            for doc in documents
-        ]
+
+        def ids(line: str) -> list[int]:
+            return reference(line, add_special_tokens=False)["input_ids"]
+
+        self.docs = [self.needle([i for line in doc.splitlines() for i in ids(line)]) for doc in documents]
         self.haystack = "|".join(self.docs)
         self.doc_starts = np.cumsum([0] + [len(doc) + 1 for doc in self.docs])
 
@@ -203,8 +205,7 @@ class TokenizedCorpus:
     def b_follows_a(self, a: str, b: str) -> bool:
         """Some document holds A and, after it, B (the needles share the space between)."""
         return any(
-            self.docs[d].find(b, self.docs[d].index(a) + len(a) - 1) >= 0
-            for d in self.docs_with(a) & self.docs_with(b)
+            self.docs[d].find(b, self.docs[d].index(a) + len(a) - 1) >= 0 for d in self.docs_with(a) & self.docs_with(b)
         )
 
 
@@ -247,7 +248,8 @@ def test_samples_are_shuffled_across_and_within_shards(base_run, tokenized_corpu
     n_docs = len(tokenized_corpus.docs)
     for path in summary.shards:
         ids = original_ids(load_shards([path]))
-        doc_of_a = [min(tokenized_corpus.docs_with(tokenized_corpus.needle(segments(row, vocab["[SEP]"])[0]))) for row in ids]
+        a_segments = (tokenized_corpus.needle(segments(row, vocab["[SEP]"])[0]) for row in ids)
+        doc_of_a = [min(tokenized_corpus.docs_with(a)) for a in a_segments]
         assert max(doc_of_a) - min(doc_of_a) > 0.8 * n_docs
         # Order vs. position: |r| stays below 5/sqrt(n) for a random order, near 1 for corpus order.
         r = np.corrcoef(np.arange(len(doc_of_a)), doc_of_a)[0, 1]
@@ -377,7 +379,7 @@ def test_chunks_cover_the_file_and_end_at_blank_lines(corpus):
     raw = text.read_bytes()
     chunks = plan_chunks([text], 5_000)
     assert chunks[0].start == 0 and chunks[-1].end == len(raw)
-    assert all(a.end == b.start for a, b in zip(chunks, chunks[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(chunks))
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
     assert all(raw[: c.end].endswith(b"\n\n") for c in chunks[:-1])
     assert all(c.end - c.start >= 5_000 for c in chunks[:-1])
@@ -387,7 +389,8 @@ def test_tokenize_documents_splits_on_blank_lines_and_drops_empty_text(vocab):
     tokenizer = bert_tokenizer(vocab)
     text = "The river .\nA letter\n\n \t \n\nmountain music\n\x00\n\n\n"
     chunk = tokenize_documents(text, tokenizer)
-    expected = [tokenizer.encode(s, add_special_tokens=False).ids for s in ("The river .", "A letter", "mountain music")]
+    lines = ("The river .", "A letter", "mountain music")
+    expected = [tokenizer.encode(line, add_special_tokens=False).ids for line in lines]
     assert chunk.document_starts.tolist() == [0, 2, 3]  # a whitespace-only line is a blank line
     assert np.diff(chunk.sentence_starts).tolist() == [len(ids) for ids in expected]  # "\x00" line gone
     assert chunk.tokens.tolist() == [i for ids in expected for i in ids]
@@ -419,7 +422,7 @@ def bad_inputs(corpus, tmp_path_factory) -> dict[str, Path]:
     blank.write_text("\n \n\n\t\n", encoding="utf-8")
     occupied = root / "occupied"
     occupied.mkdir()
-    (occupied / "corpus_training_0.hdf5").write_bytes(b"")
+    (occupied / "corpus_training_0.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
     return {"text": text, "vocab": vocab_path, "no_mask": no_mask, "pad_not_first": pad_not_first,
             "blank": blank, "occupied": occupied, "root": root}  # fmt: skip
 
@@ -429,10 +432,11 @@ def bad_inputs(corpus, tmp_path_factory) -> dict[str, Path]:
     [
         ("missing vocab", {"--vocab": "{root}/nope.txt"}, r"--vocab \S+nope\.txt: file not found; build one with"),
         ("vocab lacks a special", {"--vocab": "{no_mask}"}, r"--vocab \S+: lacks special token\(s\) \[MASK\]"),
+        ("vocab is binary", {"--vocab": "{occupied}/corpus_training_0.hdf5"}, r"--vocab \S+: not a UTF-8 text file"),
         ("pad not first", {"--vocab": "{pad_not_first}"}, r"--vocab \S+: \[PAD\] has id \d+, .*first line"),
         ("empty corpus", {"--input": "{blank}"}, r"--input \S+blank\.txt: corpus is empty"),
         ("missing input", {"--input": "{root}/none"}, r"--input \S+none: no such file or directory"),
-        ("prediction > length", {"--max_pred_len": "200"}, r"--max_pred_len 200: must be between 1 and --max_seq_len - 3 = 125"),
+        ("prediction > length", {"--max_pred_len": "200"}, r"--max_pred_len 200: must be between 1 and .* = 125"),
         ("probability", {"--masked_lm_prob": "1.5"}, r"--masked_lm_prob 1.5: must be in \(0, 1\]"),
         ("too many shards", {"--num_shards": "100000"}, r"--num_shards 100000: only \d+ samples were made"),
         ("existing shards", {"--output_dir": "{occupied}"}, r"--output_dir \S+occupied: already holds 1 .*--overwrite"),
