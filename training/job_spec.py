@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from training.launch import LaunchSpec, precompile_args, render, torchrun_args
+from training.launch import LaunchSpec, launch_env, precompile_args, render, torchrun_args
 
 #: Where the FSx claim is mounted in every pod.
 DATA_MOUNT = "/data"
@@ -99,6 +99,12 @@ def neuron_env(paths: JobPaths) -> dict[str, str]:
         "NEURON_CC_FLAGS": f"--cache_dir={paths.cache_dir}",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def container_env(spec: LaunchSpec, paths: JobPaths) -> dict[str, str]:
+    """The training container's whole environment: what torchrun needs (restarts with a fresh
+    rendezvous store, see :func:`training.launch.launch_env`) plus :func:`neuron_env`."""
+    return {**launch_env(spec), **neuron_env(paths)}
 
 
 def device_limits(*, neuron_devices: int, efa_interfaces: int) -> dict[str, str]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torchx.specs as specs
 
 from training.job_spec import (
-    DATA_MOUNT, RDZV_PORT, TASK_NAME, compute_resources, container_command, device_limits, job_paths,
-    neuron_env,
+    DATA_MOUNT, RDZV_PORT, TASK_NAME, compute_resources, container_command, container_env,
+    device_limits, job_paths,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -88,7 +88,7 @@ def trn_dist_ddp(
         entrypoint=command[0],
         args=command[1:],
         num_replicas=nnodes,
-        env=neuron_env(paths),
+        env=container_env(spec, paths),
         resource=specs.Resource(
             cpu=int(limits["cpu"].removesuffix("m")) / 1000,
             gpu=0,

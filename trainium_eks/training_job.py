@@ -10,8 +10,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from training.job_spec import (
-    RESTART_POLICIES, TASK_NAME, JobPaths, compute_resources, container_command, device_limits,
-    job_paths, neuron_env, rank0_endpoint, volume_mounts, volumes,
+    RESTART_POLICIES, TASK_NAME, JobPaths, compute_resources, container_command, container_env,
+    device_limits, job_paths, rank0_endpoint, volume_mounts, volumes,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -108,7 +108,7 @@ def pod_template(
                 "name": "trainer",
                 "image": image,
                 "command": container_command(spec, paths),
-                "env": [{"name": k, "value": v} for k, v in sorted(neuron_env(paths).items())],
+                "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
                 "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
                 "volumeMounts": volume_mounts(),
                 "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},

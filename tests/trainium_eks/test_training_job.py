@@ -84,6 +84,8 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert env["FI_EFA_FORK_SAFE"] == "1" and env["CCOM_SOCKET_IFNAME"] == "eth0"
     assert env["NEURON_RT_RESET_CORES"] == "1"
     assert env["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert-large-seq128"
+    # torchrun restarts need a fresh rendezvous store per round (training.launch.launch_env).
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
 def test_given_default_job_then_command_waits_precompiles_once_and_runs_torchrun(default_job):
