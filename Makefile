@@ -51,6 +51,17 @@ etcd:
 test: $(VENV)/.dev node_modules/.installed etcd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+.PHONY: bench
+# Benchmarks (numbers, not tests): the data-preparation corpus comes from Debian's SWORD packages.
+bench: $(VENV)/.dev
+	@command -v diatheke >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    diatheke sword-comm-tdavid sword-comm-scofield sword-text-web sword-text-kjv >/dev/null; }
+	$(PY) bench/bench_prepare_data.py
+	$(PY) bench/bench_loader.py
+	$(PY) bench/bench_step.py --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
+
 .PHONY: clean
 clean:
 	rm -rf cdk.out .pytest_cache
