@@ -91,9 +91,7 @@ class FsxCsiVolume(Construct):
         self.driver = eks.HelmChart(
             self, "Driver",
             cluster=cluster,
-            repository=ADDON_PINS["fsx-csi-driver"].repository,
-            chart=ADDON_PINS["fsx-csi-driver"].name,
-            version=ADDON_PINS["fsx-csi-driver"].version,
+            **ADDON_PINS["fsx-csi-driver"].chart_props(),
             release="aws-fsx-csi-driver",
             namespace=DRIVER_NAMESPACE,
             values=driver_values(Stack.of(self).region),

@@ -82,6 +82,12 @@ class AddonPin:
         """``name:version``, for image pins."""
         return f"{self.name}:{self.version}"
 
+    def chart_props(self) -> dict[str, str]:
+        """``repository``/``chart``/``version`` keyword arguments of ``aws_eks_v2.HelmChart``."""
+        if self.repository is None:
+            raise ValueError(f"{self.name}: not a Helm chart pin (no repository)")
+        return {"repository": self.repository, "chart": self.name, "version": self.version}
+
 
 #: Every add-on the platform installs, pinned. Checked 2026-11 against the sources named here;
 #: EKS rejects an add-on version it does not offer for the cluster's Kubernetes version, so a

@@ -61,9 +61,7 @@ class EfaDevicePlugin(Construct):
         self.chart = eks.HelmChart(
             self, "Chart",
             cluster=cluster,
-            repository=pin.repository,
-            chart=pin.name,
-            version=pin.version,
+            **pin.chart_props(),
             release="efa",
             namespace="kube-system",
             create_namespace=False,

@@ -86,9 +86,7 @@ class NeuronDevicePlugin(Construct):
             self, "Chart",
             cluster=cluster,
             # An OCI chart: the handler pulls `repository` (the full reference) at `version`.
-            repository=pin.repository,
-            chart=pin.name,
-            version=pin.version,
+            **pin.chart_props(),
             release="neuron",
             namespace="kube-system",
             create_namespace=False,

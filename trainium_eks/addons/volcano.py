@@ -104,9 +104,7 @@ class VolcanoScheduler(Construct):
         self.chart = eks.HelmChart(
             self, "Chart",
             cluster=cluster,
-            repository=pin.repository,
-            chart=pin.name,
-            version=pin.version,
+            **pin.chart_props(),
             release="volcano",
             namespace="volcano-system",
             create_namespace=True,
