@@ -75,12 +75,11 @@ def trn_dist_ddp(
     )
     command = container_command(spec, paths)
     requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
-    from trainium_eks.nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+    from trainium_eks.nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 
     overlay = {"spec": {
         "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-        "tolerations": [{"key": NEURON_TAINT["key"], "operator": "Equal", "value": NEURON_TAINT["value"],
-                         "effect": NEURON_TAINT["effect"]}],
+        "tolerations": [dict(TRAINIUM_TOLERATION)],
     }}
     role = specs.Role(
         name=TASK_NAME,

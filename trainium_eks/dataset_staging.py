@@ -25,7 +25,7 @@ from training.job_spec import DATA_MOUNT, JobPaths
 
 from .config import ConfigError
 from .job_naming import hashed_name, spec_digest
-from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 
 #: The reference's public copy of the tokenized BERT shards (sequence length 128).
 PUBLIC_BERT_SHARDS = ("s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
@@ -89,8 +89,7 @@ def staging_job(*, name: str, namespace: str, image: str, source: str, paths: Jo
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [{"key": NEURON_TAINT["key"], "operator": "Equal",
-                                     "value": NEURON_TAINT["value"], "effect": NEURON_TAINT["effect"]}],
+                    "tolerations": [dict(TRAINIUM_TOLERATION)],
                     "containers": [{
                         "name": "stage",
                         "image": image,

@@ -14,6 +14,8 @@ from .launch_template import TrainiumLaunchTemplate
 #: Taint that keeps everything but training pods (and the Neuron/EFA daemons) off Trainium nodes.
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
 NEURON_TAINT = {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+#: The toleration of that taint for pods that run on Trainium nodes (training, staging).
+TRAINIUM_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 #: Node label of the Trainium nodegroup (used by node selectors next to the instance type).
 TRAINIUM_NODE_LABEL = {"trainium-eks/pool": "trainium"}
 

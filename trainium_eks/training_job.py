@@ -18,7 +18,7 @@ from training.launch import LaunchSpec, script_args_from_dict
 from .config import ConfigError
 from .instance_types import InstanceFacts
 from .job_naming import MAX_LABEL, hashed_name, is_dns1123_label, spec_digest
-from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -100,8 +100,7 @@ def pod_template(
             "automountServiceAccountToken": False,
             "restartPolicy": "Never",
             "nodeSelector": {INSTANCE_TYPE_LABEL: facts.name, **TRAINIUM_NODE_LABEL},
-            "tolerations": [{"key": NEURON_TAINT["key"], "operator": "Equal",
-                             "value": NEURON_TAINT["value"], "effect": NEURON_TAINT["effect"]}],
+            "tolerations": [dict(TRAINIUM_TOLERATION)],
             # Checkpoints are written atomically; give the last one time to land on FSx.
             "terminationGracePeriodSeconds": 120,
             "containers": [{
