@@ -302,7 +302,14 @@ class BertPretrainingJob(Construct):
 
 
 def job_commands(*, job_name: str, namespace: str) -> dict[str, str]:
-    """The commands a user types to watch a job (also the stack's outputs)."""
+    """The commands a user types to watch a job (also the stack's outputs).
+
+    Rank 0 runs in pod ``worker-0`` with the c10d rendezvous: torch assigns node ranks in the
+    sorted order of the agents' host names (``_mark_rendezvous_complete`` in
+    torch/distributed/elastic/rendezvous/dynamic_rendezvous.py), and Volcano names the pods
+    ``<job>-worker-<index>``. The etcd rendezvous ranks nodes by arrival instead: there, rank 0's
+    lines (the only INFO lines) may come from another pod (``kubectl logs -l trainium-eks/job=``).
+    """
     pod0 = f"{job_name}-{TASK_NAME}-0"
     return {
         "Rank0Logs": f"kubectl logs -n {namespace} -f {pod0}",
