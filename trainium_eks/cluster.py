@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aws_cdk import Duration
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -84,6 +84,12 @@ class TrainiumCluster(Construct):
                     "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
                 )],
             )
+        CfnOutput(
+            self, "UpdateKubeconfig",
+            value=f"aws eks update-kubeconfig --name {self.cluster.cluster_name} "
+                  f"--region {Stack.of(self).region}",
+            description="Point kubectl at the cluster (needs an admin access entry and endpoint access)",
+        )
         self.system_nodegroup = eks.Nodegroup(
             self, "SystemNodes",
             cluster=self.cluster,

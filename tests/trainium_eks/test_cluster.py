@@ -67,3 +67,10 @@ def test_given_admins_and_public_cidrs_when_synthesized_then_access_entries_and_
             "PrincipalArn": arn,
             "AccessPolicies": [{"AccessScope": {"Type": "cluster"}, "PolicyArn": Match.any_value()}],
         })
+
+
+def test_given_default_config_then_an_output_gives_the_kubeconfig_command(platform_json):
+    (output,) = [o for k, o in platform_json["Outputs"].items() if k.startswith("ClusterUpdateKubeconfig")]
+    (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
+    assert output["Value"] == {"Fn::Join": ["", [
+        "aws eks update-kubeconfig --name ", {"Ref": cluster_id}, " --region us-west-2"]]}
