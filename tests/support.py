@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
@@ -66,6 +67,23 @@ def run_app(context: Mapping[str, Any], outdir: Path) -> subprocess.CompletedPro
     env["CDK_OUTDIR"] = str(outdir)
     return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
+
+
+@lru_cache(maxsize=None)
+def _synth_variant(items: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    import aws_cdk as cdk
+
+    from stacks import TrainiumPlatformStack
+    from trainium_eks.config import config_from_context
+
+    config = config_from_context(dict(items))
+    return Template.from_stack(TrainiumPlatformStack(cdk.App(), "Variant", config=config)).to_json()
+
+
+def synth_platform(**context: str) -> dict[str, Any]:
+    """The platform template for a non-default ``context``, synthesized in-process once per
+    context for the whole session (shared by every test module; treat it as read only)."""
+    return _synth_variant(tuple(sorted(context.items())))
 
 
 def resources(template: Mapping[str, Any], type_name: str) -> dict[str, dict[str, Any]]:

@@ -1,10 +1,8 @@
 """EKS cluster: version, logging, secrets encryption, endpoint access, access entries, system nodes."""
 
-import aws_cdk as cdk
 from aws_cdk.assertions import Match, Template
 
-from stacks import TrainiumPlatformStack
-from tests.support import resources
+from tests.support import resources, synth_platform
 from trainium_eks.config import config_from_context
 
 
@@ -52,13 +50,13 @@ def test_given_default_config_then_system_nodegroup_is_small_standard_al2023(pla
 
 def test_given_admins_and_public_cidrs_when_synthesized_then_access_entries_and_restricted_endpoint():
     # given
-    config = config_from_context({
+    context = {
         "endpoint_public_cidrs": "203.0.113.7/32",
         "admin_principal_arns": "arn:aws:iam::123456789012:role/Admin,arn:aws:iam::123456789012:user/ops",
-    })
+    }
+    config = config_from_context(context)
     # when
-    app = cdk.App()
-    template = Template.from_stack(TrainiumPlatformStack(app, "Variant", config=config))
+    template = Template.from_json(synth_platform(**context))
     # then
     template.has_resource_properties("AWS::EKS::Cluster", {"ResourcesVpcConfig": Match.object_like({
         "EndpointPublicAccess": True, "EndpointPrivateAccess": True, "PublicAccessCidrs": ["203.0.113.7/32"]})})

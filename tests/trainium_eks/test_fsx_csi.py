@@ -1,12 +1,14 @@
 """FSx CSI driver and the static volume: chart pin, controller IAM, PV/PVC content, schema, order."""
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template
 
-from stacks import TrainiumPlatformStack
-from tests.support import helm_charts, k8s_manifests, resources, validate_k8s
-from trainium_eks.config import PlatformConfig
+from tests.support import (
+    helm_charts,
+    k8s_manifests,
+    resources,
+    synth_platform,
+    validate_k8s,
+)
 from trainium_eks.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 from trainium_eks.versions import ADDON_PINS
 
@@ -116,8 +118,7 @@ def test_given_default_config_then_volume_is_applied_after_the_driver_and_namesp
 
 
 def test_given_a_larger_file_system_then_volume_grows_and_claim_request_stays_resizable():
-    config = PlatformConfig(fsx_storage_gib=4800, fsx_throughput_per_tib=250)
-    template = Template.from_stack(TrainiumPlatformStack(cdk.App(), "Big", config=config)).to_json()
+    template = synth_platform(fsx_storage_gib="4800", fsx_throughput_per_tib="250")
     (_, pv), = _objects(template, "PersistentVolume")
     (_, pvc), = _objects(template, "PersistentVolumeClaim")
     assert pv["spec"]["capacity"] == {"storage": "4800Gi"}

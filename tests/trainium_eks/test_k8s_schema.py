@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 import kubernetes_validate
 import pytest
 
-from tests.support import k8s_manifests, validate_k8s
-from tests.trainium_eks.addons import ALL_OPTIONS, synth_platform
+from tests.support import k8s_manifests, synth_platform, validate_k8s
+from tests.trainium_eks.addons import ALL_OPTIONS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
 # Quantity pattern of `x-kubernetes-int-or-string` resource lists in the Volcano CRDs.

@@ -1,11 +1,7 @@
 """Network: subnets pinned by AZ ID, NAT, flow logs, and the existing-VPC option."""
 
-import aws_cdk as cdk
-from aws_cdk.assertions import Template
 
-from stacks import TrainiumPlatformStack
-from tests.support import resources
-from trainium_eks.config import config_from_context
+from tests.support import resources, synth_platform
 
 
 def test_given_default_config_then_public_and_private_subnet_in_each_az_id(platform_json):
@@ -30,11 +26,10 @@ def test_given_default_config_then_stack_is_region_pinned_without_account(defaul
 
 
 def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subnets_are_used():
-    config = config_from_context({
-        "existing_vpc_id": "vpc-0123456789abcdef0",
-        "existing_private_subnet_ids": "subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
-    })
-    template = Template.from_stack(TrainiumPlatformStack(cdk.App(), "Existing", config=config)).to_json()
+    template = synth_platform(
+        existing_vpc_id="vpc-0123456789abcdef0",
+        existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
+    )
     assert resources(template, "AWS::EC2::VPC") == {}
     (trainium,) = [n for n in resources(template, "AWS::EKS::Nodegroup").values()
                    if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"]

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
-import aws_cdk as cdk
-from aws_cdk.assertions import Template
-
-from stacks import TrainiumPlatformStack
 from tests.support import helm_charts, k8s_manifests
-from trainium_eks.config import config_from_context
 
 #: Every add-on option switched on.
 ALL_OPTIONS = {
@@ -19,17 +13,6 @@ ALL_OPTIONS = {
     "etcd_enabled": "true",
     "container_insights": "true",
 }
-
-
-@lru_cache(maxsize=None)
-def _synth(items: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    config = config_from_context(dict(items))
-    return Template.from_stack(TrainiumPlatformStack(cdk.App(), "Variant", config=config)).to_json()
-
-
-def synth_platform(**context: str) -> dict[str, Any]:
-    """The platform template for ``context`` (synthesized in-process, once per context; read only)."""
-    return _synth(tuple(sorted(context.items())))
 
 
 def chart(template: dict[str, Any], release: str) -> tuple[str, dict[str, Any]]:

@@ -4,8 +4,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_eks_v2 as eks
 
-from tests.support import helm_charts
-from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, synth_platform
+from tests.support import helm_charts, synth_platform
+from tests.trainium_eks.addons import chart, depends_on, nodegroup_id
 from trainium_eks.addons.efa import EfaDevicePlugin
 from trainium_eks.instance_types import instance_facts
 

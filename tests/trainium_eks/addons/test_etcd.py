@@ -5,7 +5,8 @@ import pytest
 from aws_cdk import aws_eks_v2 as eks
 
 from stacks import TrainiumPlatformStack
-from tests.trainium_eks.addons import depends_on, logical_ids, objects, synth_platform
+from tests.support import synth_platform
+from tests.trainium_eks.addons import depends_on, logical_ids, objects
 from trainium_eks.addons.etcd import EtcdServer
 from trainium_eks.config import PlatformConfig
 from trainium_eks.versions import AddonPin

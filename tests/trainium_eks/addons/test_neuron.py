@@ -1,6 +1,7 @@
 """Neuron Helm chart: pinned OCI chart, device plugin on Trainium nodes only, options off by default."""
 
-from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, nodegroup_id, synth_platform
+from tests.support import synth_platform
+from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, nodegroup_id
 from trainium_eks.addons.neuron import neuron_chart_values
 
 NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}

@@ -9,8 +9,8 @@ import pytest
 from cdk_nag import AwsSolutionsChecks
 
 from stacks import TrainiumPlatformStack
-from tests.support import REPO, VENV_BIN, resources
-from tests.trainium_eks.addons import ALL_OPTIONS, depends_on, nodegroup_id, synth_platform
+from tests.support import REPO, VENV_BIN, resources, synth_platform
+from tests.trainium_eks.addons import ALL_OPTIONS, depends_on, nodegroup_id
 from trainium_eks.config import config_from_context
 from trainium_eks.versions import ADDON_PINS
 

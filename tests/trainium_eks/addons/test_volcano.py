@@ -4,7 +4,8 @@ import aws_cdk as cdk
 import pytest
 
 from stacks import TrainiumPlatformStack
-from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, objects, synth_platform
+from tests.support import synth_platform
+from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, objects
 from trainium_eks.addons.volcano import queue_capability
 from trainium_eks.config import PlatformConfig
 from trainium_eks.instance_types import instance_facts
