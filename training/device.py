@@ -29,12 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from training.cli import DEVICES, PRECISIONS  # noqa: F401  (re-exported)
 from training.metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
 
 log = logging.getLogger(__name__)
 
-DEVICES = ("auto", "xla", "cuda", "cpu")
-PRECISIONS = ("auto", "fp32", "bf16", "amp_bf16")
 DEFAULT_PRECISION = {"xla": "bf16", "cuda": "amp_bf16", "cpu": "fp32"}
 
 

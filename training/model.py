@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForPreTraining
 
+from training.cli import MLM_HEADS, MODEL_NAMES  # noqa: F401  (re-exported)
+
 CONFIG_DIR = Path(__file__).with_name("model_configs")
-MODEL_NAMES = ("large", "base", "tiny")
-MLM_HEADS = ("sparse", "dense")
 IGNORE_INDEX = -100
 
 
