@@ -1,14 +1,39 @@
 #!/usr/bin/env python3
 """CDK app: read the configuration from context, build the stacks, synthesize."""
 
+import os
+import shutil
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks import TrainiumPlatformStack
 from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.nag import PlatformChecks, StaleAcknowledgement
 from trainium_eks.review import platform_review
+
+#: What a cloud assembly consists of (the CLI's lock files are left alone).
+ASSEMBLY_PATTERNS = ("manifest.json", "tree.json", "cdk.out", "*.template.json", "*.assets.json",
+                     "*.metadata.json", "asset.*")
+
+
+def remove_stale_assembly(outdir: str) -> None:
+    """Delete a previous assembly in ``outdir`` so a failed synth leaves nothing to misread.
+
+    Only a directory that holds an assembly (a ``manifest.json``) is touched: the CLI's
+    ``--output`` may point anywhere.
+    """
+    out = Path(outdir)
+    if not (out / "manifest.json").is_file():
+        return
+    for pattern in ASSEMBLY_PATTERNS:
+        for path in out.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def main() -> int:
@@ -16,11 +41,12 @@ def main() -> int:
     try:
         config = config_from_context(app.node.get_all_context())
         TrainiumPlatformStack(app, "TrainiumPlatform", config=config)
-    except ConfigError as err:
-        # One line for the user; nothing has been written to cdk.out yet.
+    except (ConfigError, StaleAcknowledgement) as err:
+        # One line for the user; the CLI's output directory must not keep an older assembly.
         print(f"error: {err}", file=sys.stderr)
+        remove_stale_assembly(os.environ.get("CDK_OUTDIR") or app.outdir)
         return 2
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app), PlatformChecks(app))
     print(platform_review(config), file=sys.stderr)
     app.synth()
     return 0

@@ -12,7 +12,7 @@ from trainium_eks.cluster import TrainiumCluster
 from trainium_eks.config import PlatformConfig
 from trainium_eks.fsx import TrainingFileSystem
 from trainium_eks.fsx_csi import FsxCsiVolume
-from trainium_eks.nag import suppress_platform_findings
+from trainium_eks.nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from trainium_eks.network import TrainiumNetwork
 from trainium_eks.nodegroup import NeuronNodegroup
 from trainium_eks.registry import TrainingImageRepository
@@ -106,4 +106,4 @@ class TrainiumPlatformStack(Stack):
         self.training = add_training(self, config) if config.training_enabled else None
         for key, value in sorted(config.tags.items()):
             Tags.of(self).add(key, value)
-        suppress_platform_findings(self)
+        suppress_platform_findings(self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS})

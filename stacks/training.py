@@ -7,9 +7,8 @@ from typing import Any
 
 from trainium_eks.config import PlatformConfig
 from trainium_eks.dataset_staging import DatasetStaging
-from trainium_eks.nag import TRAINING_ACKNOWLEDGEMENTS, acknowledge_findings
 from trainium_eks.tensorboard import TensorBoard
-from trainium_eks.training_config import nproc_per_node
+from trainium_eks.training_config import job_script_args, nproc_per_node
 from trainium_eks.training_image import TrainingImages
 from trainium_eks.training_job import BertPretrainingJob, add_job_outputs
 
@@ -37,7 +36,7 @@ def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
         namespace=volume.namespace, claim_name=volume.claim_name, queue=addons.queue_name,
         model=config.training_model, batch_size=config.training_batch_size,
         global_batch=config.training_global_batch, max_steps=config.training_max_steps,
-        nproc_per_node=nproc_per_node(config), script_args=dict(config.training_script_args),
+        nproc_per_node=nproc_per_node(config), script_args=job_script_args(config),
         rdzv_backend=config.training_rdzv_backend, etcd_endpoint=addons.etcd_endpoint,
         dataset_name=config.training_dataset_name, cache_set=config.training_cache_set,
         run_name=config.training_run_name, checkpoint_every=config.training_checkpoint_every,
@@ -59,7 +58,6 @@ def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
         depends_on=[volume.volume_manifest, *images.copies],
     )
     add_job_outputs(stack, job=job, namespace=volume.namespace)
-    acknowledge_findings(stack, TRAINING_ACKNOWLEDGEMENTS)
     return TrainingWorkload(images, job, staging, tensorboard)
 
 

@@ -24,3 +24,37 @@ def test_given_bad_value_on_cdk_command_line_then_cli_shows_the_line_without_a_s
     assert "error: config 'kubernetes_version' = '1.20' is invalid: supported: 1.34, 1.35, 1.36" in synth.stderr
     assert "Traceback" not in synth.stderr and "JavaScriptError" not in synth.stderr
     assert not list((tmp_path / "out").glob("*.template.json"))
+
+
+@pytest.mark.parametrize("context,expected", [
+    ({"vpc_cidr": "10.0.0.0/17"}, "config 'vpc_cidr' = '10.0.0.0/17' is invalid: the 2 public /24"),
+    ({"name_prefix": "trn-"}, "config 'name_prefix' = 'trn-' is invalid: the ECR repository name"),
+    ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "config 'endpoint_public_cidrs'"),
+    ({"tags": '{"aws:team": "ml"}'}, "config 'tags'"),
+    ({"training_script_args": '{"lr": "fast"}'}, "config 'training_script_args' = {'lr': 'fast'}"),
+])
+def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_over_an_old_one(
+        context, expected, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    # What an earlier, successful synth leaves in the output directory.
+    for name in ("manifest.json", "tree.json", "cdk.out", "TrainiumPlatform.template.json",
+                 "TrainiumPlatform.assets.json"):
+        (out / name).write_text("{}")
+    (out / "asset.0123abcd").mkdir()
+    (out / "asset.0123abcd" / "Dockerfile").write_text("FROM scratch\n")
+    synth = run_cdk_synth(out, context)
+    assert synth.returncode != 0
+    errors = [line for line in synth.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), synth.stderr[-2000:]
+    assert "Traceback" not in synth.stderr and "JavaScriptError" not in synth.stderr
+    assert "jsii" not in synth.stderr
+    left = sorted(p.name for p in out.iterdir())
+    assert not [name for name in left if name.endswith(".json") or name.startswith("asset.") or name == "cdk.out"], left
+
+
+def test_given_output_dir_without_an_assembly_when_synth_fails_then_its_files_are_left_alone(tmp_path):
+    from app import remove_stale_assembly
+    (tmp_path / "notes.template.json").write_text("mine")
+    remove_stale_assembly(str(tmp_path))
+    assert (tmp_path / "notes.template.json").read_text() == "mine"

@@ -12,6 +12,7 @@ import difflib
 import ipaddress
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -21,7 +22,11 @@ from .fsx import s3_uri_problem as fsx_s3_uri_problem
 from .fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from .fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from .fsx import throughput_problem as fsx_throughput_problem
+from aws_cdk.region_info import RegionInfo
+
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
+from .job_naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
+from .network import subnet_layout_problem
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
 
@@ -40,8 +45,8 @@ CAPACITY_TYPES = ("on-demand", "capacity-block")
 
 _AZ_ID = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]+$")
 _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
-_ROLE_OR_USER_ARN = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]{1,512}$")
+_REGION = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-[0-9]$")
+_ROLE_OR_USER_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::[0-9]{12}:(role|user)/[\w+=,.@/-]{1,512}$")
 _CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -50,14 +55,86 @@ _DIRECTIONS = {
     "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
     "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
 }
+#: Partitions whose AZ-ID scheme is verified: ``<country><direction><n>`` (``usw2-az4``,
+#: ``cnnw1-az1``) and GovCloud's ``us-gov-west-1`` -> ``usgw1`` (the IDs ``aws ec2
+#: describe-availability-zones`` returns there). Trainium is offered in none of the others.
+AZ_ID_PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
+_QUALIFIERS = {"gov": "g"}
+
+# What AWS enforces on tags (Tagging AWS resources, "Tag naming limits and requirements"):
+# 50 user tags per resource, keys 1-128 and values 0-256 Unicode characters of letters,
+# digits, white space and _ . : / = + - @, and the `aws:` prefix reserved in any letter case.
+MAX_TAGS = 50
+#: Tag keys the platform sets itself on some resources (the launch template's Name).
+PLATFORM_TAG_KEYS = ("Name",)
+MAX_TAG_KEY, MAX_TAG_VALUE = 128, 256
+_TAG_PUNCTUATION = set("_.:/=+-@")
+#: Largest share of the IPv4 space the public endpoint may be opened to without the opt-in:
+#: 2**24 addresses (one /8, 1/256 of IPv4); an organisation's egress ranges are far smaller.
+MAX_PUBLIC_ENDPOINT_ADDRESSES = 2 ** 24
+
+
+def region_partition(region: str) -> Optional[str]:
+    """The partition of ``region`` from aws-cdk-lib's region facts, or None for an unknown region."""
+    if region not in {r.name for r in RegionInfo.regions}:
+        return None
+    return RegionInfo.get(region).partition
 
 
 def az_id_prefix(region: str) -> Optional[str]:
     """The AZ-ID prefix AWS uses for ``region`` (``us-west-2`` -> ``usw2``), if derivable."""
     parts = region.split("-")
-    if len(parts) != 3 or parts[1] not in _DIRECTIONS:
+    if len(parts) not in (3, 4) or parts[-2] not in _DIRECTIONS or not parts[-1].isdigit():
         return None
-    return f"{parts[0]}{_DIRECTIONS[parts[1]]}{parts[2]}"
+    if len(parts) == 4 and parts[1] not in _QUALIFIERS:
+        return None
+    middle = _QUALIFIERS[parts[1]] if len(parts) == 4 else ""
+    return f"{parts[0]}{middle}{_DIRECTIONS[parts[-2]]}{parts[-1]}"
+
+
+def _tag_text_ok(text: str) -> bool:
+    return all(ch in _TAG_PUNCTUATION or unicodedata.category(ch)[0] in "LNZ" for ch in text)
+
+
+def tag_problem(key: Any, value: Any) -> Optional[str]:
+    """Why AWS would refuse the tag ``key``=``value`` (None when it is valid)."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        return "tag keys and values are strings"
+    if not 1 <= len(key) <= MAX_TAG_KEY:
+        return f"tag keys are 1-{MAX_TAG_KEY} characters"
+    if len(value) > MAX_TAG_VALUE:
+        return f"tag values are at most {MAX_TAG_VALUE} characters"
+    if key.lower().startswith("aws:"):
+        return "the 'aws:' prefix is reserved for AWS"
+    if key in PLATFORM_TAG_KEYS:
+        return f"the platform sets '{key}' itself; use another key"
+    if not _tag_text_ok(key) or not _tag_text_ok(value):
+        return "use letters, digits, spaces and _ . : / = + - @ only"
+    return None
+
+
+#: Every name built from ``name_prefix``: (what, how it is built, the service's rule, max length).
+#: Stack names: CloudFormation; repository names: ECR (each path component); the job name:
+#: a DNS-1123 label, which also leaves room for its pods' ``-worker-<i>`` host-name suffix.
+_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+_ECR_COMPONENT = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+
+
+def name_prefix_problem(prefix: str, nodes: int) -> Optional[str]:
+    """Why a name built from ``prefix`` would be refused (None when all are valid)."""
+    pod_suffix = len(f"-worker-{max(nodes - 1, 0)}")
+    derived = (
+        ("CloudFormation stack name", f"{prefix}-platform", _STACK_NAME, 128),
+        ("ECR repository name", f"{prefix}/training", None, 256),
+        ("Volcano job name", f"{prefix}-{'0' * HASH_CHARS}", DNS1123_LABEL, MAX_LABEL - pod_suffix),
+    )
+    for what, name, rule, max_len in derived:
+        ok = (all(_ECR_COMPONENT.match(part) for part in name.split("/")) if rule is None
+              else bool(rule.match(name)))
+        if not ok or len(name) > max_len:
+            return (f"the {what} '{name}' built from it is invalid; use lower-case letters and digits "
+                    f"with single '-' between them, starting with a letter")
+    return None
 
 
 @dataclass(frozen=True)
@@ -80,8 +157,11 @@ class PlatformConfig:
     #: Kubernetes minor version (a key of ``KUBERNETES_RELEASES``).
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
-    #: add your workstation's /32 to use kubectl from outside the VPC).
+    #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only.
     endpoint_public_cidrs: tuple[str, ...] = ()
+    #: Opt-in for ``endpoint_public_cidrs`` that together cover more than one /8 of IPv4
+    #: (:data:`MAX_PUBLIC_ENDPOINT_ADDRESSES`). False: such sets are refused.
+    endpoint_public_allow_broad: bool = False
     #: IAM role/user ARNs given cluster-admin access entries.
     admin_principal_arns: tuple[str, ...] = ()
     #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
@@ -186,6 +266,19 @@ class PlatformConfig:
 def _validate(c: PlatformConfig) -> None:
     if not _REGION.match(c.region):
         raise ConfigError("region", c.region, "use an AWS region code such as 'us-west-2'")
+    partition = region_partition(c.region)
+    if partition is None:
+        raise ConfigError("region", c.region, "not an AWS region aws-cdk-lib knows; check the spelling")
+    if partition not in AZ_ID_PARTITIONS:
+        raise ConfigError("region", c.region, f"its partition {partition} is not supported; use a region "
+                          f"of {', '.join(AZ_ID_PARTITIONS)}")
+    for name, value in ((f.name, getattr(c, f.name)) for f in dataclasses.fields(c)):
+        if isinstance(value, tuple):
+            seen = set()
+            for item in value:
+                if item in seen:
+                    raise ConfigError(name, item, "listed twice; give each entry once")
+                seen.add(item)
     for name in ("trainium_az_id", "second_az_id"):
         value = getattr(c, name)
         if _AZ_NAME.match(value):
@@ -194,7 +287,10 @@ def _validate(c: PlatformConfig) -> None:
         if not _AZ_ID.match(value):
             raise ConfigError(name, value, "give an AZ ID such as 'usw2-az4'")
         prefix = az_id_prefix(c.region)
-        if prefix and not value.startswith(prefix + "-"):
+        if prefix is None:
+            raise ConfigError("region", c.region, "no AZ-ID scheme is known for it; use a region "
+                              "such as us-west-2 or us-gov-west-1")
+        if not value.startswith(prefix + "-"):
             raise ConfigError(name, value, f"AZ IDs of region {c.region} start with '{prefix}-'")
     if c.trainium_az_id == c.second_az_id:
         raise ConfigError("second_az_id", c.second_az_id,
@@ -225,20 +321,16 @@ def _validate(c: PlatformConfig) -> None:
     if c.kubernetes_version not in KUBERNETES_RELEASES:
         raise ConfigError("kubernetes_version", c.kubernetes_version,
                           f"supported: {', '.join(KUBERNETES_RELEASES)}")
-    for cidr in c.endpoint_public_cidrs:
-        try:
-            net = ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            raise ConfigError("endpoint_public_cidrs", cidr,
-                              "give CIDRs such as '203.0.113.7/32'") from None
-        if net.prefixlen == 0:
-            raise ConfigError("endpoint_public_cidrs", cidr,
-                              "an open API endpoint is not allowed; list your own CIDRs")
+    _validate_endpoint(c)
     for arn in c.admin_principal_arns:
-        if not _ROLE_OR_USER_ARN.match(arn):
+        match = _ROLE_OR_USER_ARN.match(arn)
+        if not match:
             raise ConfigError("admin_principal_arns", arn,
                               "give IAM role or user ARNs such as "
-                              "'arn:aws:iam::123456789012:role/Admin'")
+                              f"'arn:{partition}:iam::123456789012:role/Admin'")
+        if match.group(1) != partition:
+            raise ConfigError("admin_principal_arns", arn,
+                              f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'")
     if not 30 <= c.root_volume_gib <= 16384:
         raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
     if c.capacity_type not in CAPACITY_TYPES:
@@ -255,13 +347,21 @@ def _validate(c: PlatformConfig) -> None:
     if not _NAME_PREFIX.match(c.name_prefix):
         raise ConfigError("name_prefix", c.name_prefix,
                           "use 1-20 lower-case letters, digits or '-', starting with a letter")
+    problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
+    if problem:
+        raise ConfigError("name_prefix", c.name_prefix, problem)
     try:
         vpc_net = ipaddress.ip_network(c.vpc_cidr, strict=True)
     except ValueError:
-        raise ConfigError("vpc_cidr", c.vpc_cidr, "give a CIDR such as '10.0.0.0/16'") from None
-    if not 16 <= vpc_net.prefixlen <= 18:
-        raise ConfigError("vpc_cidr", c.vpc_cidr,
-                          "use a /16 to /18: EFA interfaces and pods take many addresses")
+        raise ConfigError("vpc_cidr", c.vpc_cidr, "give an IPv4 CIDR such as '10.0.0.0/16'") from None
+    if vpc_net.version != 4:
+        raise ConfigError("vpc_cidr", c.vpc_cidr, "the VPC's primary CIDR is IPv4; give one such as '10.0.0.0/16'")
+    if not 16 <= vpc_net.prefixlen <= 28:
+        raise ConfigError("vpc_cidr", c.vpc_cidr, "VPC CIDRs are /16 to /28 (Amazon VPC quotas); use a /16")
+    if c.existing_vpc_id is None:
+        problem = subnet_layout_problem(c.vpc_cidr)
+        if problem:
+            raise ConfigError("vpc_cidr", c.vpc_cidr, problem)
     if not 1 <= c.nat_gateways <= 2:
         raise ConfigError("nat_gateways", c.nat_gateways, "use 1 or 2")
     if c.existing_vpc_id is not None:
@@ -288,10 +388,43 @@ def _validate(c: PlatformConfig) -> None:
     # [training] checks (imported here: training_config imports this module).
     from .training_config import validate_training_config
     validate_training_config(c)
+    _validate_tags(c)
+
+
+def _validate_tags(c: PlatformConfig) -> None:
+    limit = MAX_TAGS - len(PLATFORM_TAG_KEYS)
+    if len(c.tags) > limit:
+        raise ConfigError("tags", f"{len(c.tags)} tags", f"AWS allows {MAX_TAGS} tags per resource and "
+                          f"the platform sets {len(PLATFORM_TAG_KEYS)}; give at most {limit}")
     for key, value in c.tags.items():
-        if not isinstance(key, str) or not isinstance(value, str) or not key or key.startswith("aws:"):
-            raise ConfigError("tags", {key: value}, "tags are non-empty string keys (not 'aws:') "
-                              "with string values")
+        problem = tag_problem(key, value)
+        if problem:
+            raise ConfigError("tags", {key: value}, problem)
+
+
+def _validate_endpoint(c: PlatformConfig) -> None:
+    """Public endpoint CIDRs: IPv4 (the cluster is IPv4), and together a small share of IPv4."""
+    if not isinstance(c.endpoint_public_allow_broad, bool):
+        raise ConfigError("endpoint_public_allow_broad", c.endpoint_public_allow_broad, "must be true or false")
+    nets = []
+    for cidr in c.endpoint_public_cidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("endpoint_public_cidrs", cidr,
+                              "give CIDRs such as '203.0.113.7/32'") from None
+        if net.version != 4:
+            raise ConfigError("endpoint_public_cidrs", cidr,
+                              "the cluster's endpoint is IPv4; give IPv4 CIDRs such as '203.0.113.7/32'")
+        if net.prefixlen == 0:
+            raise ConfigError("endpoint_public_cidrs", cidr,
+                              "an open API endpoint is not allowed; list your own CIDRs")
+        nets.append(net)
+    covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
+    if covered > MAX_PUBLIC_ENDPOINT_ADDRESSES and not c.endpoint_public_allow_broad:
+        raise ConfigError("endpoint_public_cidrs", ",".join(c.endpoint_public_cidrs),
+                          f"together they open the endpoint to {covered:,} addresses (more than a /8); "
+                          "list your own ranges, or set endpoint_public_allow_broad=true")
 
 
 def _validate_storage(c: PlatformConfig) -> None:

@@ -6,7 +6,11 @@ accepts it. A path that no longer exists is an error, so a stale entry cannot hi
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Validations
+from typing import Optional
+
+import jsii
+from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
 
@@ -51,22 +55,12 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
      "The FSx CSI controller's only permission is fsx:DescribeFileSystems (read-only; static "
      "volumes need no create/delete), and that action supports no resource-level permissions "
      "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'."),
-    # [addons] entries go here.
-    # Scoped to "Addons" (always present) because each role exists only when its option is on
-    # (etcd_enabled, container_insights), and an entry for a missing path is an error here.
-    ("Addons", _managed("service-role/AmazonEBSCSIDriverPolicy"),
-     "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
-     "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
-     "current with the driver's EC2 volume calls."),
-    ("Addons", _managed("CloudWatchAgentServerPolicy"),
-     "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
-     "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
-     "publishing metrics and logs."),
+    # [addons] entries: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
     # [training] entries: in TRAINING_ACKNOWLEDGEMENTS below (applied only when the job is on).
 )
 
 # [training] The image copy into ECR (cdk-ecr-deployment's singleton function, at the stack root;
-# its id is the library's fixed UUID + memory size). Applied by stacks/training.py.
+# its id is the library's fixed UUID + memory size). Applied only when the job is on.
 _ECR_DEPLOYMENT = "Custom::CDKECRDeploymentbd07c930edb94112a20f03f096f53666512MiB"
 _ECR_DEPLOYMENT_REASON = ("cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
                           "runs only during deployments to copy the built training images into the "
@@ -90,15 +84,163 @@ def _find(stack: Stack, path: str) -> IConstruct:
     return node
 
 
+class StaleAcknowledgement(ValueError):
+    """An acknowledgement that matches no finding: the reason it records no longer applies."""
+
+
+def findings(scope: IConstruct) -> set[tuple[str, str]]:
+    """(construct path, finding id) of every finding AwsSolutions and :class:`PlatformChecks`
+    report on ``scope``, ignoring no acknowledgement made later."""
+    found = set()
+    for pack in (AwsSolutionsChecks(), PlatformChecks()):
+        for violation in pack.validate_scope(scope).violations:
+            for resource in violation.violating_resources:
+                found.add((resource.construct_path, violation.rule_name))
+    return found
+
+
 def acknowledge_findings(stack: Stack, entries: tuple[tuple[str, str, str], ...]) -> None:
-    """Acknowledge ``entries`` (path, finding, reason) on the constructs of ``stack``."""
-    for path, finding, reason in entries:
+    """Acknowledge ``entries`` (path, finding, reason) on the constructs of ``stack``.
+
+    Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
+    otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
+    """
+    targets = [(_find(stack, path), path, finding, reason) for path, finding, reason in entries]
+    found = findings(stack)
+    for construct, path, finding, reason in targets:
+        base = construct.node.path
+        if not any(rule == finding and (where == base or where.startswith(base + "/")) for where, rule in found):
+            raise StaleAcknowledgement(f"cdk-nag acknowledgement of {finding} on {stack.node.path}/{path} "
+                                       "matches no finding; remove it from trainium_eks/nag.py")
+    for construct, _, finding, reason in targets:
+        pack = finding.split("-", 1)[0]
         # Findings of a validation plugin are acknowledged under the plugin's name.
-        Validations.of(_find(stack, path)).acknowledge(
-            Acknowledgment(id=f"AwsSolutions::{finding}", reason=reason)
-        )
+        Validations.of(construct).acknowledge(Acknowledgment(id=f"{pack}::{finding}", reason=reason))
 
 
-def suppress_platform_findings(stack: Stack) -> None:
-    """Acknowledge the findings the platform accepts by design (see :data:`ACKNOWLEDGEMENTS`)."""
-    acknowledge_findings(stack, ACKNOWLEDGEMENTS)
+#: Entries for resources that exist only when a configuration option is on: option -> entries.
+OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "etcd_enabled": ((
+        "Addons/EbsCsi/ControllerRole", _managed("service-role/AmazonEBSCSIDriverPolicy"),
+        "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
+        "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
+        "current with the driver's EC2 volume calls."),),
+    "container_insights": ((
+        "Addons/Observability/CloudWatchAgentRole", _managed("CloudWatchAgentServerPolicy"),
+        "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
+        "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
+        "publishing metrics and logs."),),
+    "training_enabled": TRAINING_ACKNOWLEDGEMENTS,
+}
+
+
+def suppress_platform_findings(stack: Stack, options: Optional[dict[str, bool]] = None) -> None:
+    """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, plus
+    the :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
+    extra = tuple(e for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
+                  if (options or {}).get(option) for e in entries)
+    acknowledge_findings(stack, ACKNOWLEDGEMENTS + extra)
+
+
+# What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),
+# checked here on the AWS::EKS::Cluster that aws_eks_v2 synthesizes: rule id suffix -> explanation.
+PLATFORM_PACK = "TrainiumEks"
+EKS_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+PLATFORM_RULES = {
+    "EKS1": "A public API endpoint must be limited to listed CIDRs (never 0.0.0.0/0 or unset).",
+    "EKS2": "All five control-plane log types must be on (api, audit, authenticator, "
+            "controllerManager, scheduler).",
+    "EKS3": "Kubernetes secrets must be envelope-encrypted with a KMS key.",
+}
+
+
+def eks_cluster_problems(props: dict) -> dict[str, str]:
+    """Rule suffix -> what is wrong, for the resolved properties of an AWS::EKS::Cluster."""
+    problems = {}
+    vpc = props.get("resourcesVpcConfig") or {}
+    if vpc.get("endpointPublicAccess", True):
+        cidrs = vpc.get("publicAccessCidrs") or []
+        if not cidrs or any(str(c).endswith("/0") for c in cidrs):
+            problems["EKS1"] = f"public endpoint open to {cidrs or 'all addresses (no CIDRs)'}"
+    enabled = {t.get("type") for t in (props.get("logging") or {}).get("clusterLogging", {})
+               .get("enabledTypes", [])}
+    missing = [t for t in EKS_LOG_TYPES if t not in enabled]
+    if missing:
+        problems["EKS2"] = f"control-plane log types off: {', '.join(missing)}"
+    encrypted = any("secrets" in (e.get("resources") or []) and (e.get("provider") or {}).get("keyArn")
+                    for e in props.get("encryptionConfig") or [])
+    if not encrypted:
+        problems["EKS3"] = "secrets are not envelope-encrypted with a KMS key"
+    return problems
+
+
+@jsii.implements(IApplyRule)
+class _Rule:
+    """One rule application (cdk-nag's IApplyRule) for :class:`PlatformChecks`; jsii reads each
+    member by its JavaScript name, hence the decorated properties."""
+
+    def __init__(self, suffix: str, node: CfnResource, problems: dict[str, str]) -> None:
+        self._suffix, self._node, self._problems = suffix, node, problems
+
+    @property  # type: ignore[misc]
+    @jsii.member(jsii_name="ruleSuffixOverride")
+    def rule_suffix_override(self) -> str:
+        return self._suffix
+
+    @property  # type: ignore[misc]
+    @jsii.member(jsii_name="explanation")
+    def explanation(self) -> str:
+        return PLATFORM_RULES[self._suffix]
+
+    @property  # type: ignore[misc]
+    @jsii.member(jsii_name="info")
+    def info(self) -> str:
+        detail = self._problems.get(self._suffix)
+        return f"{PLATFORM_PACK}-{self._suffix}: {detail or PLATFORM_RULES[self._suffix]}"
+
+    @property  # type: ignore[misc]
+    @jsii.member(jsii_name="level")
+    def level(self) -> NagMessageLevel:
+        return NagMessageLevel.ERROR
+
+    @property  # type: ignore[misc]
+    @jsii.member(jsii_name="node")
+    def node(self) -> CfnResource:
+        return self._node
+
+    @jsii.member(jsii_name="rule")
+    def rule(self, node: CfnResource) -> NagRuleCompliance:
+        return NagRuleCompliance.NON_COMPLIANT if self._suffix in self._problems else NagRuleCompliance.COMPLIANT
+
+
+class PlatformChecks(NagPack):
+    """cdk-nag rule pack for what AwsSolutions misses on ``aws_eks_v2`` (see :data:`PLATFORM_RULES`).
+
+    Runs at synth next to AwsSolutions: ``Validations.of(app).add_plugins(PlatformChecks(app))``.
+    """
+
+    def __init__(self, scope: Optional[IConstruct] = None) -> None:
+        super().__init__(scope)
+        self._pack_name = PLATFORM_PACK
+
+    @property
+    def name(self) -> str:
+        return PLATFORM_PACK
+
+    def _check_resource(self, node: CfnResource) -> None:
+        if node.cfn_resource_type != "AWS::EKS::Cluster":
+            return
+        props = Stack.of(node).resolve(_camel(node))
+        problems = eks_cluster_problems(props)
+        for suffix in PLATFORM_RULES:
+            self._apply_rule(_Rule(suffix, node, problems))
+
+
+def _camel(node: CfnResource) -> dict:
+    """The cluster's properties as the L1 holds them (camelCase keys, tokens unresolved)."""
+    cluster = node  # an aws_eks.CfnCluster proxy: read the properties the rules need
+    return {
+        "resourcesVpcConfig": getattr(cluster, "resources_vpc_config", None),
+        "logging": getattr(cluster, "logging", None),
+        "encryptionConfig": getattr(cluster, "encryption_config", None),
+    }

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Optional, Sequence
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
+
+#: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
+#: (name, prefix length). Private /18s: every EFA interface and every pod (VPC CNI) takes an address.
+SUBNET_LAYOUT: tuple[tuple[str, int], ...] = (("public", 24), ("private", 18))
+AZ_COUNT = 2
+
+
+def subnet_layout_problem(cidr: str) -> Optional[str]:
+    """Why :data:`SUBNET_LAYOUT` does not fit in ``cidr`` (None when it fits).
+
+    Mirrors how aws-cdk-lib's ``ec2.Vpc`` carves subnets: each group in order, one block per AZ,
+    each block starting at the next address aligned to its own size.
+    """
+    net = ipaddress.ip_network(cidr, strict=True)
+    cursor = int(net.network_address)
+    for name, prefix in SUBNET_LAYOUT:
+        size = 2 ** (32 - prefix)
+        for _ in range(AZ_COUNT):
+            cursor = -(-cursor // size) * size
+            cursor += size
+            if cursor > int(net.broadcast_address) + 1:
+                return (f"the {AZ_COUNT} public /{SUBNET_LAYOUT[0][1]} and {AZ_COUNT} private "
+                        f"/{SUBNET_LAYOUT[1][1]} subnets do not fit ({name} /{prefix} runs past "
+                        f"{net.broadcast_address}); use a /16")
+    return None
 
 
 class TrainiumNetwork(Construct):
@@ -69,11 +96,9 @@ class TrainiumNetwork(Construct):
             max_azs=2,
             nat_gateways=nat_gateways,
             subnet_configuration=[
-                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
-                # /18 each: every EFA interface and every pod (VPC CNI) takes an address.
-                ec2.SubnetConfiguration(
-                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18
-                ),
+                ec2.SubnetConfiguration(name=name, cidr_mask=prefix, subnet_type=(
+                    ec2.SubnetType.PUBLIC if name == "public" else ec2.SubnetType.PRIVATE_WITH_EGRESS))
+                for name, prefix in SUBNET_LAYOUT
             ],
         )
         for subnets in (vpc.public_subnets, vpc.private_subnets):

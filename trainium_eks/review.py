@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .config import PlatformConfig
-from .training_config import training_review
+from .training_config import training_review, training_warnings
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -27,4 +27,5 @@ def platform_review(config: PlatformConfig) -> str:
         f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
         f"etcd {'on' if config.etcd_enabled else 'off'}",
         *training_review(config),
+        *(f"warning: {line}" for line in training_warnings(config)),
     ])

@@ -6,7 +6,13 @@ so the app and a library user get the same one-line errors.
 
 from __future__ import annotations
 
+import argparse
+import difflib
 from typing import TYPE_CHECKING, Any, Optional
+
+from training.cli import build_parser
+from training.cli import _validate as validate_parsed_args
+from training.launch import script_args_from_dict
 
 from .config import ConfigError
 from .dataset_staging import check_source
@@ -32,13 +38,79 @@ def training_plan(c: "PlatformConfig") -> TrainingPlan:
     return plan
 
 
+#: Construct property -> the configuration key a user types, where they differ by more than
+#: the ``training_`` prefix.
+_CONFIG_KEYS = {"nodes": "desired_nodes", "max_nodes": "max_nodes", "name_prefix": "name_prefix",
+                "script_args": "training_script_args", "rdzv_backend": "training_rdzv_backend"}
+
+#: pretrain flags the job sets itself, and the configuration key that sets each.
+JOB_SET_FLAGS = {
+    "data_dir": "training_dataset_name", "output_dir": "training_run_name",
+    "batch_size": "training_batch_size", "grad_accum_usteps": "training_global_batch",
+    "max_steps": "training_max_steps", "model": "training_model",
+    "checkpoint_every": "training_checkpoint_every", "precompile": "(set by the precompile pass)",
+}
+
+
+def config_key(prop: str) -> str:
+    """The configuration key that feeds construct property ``prop``."""
+    return _CONFIG_KEYS.get(prop, f"training_{prop}")
+
+
 def _prefixed(call: Any) -> Any:
     """Re-raise a construct's ConfigError under the configuration key's name."""
     try:
         return call()
     except ConfigError as err:
-        key = "desired_nodes" if err.field_name == "nodes" else f"training_{err.field_name}"
-        raise ConfigError(key, err.value, err.fix) from None
+        raise ConfigError(config_key(err.field_name), err.value, err.fix) from None
+
+
+class _ArgsError(Exception):
+    pass
+
+
+def _raise(message: str) -> None:
+    raise _ArgsError(message)
+
+
+def script_args_problem(args: dict[str, Any], *, job_args: dict[str, Any]) -> Optional[tuple[str, str]]:
+    """(flag, why) if ``args`` would fail ``training.pretrain``'s own parser, else None; ``flag`` is
+    a configuration key instead when only the job's own flags clash.
+
+    The argv is the one the job renders (``job_args`` plus ``args``), parsed and checked by
+    ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error, never
+    a silent prefix match.
+    """
+    parser = build_parser()
+    parser.allow_abbrev = False
+    parser.error = _raise  # type: ignore[method-assign]
+    flags = {opt[2:]: action for action in parser._actions for opt in action.option_strings
+             if opt.startswith("--")}
+    for key, value in args.items():
+        if key in JOB_SET_FLAGS:
+            return key, f"the job sets --{key} itself; use {JOB_SET_FLAGS[key]}"
+        if key not in flags:
+            close = difflib.get_close_matches(key, list(flags), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see `python -m training.pretrain --help`"
+            return key, f"training.pretrain has no --{key}; {hint}"
+        takes_value = flags[key].nargs != 0
+        if not takes_value and not (isinstance(value, bool) or str(value).lower() in ("true", "false")):
+            return key, f"--{key} is a switch: give true or false"
+    rendered = {k: (str(v).lower() == "true" if flags[k].nargs == 0 else v) for k, v in args.items()}
+    try:
+        argv = script_args_from_dict({**rendered, **job_args})
+        parsed = parser.parse_args(argv)
+        validate_parsed_args(parser, parsed)
+    except _ArgsError as err:
+        message = str(err)
+        key = next((k for k in args if f"--{k}" in message), None)
+        if key is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
+            key = next((JOB_SET_FLAGS[k] for k in job_args if f"--{k}" in message), "training_script_args")
+            return key, message
+        return key, message
+    except argparse.ArgumentError as err:  # pragma: no cover - exit_on_error is on
+        return next(iter(args), "?"), str(err)
+    return None
 
 
 def validate_training_config(c: "PlatformConfig") -> None:
@@ -63,10 +135,51 @@ def validate_training_config(c: "PlatformConfig") -> None:
                               f"use at most {MAX_LABEL} lower-case letters, digits or '-' (a DNS-1123 label)")
     _prefixed(lambda: check_source(c.training_dataset_source))
     for key, value in c.training_script_args.items():
-        if not isinstance(key, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
             raise ConfigError("training_script_args", {key: value}, "give flag names with string values")
+    for name in ("training_max_steps", "training_checkpoint_every"):
+        if getattr(c, name) < 1:
+            raise ConfigError(name, getattr(c, name), "must be a whole number of at least 1")
+    for name in ("training_max_restarts", "training_max_retry"):
+        if getattr(c, name) > 100:
+            raise ConfigError(name, getattr(c, name), "use 0 to 100")
     if c.training_enabled:
-        training_plan(c)
+        plan = training_plan(c)
+        job_args = {"data_dir": "/data/datasets/x", "output_dir": "/data/runs/x", "model": c.training_model,
+                    "batch_size": c.training_batch_size, "grad_accum_usteps": plan.grad_accum_usteps,
+                    "max_steps": c.training_max_steps, "checkpoint_every": c.training_checkpoint_every}
+        problem = script_args_problem(dict(c.training_script_args), job_args=job_args)
+        if problem:
+            flag, why = problem
+            if flag not in c.training_script_args:  # the flag is a key of the job's own, e.g. training_max_steps
+                raise ConfigError(flag, getattr(c, flag, dict(c.training_script_args)), why)
+            raise ConfigError("training_script_args", {flag: c.training_script_args[flag]}, why)
+
+
+def job_script_args(c: "PlatformConfig") -> dict[str, Any]:
+    """``training_script_args`` as the job renders them: switches given as "true"/"false" become
+    booleans (a bare flag, or left out)."""
+    switches = {opt[2:] for action in build_parser()._actions if action.nargs == 0
+                for opt in action.option_strings if opt.startswith("--")}
+    return {k: (str(v).lower() == "true" if k in switches else v) for k, v in c.training_script_args.items()}
+
+
+def training_warnings(c: "PlatformConfig") -> list[str]:
+    """Values that are legal but most likely not what the user meant (printed, not refused)."""
+    if not c.training_enabled:
+        return []
+    warnings = []
+    if c.training_checkpoint_every >= c.training_max_steps:
+        warnings.append(f"training_checkpoint_every={c.training_checkpoint_every} >= training_max_steps="
+                        f"{c.training_max_steps}: no checkpoint before the end, a failure restarts from step 0")
+    steps_this_run = c.training_script_args.get("steps_this_run")
+    if steps_this_run is not None and int(steps_this_run) < c.training_checkpoint_every:
+        warnings.append(f"training_script_args steps_this_run={steps_this_run} < training_checkpoint_every="
+                        f"{c.training_checkpoint_every}: the run ends before its first checkpoint")
+    if c.max_nodes > 2 * c.desired_nodes:
+        warnings.append(f"max_nodes={c.max_nodes} is more than twice the job's {c.desired_nodes} nodes: "
+                        "the Volcano queue and nodegroup allow nodes the job never uses")
+    return warnings
 
 
 #: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,

@@ -1,5 +1,7 @@
 """Configuration: defaults, overrides from context, and one clear error per bad input."""
 
+import json
+
 import pytest
 
 from trainium_eks.config import ConfigError, PlatformConfig, az_id_prefix, config_from_context
@@ -43,7 +45,31 @@ def test_given_region_codes_then_az_id_prefix_is_derived():
     assert az_id_prefix("us-east-1") == "use1"
     assert az_id_prefix("ap-northeast-1") == "apne1"
     assert az_id_prefix("eu-central-1") == "euc1"
-    assert az_id_prefix("us-gov-west-1") is None
+    assert az_id_prefix("us-gov-west-1") == "usgw1"
+    assert az_id_prefix("us-gov-east-1") == "usge1"
+    assert az_id_prefix("cn-northwest-1") == "cnnw1"
+    assert az_id_prefix("us-iso-east-1") is None
+
+
+@pytest.mark.parametrize("region,az_ids", [
+    ("us-gov-west-1", ("usgw1-az1", "usgw1-az2")),
+    ("cn-north-1", ("cnn1-az1", "cnn1-az2")),
+    ("us-east-1", ("use1-az6", "use1-az5")),
+])
+def test_given_region_of_another_partition_with_its_az_ids_when_loaded_then_accepted(region, az_ids):
+    config = config_from_context({"region": region, "trainium_az_id": az_ids[0], "second_az_id": az_ids[1]})
+    assert (config.region, config.trainium_az_id) == (region, az_ids[0])
+
+
+def test_given_broad_endpoint_with_opt_in_when_loaded_then_accepted():
+    config = config_from_context({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1",
+                                  "endpoint_public_allow_broad": "true"})
+    assert config.endpoint_public_allow_broad is True
+
+
+def test_given_49_valid_tags_when_loaded_then_accepted():
+    tags = {f"team:{i}": "ml @ a/b=c+d-e_f.g" for i in range(49)}
+    assert len(config_from_context({"tags": json.dumps(tags)}).tags) == 49
 
 
 BAD_INPUTS = [
@@ -67,7 +93,53 @@ BAD_INPUTS = [
     ({"region": "oregon"}, "region", "region code"),
     ({"root_volume_gib": "10"}, "root_volume_gib", "30 to 16384"),
     ({"name_prefix": "Trn_Bert"}, "name_prefix", "lower-case"),
-    ({"vpc_cidr": "10.0.0.0/24"}, "vpc_cidr", "/16 to /18"),
+    ({"vpc_cidr": "10.0.0.0/24"}, "vpc_cidr", "do not fit"),
+    # A CIDR inside AWS's range whose subnets do not fit (crashed inside aws-cdk-lib before).
+    ({"vpc_cidr": "10.0.0.0/17"}, "vpc_cidr", "do not fit"),
+    ({"vpc_cidr": "10.0.0.0/18"}, "vpc_cidr", "do not fit"),
+    ({"vpc_cidr": "10.0.0.0/12"}, "vpc_cidr", "/16 to /28"),
+    ({"vpc_cidr": "fd00::/56"}, "vpc_cidr", "IPv4"),
+    # Names built from name_prefix: ECR repository components, stack name.
+    ({"name_prefix": "trn-"}, "name_prefix", "ECR repository name 'trn-/training'"),
+    ({"name_prefix": "trn--bert"}, "name_prefix", "ECR repository name"),
+    ({"name_prefix": "9trn"}, "name_prefix", "starting with a letter"),
+    # Public endpoint: all of IPv4 in pieces, too broad, IPv6 on the IPv4 cluster.
+    ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "endpoint_public_cidrs", "endpoint_public_allow_broad"),
+    ({"endpoint_public_cidrs": "10.0.0.0/7"}, "endpoint_public_cidrs", "more than a /8"),
+    ({"endpoint_public_cidrs": "203.0.113.0/24,198.0.0.0/8"}, "endpoint_public_cidrs", "more than a /8"),
+    ({"endpoint_public_cidrs": "2001:db8::/48"}, "endpoint_public_cidrs", "IPv4"),
+    ({"endpoint_public_cidrs": "203.0.113.7/24"}, "endpoint_public_cidrs", "give CIDRs"),
+    ({"endpoint_public_allow_broad": "maybe"}, "endpoint_public_allow_broad", "true or false"),
+    # Duplicates.
+    ({"endpoint_public_cidrs": "203.0.113.7/32,203.0.113.7/32"}, "endpoint_public_cidrs", "listed twice"),
+    ({"admin_principal_arns": "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:role/A"},
+     "admin_principal_arns", "listed twice"),
+    ({"existing_vpc_id": "vpc-0123456789abcdef0",
+      "existing_private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0"},
+     "existing_private_subnet_ids", "listed twice"),
+    # ARNs in the region's partition.
+    ({"admin_principal_arns": "arn:aws-cn:iam::123456789012:role/Admin"}, "admin_principal_arns",
+     "partition aws"),
+    ({"region": "us-gov-west-1", "trainium_az_id": "usgw1-az1", "second_az_id": "usgw1-az2",
+      "admin_principal_arns": "arn:aws:iam::123456789012:role/Admin"}, "admin_principal_arns",
+     "partition aws-us-gov"),
+    ({"admin_principal_arns": "arn:aws:iam::123456789012:group/Admins"}, "admin_principal_arns",
+     "IAM role or user ARNs"),
+    # Region <-> AZ ID in every partition.
+    ({"region": "us-gov-west-1"}, "trainium_az_id", "start with 'usgw1-'"),
+    ({"region": "cn-northwest-1", "trainium_az_id": "cnn1-az1"}, "trainium_az_id", "start with 'cnnw1-'"),
+    ({"region": "us-east-1", "trainium_az_id": "use1-az6", "second_az_id": "usw2-az3"}, "second_az_id",
+     "start with 'use1-'"),
+    ({"region": "us-iso-east-1"}, "region", "partition aws-iso is not supported"),
+    ({"region": "us-west-9"}, "region", "not an AWS region"),
+    # Tags: AWS's limits.
+    ({"tags": json.dumps({f"k{i}": "v" for i in range(50)})}, "tags", "at most 49"),
+    ({"tags": json.dumps({"k" * 129: "v"})}, "tags", "1-128 characters"),
+    ({"tags": json.dumps({"team": "v" * 257})}, "tags", "at most 256 characters"),
+    ({"tags": json.dumps({"AWS:team": "ml"})}, "tags", "'aws:' prefix is reserved"),
+    ({"tags": json.dumps({"team": "ml;rm"})}, "tags", "letters, digits, spaces"),
+    ({"tags": json.dumps({"Name": "x"})}, "tags", "the platform sets 'Name'"),
+    ({"tags": json.dumps({"": "x"})}, "tags", "1-128 characters"),
     ({"existing_vpc_id": "vpc-0123456789abcdef0"}, "existing_private_subnet_ids", "two private subnet ids"),
     ({"tags": "{not json"}, "tags", "not valid JSON"),
     ({"instnce_type": "trn1.32xlarge"}, "instnce_type", "did you mean 'instance_type'"),
