@@ -59,18 +59,26 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     # [training] entries: in TRAINING_ACKNOWLEDGEMENTS below (applied only when the job is on).
 )
 
-# [training] The image copy into ECR (cdk-ecr-deployment's singleton function, at the stack root;
-# its id is the library's fixed UUID + memory size). Applied only when the job is on.
-_ECR_DEPLOYMENT = "Custom::CDKECRDeploymentbd07c930edb94112a20f03f096f53666512MiB"
+# [training] The image copy into ECR: cdk-ecr-deployment's singleton function runs with the
+# bounded role of trainium_eks/training_image.py. Applied only when the job is on.
+_COPY_ROLE = "TrainingImages/CopyRole"
 _ECR_DEPLOYMENT_REASON = ("cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
                           "runs only during deployments to copy the built training images into the "
-                          "platform's ECR repository; its role and policy are set by the library.")
+                          "platform's ECR repository.")
 TRAINING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
-    (f"{_ECR_DEPLOYMENT}/ServiceRole", _managed("service-role/AWSLambdaBasicExecutionRole"),
-     _ECR_DEPLOYMENT_REASON),
-    (f"{_ECR_DEPLOYMENT}/ServiceRole/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
-     _ECR_DEPLOYMENT_REASON + " ecr:GetAuthorizationToken supports no resource-level permissions, "
-     "and the library grants its image read/push actions on '*' (it copies between any repositories)."),
+    (_COPY_ROLE, _managed("service-role/AWSLambdaBasicExecutionRole"),
+     _ECR_DEPLOYMENT_REASON + " Its log permissions are capped by the role's boundary to /aws/lambda/*."),
+    (f"{_COPY_ROLE}/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
+     _ECR_DEPLOYMENT_REASON + " The library grants ECR read/push and s3:GetObject on '*'; the role's "
+     "permissions boundary (TrainingImages/CopyBoundary) allows only reads of the CDK asset "
+     "repository, pushes to the platform's repository and no S3, so the effective grant is scoped."),
+    ("TrainingImages/CopyBoundary", "AwsSolutions-IAM5[Resource::*]",
+     "ecr:GetAuthorizationToken supports no resource-level permissions (Service Authorization "
+     "Reference, Amazon ECR): a token alone grants no repository access."),
+    ("TrainingImages/CopyBoundary",
+     "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/*]",
+     "Lambda names its log group after the function, whose name CloudFormation generates; the "
+     "boundary limits logging to Lambda's own log groups in this account and region."),
 )
 
 

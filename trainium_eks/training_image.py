@@ -9,6 +9,11 @@ offline (nothing is built or pulled until ``cdk deploy``).
 The CDK builds each image into its bootstrap asset repository; ``cdk-ecr-deployment`` (a
 well-kept construct library, not a hand-written copy function) then copies it into the
 platform's repository under the asset's content hash as tag, so a changed image is a new tag.
+
+The copy function's role carries a permissions boundary (:func:`copy_boundary_statements`):
+cdk-ecr-deployment 4.2.76 adds ECR read/push and ``s3:GetObject`` on ``*`` to whatever role it
+runs with, and a boundary caps what that role can do whatever the library grants: read the
+asset repository, push only to the platform's repository, no S3 (an image copy reads none).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import tempfile
 from pathlib import Path
 
 import training
+from aws_cdk import Fn
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
 from cdk_ecr_deployment import DockerImageName, ECRDeployment
 from constructs import Construct
 
@@ -63,6 +70,27 @@ def build_context(root: Path | None = None) -> Path:
     return target
 
 
+#: ECR actions the copy needs on the source (read) and the destination (push) repositories.
+ECR_READ_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage",
+                    "ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:ListImages")
+ECR_PUSH_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload", "ecr:UploadLayerPart",
+                    "ecr:CompleteLayerUpload", "ecr:PutImage", "ecr:DescribeImages", "ecr:DescribeRepositories")
+
+
+def copy_boundary_statements(*, source_repository_arn: str, dest_repository_arn: str) -> list[iam.PolicyStatement]:
+    """The most the image-copy role may do: its boundary's statements."""
+    stack_arn = "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}"
+    return [
+        # GetAuthorizationToken has no resource-level permissions (Service Authorization Reference).
+        iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+        iam.PolicyStatement(actions=list(ECR_READ_ACTIONS), resources=[source_repository_arn]),
+        iam.PolicyStatement(actions=list(ECR_PUSH_ACTIONS), resources=[dest_repository_arn]),
+        # What AWSLambdaBasicExecutionRole grants, limited to Lambda's own log groups.
+        iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                            resources=[Fn.sub(f"{stack_arn}:log-group:/aws/lambda/*")]),
+    ]
+
+
 class TrainingImages(Construct):
     """Both images, in ``repository`` as ``training-<hash>`` and ``tensorboard-<hash>``.
 
@@ -76,6 +104,7 @@ class TrainingImages(Construct):
         super().__init__(scope, id)
         context = str(build_context())
         self.copies: list[ECRDeployment] = []
+        self.copy_role: iam.Role | None = None
         uris: dict[str, str] = {}
         tags: dict[str, str] = {}
         for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
@@ -85,10 +114,28 @@ class TrainingImages(Construct):
             )
             tags[name] = f"{name}-{asset.asset_hash[:16]}"
             uris[name] = f"{repository.repository_uri}:{tags[name]}"
+            if self.copy_role is None:
+                self.copy_role = self._copy_role(asset.repository.repository_arn, repository.repository_arn)
             self.copies.append(ECRDeployment(
                 self, f"{name.title()}Copy",
                 src=DockerImageName(asset.image_uri),
                 dest=DockerImageName(uris[name]),
+                role=self.copy_role,
             ))
         self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
         self.training_tag, self.tensorboard_tag = tags["training"], tags["tensorboard"]
+
+    def _copy_role(self, source_arn: str, dest_arn: str) -> iam.Role:
+        boundary = iam.ManagedPolicy(
+            self, "CopyBoundary",
+            description="Boundary of the image-copy role: read the asset repository, push to the platform's",
+            statements=copy_boundary_statements(source_repository_arn=source_arn, dest_repository_arn=dest_arn),
+        )
+        return iam.Role(
+            self, "CopyRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
+                "service-role/AWSLambdaBasicExecutionRole")],
+            permissions_boundary=boundary,
+            description="cdk-ecr-deployment's copy function (bounded: see CopyBoundary)",
+        )
