@@ -127,6 +127,35 @@ def compute_resources(*, vcpus: int, memory_gib: int) -> tuple[dict[str, str], d
     return dict(values), dict(values)
 
 
+#: Linux capabilities the training container adds back after dropping ALL. IPC_LOCK: libfabric's
+#: EFA provider registers (pins) its communication buffers with the device, and pinning beyond
+#: RLIMIT_MEMLOCK needs CAP_IPC_LOCK (capabilities(7), mlock(2)); the Neuron and EFA device files
+#: come from the device plugins' allocations, which need no capability.
+TRAINING_CAPABILITIES = ("IPC_LOCK",)
+
+
+def container_security_context(*, add: tuple[str, ...] = (), read_only_root: bool = False) -> dict:
+    """Container securityContext: every capability dropped but ``add``, no privilege escalation."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"], **({"add": list(add)} if add else {})},
+        "readOnlyRootFilesystem": read_only_root,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security_context() -> dict:
+    """Pod securityContext: the runtime's default seccomp profile for every container."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def training_security_context() -> dict:
+    """The training container's securityContext. The root file system stays writable: the Neuron
+    compiler and runtime write work files under /tmp and the image's own directories."""
+    return container_security_context(add=TRAINING_CAPABILITIES)
+
+
 def volumes(claim_name: str) -> list[dict]:
     """Pod volumes: the FSx claim and a memory-backed /dev/shm (PyTorch's 64 MiB default is too small)."""
     return [

@@ -16,7 +16,7 @@ import torchx.specs as specs
 
 from training.job_spec import (
     DATA_MOUNT, RDZV_PORT, TASK_NAME, compute_resources, container_command, container_env,
-    device_limits, job_paths,
+    device_limits, job_paths, pod_security_context, training_security_context,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -77,9 +77,15 @@ def trn_dist_ddp(
     requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
     from trainium_eks.nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 
+    from torchx.specs.overlays import JOIN
+
     overlay = {"spec": {
         "nodeSelector": dict(TRAINIUM_NODE_LABEL),
         "tolerations": [dict(TRAINIUM_TOLERATION)],
+        "securityContext": pod_security_context(),
+        # TorchX names each pod's one container after its replica (worker-0, worker-1, ...):
+        # merge by image, which all replicas share.
+        JOIN("containers", on="image"): [{"image": image, "securityContext": training_security_context()}],
     }}
     role = specs.Role(
         name=TASK_NAME,

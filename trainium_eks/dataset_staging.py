@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT, JobPaths
+from training.job_spec import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
 
 from .config import ConfigError
 from .job_naming import hashed_name, spec_digest
@@ -58,7 +58,8 @@ def staging_script(source: str, paths: JobPaths) -> str:
         lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:'):])}")
         lines.append("find \"$src\" -name '*_training_*.hdf5' -exec ln -sf -t " + dest + " {} +")
     elif source.endswith(".tar"):
-        lines.append(f"aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x -C \"$tmp\"")
+        # No capabilities (CHOWN dropped): keep the archive's modes, not its owners.
+        lines.append(f"aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C \"$tmp\"")
         lines.append("find \"$tmp\" -name '*_training_*.hdf5' -exec mv -t " + dest + " {} +")
     else:
         lines.append(f"aws s3 sync --no-sign-request --only-show-errors {src} \"$tmp\"")
@@ -96,10 +97,15 @@ def staging_job(*, name: str, namespace: str, image: str, source: str, paths: Jo
                         "command": ["bash", "-c", staging_script(source, paths)],
                         "resources": {"requests": {"cpu": "2", "memory": "4Gi"},
                                       "limits": {"cpu": "4", "memory": "8Gi"}},
-                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
-                        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                        # Read-only root: the AWS CLI's scratch files go to an emptyDir /tmp (HOME too).
+                        "env": [{"name": "HOME", "value": "/tmp"}],
+                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT},
+                                         {"name": "tmp", "mountPath": "/tmp"}],
+                        "securityContext": container_security_context(read_only_root=True),
                     }],
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+                    "securityContext": pod_security_context(),
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                 },
             },
         },

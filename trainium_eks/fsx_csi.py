@@ -19,6 +19,15 @@ from .cluster import SYSTEM_NODE_LABEL
 from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
+#: Pod Security Admission labels of the training namespace. Enforced level: privileged, because
+#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``training.job_spec``), which the
+#: baseline level forbids; every other pod there (staging, TensorBoard) meets restricted's
+#: capability and seccomp rules. warn/audit at baseline flag anything else beyond it.
+TRAINING_NAMESPACE_PSA = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/warn": "baseline",
+    "pod-security.kubernetes.io/audit": "baseline",
+}
 #: Namespace of the training jobs (created here, with the claim).
 TRAINING_NAMESPACE = "training"
 #: The claim training pods mount (at /data).
@@ -102,7 +111,8 @@ class FsxCsiVolume(Construct):
 
         self.namespace_manifest = eks.KubernetesManifest(
             self, "Namespace", cluster=cluster,
-            manifest=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}],
+            manifest=[{"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": namespace, "labels": dict(TRAINING_NAMESPACE_PSA)}}],
         )
         self.volume_manifest = eks.KubernetesManifest(
             self, "Volume", cluster=cluster,

@@ -11,7 +11,8 @@ from constructs import Construct, IConstruct
 
 from training.job_spec import (
     RESTART_POLICIES, TASK_NAME, JobPaths, compute_resources, container_command, container_env,
-    device_limits, job_paths, rank0_endpoint, volume_mounts, volumes,
+    device_limits, job_paths, pod_security_context, rank0_endpoint, training_security_context,
+    volume_mounts, volumes,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -110,8 +111,9 @@ def pod_template(
                 "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
                 "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
                 "volumeMounts": volume_mounts(),
-                "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                "securityContext": training_security_context(),
             }],
+            "securityContext": pod_security_context(),
             "volumes": volumes(claim_name),
         },
     }

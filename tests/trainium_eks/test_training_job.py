@@ -115,7 +115,17 @@ def test_given_pod_template_then_valid_pod_and_baseline_pod_security(default_job
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **copy.deepcopy(template["metadata"])},
            "spec": copy.deepcopy(template["spec"])}
     validate_k8s(pod, "1.36")
-    assert baseline_violations(pod["spec"]) == []
+    # IPC_LOCK (EFA's pinned buffers) is the one capability beyond baseline; nothing else is.
+    assert baseline_violations(pod["spec"]) == ["trainer: capabilities ['IPC_LOCK']"]
+
+
+def test_given_pod_template_then_container_drops_all_but_ipc_lock_with_runtime_default_seccomp(default_job):
+    spec = default_job.job["spec"]["tasks"][0]["template"]["spec"]
+    (container,) = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"} == spec["securityContext"]["seccompProfile"]
 
 
 def test_given_privileged_pod_then_checker_reports_it():

@@ -63,3 +63,7 @@ def test_given_same_recipe_then_torchx_and_construct_agree():
     assert {p: set(s) for p, s in tx_mounts.items()} == {p: set(s) for p, s in mounts(our_pod, oc).items()}
     assert tx_pod["tolerations"] == our_pod["tolerations"]
     assert tx_pod["nodeSelector"] == our_pod["nodeSelector"]
+    # Hardening: the same securityContext (capabilities, seccomp, no escalation) on both.
+    assert tx_pod["securityContext"] == our_pod["securityContext"]
+    assert txc["securityContext"] == oc["securityContext"]
+    assert oc["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
