@@ -52,5 +52,6 @@ def test_given_a_fresh_virtualenv_when_the_project_is_installed_then_another_app
     template = json.loads((tmp_path / "out" / "External.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
     assert types.count("AWS::EKS::Nodegroup") == 2 and "AWS::EKS::Cluster" in types
-    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"
+             and "NetworkInterfaces" in r["Properties"]["LaunchTemplateData"]]
     assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16

@@ -7,6 +7,7 @@ from typing import Sequence
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
@@ -22,6 +23,20 @@ _ALL_LOG_TYPES = [
     eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
     eks.ClusterLoggingTypes.SCHEDULER,
 ]
+
+
+#: AWS managed policies of a node role: the kubelet's, the VPC CNI's, and image pulls only
+#: (AmazonEC2ContainerRegistryPullOnly: no ECR list/describe, unlike ...ReadOnly).
+NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly")
+
+
+def node_role(scope: Construct, id: str) -> iam.Role:
+    """The IAM role of a managed nodegroup's instances (:data:`NODE_ROLE_POLICIES`)."""
+    return iam.Role(
+        scope, id,
+        assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_ROLE_POLICIES],
+    )
 
 
 class TrainiumCluster(Construct):
@@ -72,11 +87,23 @@ class TrainiumCluster(Construct):
             secrets_encryption_key=self.secrets_key,
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
+            # Whoever deploys gets no implicit cluster-admin: admins are the listed access entries.
+            # The kubectl provider has its own admin access entry (aws_eks_v2 creates it).
+            bootstrap_cluster_creator_admin_permissions=False,
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=release.kubectl_layer(self, "KubectlLayer"),
                 private_subnets=list(subnets),
             ),
         )
+        # The provider applies manifests and charts with its own access entry: make sure the entry
+        # exists before the first apply (aws_eks_v2 adds no such dependency).
+        # Only the functions: the access entry itself refers to the handler's role.
+        kubectl_access = self.cluster.node.find_child("ClusterAdminRoleAccess")
+        for path in ("KubectlProvider/Handler/Resource", "KubectlProvider/Provider/framework-onEvent/Resource"):
+            function = self.cluster
+            for part in path.split("/"):
+                function = function.node.find_child(part)
+            function.node.add_dependency(kubectl_access)
         for index, arn in enumerate(admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{index}", arn,
@@ -90,11 +117,26 @@ class TrainiumCluster(Construct):
                   f"--region {Stack.of(self).region}",
             description="Point kubectl at the cluster (needs an admin access entry and endpoint access)",
         )
+        # IMDSv2 with hop limit 1 here too (the AMI default is 2: pods could reach the node role).
+        self.system_launch_template = ec2.CfnLaunchTemplate(
+            self, "SystemLaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_tokens="required", http_endpoint="enabled", http_put_response_hop_limit=1),
+                block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name="/dev/xvda",
+                    ebs=ec2.CfnLaunchTemplate.EbsProperty(volume_size=50, volume_type="gp3", encrypted=True,
+                                                          delete_on_termination=True))],
+            ),
+        )
+        lt = self.system_launch_template
         self.system_nodegroup = eks.Nodegroup(
             self, "SystemNodes",
             cluster=self.cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             instance_types=[ec2.InstanceType(system_instance_type)],
+            launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
+            node_role=node_role(self, "SystemNodeRole"),
             min_size=system_nodes, desired_size=system_nodes, max_size=system_nodes,
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
             labels=dict(SYSTEM_NODE_LABEL),

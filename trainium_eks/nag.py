@@ -19,7 +19,7 @@ def _managed(policy: str) -> str:
 
 
 _NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
-                       "AmazonEC2ContainerRegistryReadOnly")
+                       "AmazonEC2ContainerRegistryPullOnly")
 _NODE_ROLE_REASON = ("EKS managed nodegroups require these AWS managed policies on the node role "
                      "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps them least-privilege "
                      "for the kubelet, the VPC CNI and image pulls.")
@@ -30,7 +30,7 @@ _KUBECTL_REASON = ("The kubectl provider is aws-cdk-lib's own custom resource; i
 #: (construct path under the stack, finding id, reason)
 ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     *((path, _managed(policy), _NODE_ROLE_REASON)
-      for path in ("Cluster/SystemNodes/NodeGroupRole", "Trainium/Nodegroup/NodeGroupRole")
+      for path in ("Cluster/SystemNodeRole", "Trainium/NodeRole")
       for policy in _NODE_ROLE_POLICIES),
     ("Cluster/Cluster/Role", _managed("AmazonEKSClusterPolicy"),
      "The EKS cluster role needs AmazonEKSClusterPolicy; EKS defines no narrower policy."),

@@ -8,6 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from .cluster import node_role
 from .instance_types import InstanceFacts
 from .launch_template import TrainiumLaunchTemplate
 
@@ -73,6 +74,7 @@ class NeuronNodegroup(Construct):
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
+            node_role=node_role(self, "NodeRole"),
             subnets=ec2.SubnetSelection(subnets=[subnet]),
             min_size=min_size,
             desired_size=desired_size,

@@ -72,3 +72,30 @@ def test_given_default_config_then_an_output_gives_the_kubeconfig_command(platfo
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
     assert output["Value"] == {"Fn::Join": ["", [
         "aws eks update-kubeconfig --name ", {"Ref": cluster_id}, " --region us-west-2"]]}
+
+
+def test_given_default_config_then_creator_gets_no_implicit_admin_and_kubectl_waits_for_its_entry(platform_json):
+    assert _cluster(platform_json)["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
+    entries = resources(platform_json, "AWS::EKS::AccessEntry")
+    functions = {k: v for k, v in resources(platform_json, "AWS::Lambda::Function").items()
+                 if k.startswith("ClusterKubectlProvider")}
+    assert len(functions) == 2
+    for logical_id, function in functions.items():
+        # The provider's own admin entry: its principal is the handler's role.
+        (entry,) = [e for e in function["DependsOn"] if e in entries]
+        assert entries[entry]["Properties"]["PrincipalArn"]["Fn::GetAtt"][0].startswith(
+            "ClusterKubectlProviderHandlerServiceRole"), logical_id
+
+
+def test_given_default_config_then_every_node_has_imdsv2_hop_limit_1_and_pull_only_ecr(platform_json):
+    nodegroups = resources(platform_json, "AWS::EKS::Nodegroup")
+    templates = resources(platform_json, "AWS::EC2::LaunchTemplate")
+    assert len(nodegroups) == 2
+    for ng in nodegroups.values():
+        lt_id = ng["Properties"]["LaunchTemplate"]["Id"]["Ref"]
+        options = templates[lt_id]["Properties"]["LaunchTemplateData"]["MetadataOptions"]
+        assert options == {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1}
+        role = platform_json["Resources"][ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]
+        policies = [p["Fn::Join"][1][-1] for p in role["Properties"]["ManagedPolicyArns"]]
+        assert ":iam::aws:policy/AmazonEC2ContainerRegistryPullOnly" in policies
+        assert not any("ReadOnly" in p for p in policies)

@@ -125,7 +125,8 @@ def test_given_default_config_then_the_cluster_group_is_the_one_both_nodegroups_
     # Managed nodegroups without their own groups get the cluster group; the Trainium launch
     # template lists it on every interface: that is why it is the FSx client group.
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
-    (lt,) = resources(platform_json, "AWS::EC2::LaunchTemplate").values()
+    (lt,) = [lt for lt in resources(platform_json, "AWS::EC2::LaunchTemplate").values()
+             if "NetworkInterfaces" in lt["Properties"]["LaunchTemplateData"]]
     for nic in lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]:
         assert {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]} in nic["Groups"]
 
