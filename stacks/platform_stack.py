@@ -102,6 +102,10 @@ class TrainiumPlatformStack(Stack):
         )
         # The FSx CSI controller gets AWS credentials from Pod Identity: the agent comes first.
         self.storage_volume.driver.node.add_dependency(self.addons.observability.pod_identity_agent)
+        # So does the VPC CNI on every node (no CNI permissions on the node role): agent and CNI
+        # add-ons exist before any node joins.
+        for nodegroup in (self.cluster.system_nodegroup, self.trainium.nodegroup):
+            nodegroup.node.add_dependency(self.addons.observability.pod_identity_agent, self.cluster.vpc_cni)
         # [training] images, dataset staging, the pretraining job and TensorBoard (issue 5).
         self.training = add_training(self, config) if config.training_enabled else None
         for key, value in sorted(config.tags.items()):

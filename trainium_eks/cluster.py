@@ -25,9 +25,17 @@ _ALL_LOG_TYPES = [
 ]
 
 
-#: AWS managed policies of a node role: the kubelet's, the VPC CNI's, and image pulls only
-#: (AmazonEC2ContainerRegistryPullOnly: no ECR list/describe, unlike ...ReadOnly).
-NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly")
+#: AWS managed policies of a node role: the kubelet's and image pulls only
+#: (AmazonEC2ContainerRegistryPullOnly: no ECR list/describe, unlike ...ReadOnly). The VPC CNI's
+#: permissions sit on its own service account (:class:`TrainiumCluster`'s ``vpc_cni``).
+NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
+#: The VPC CNI's service account (EKS user guide, "Configure Amazon VPC CNI plugin to use IRSA":
+#: a role of its own for aws-node, then the policy removed from the node role).
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"
+#: The managed vpc-cni add-on's configuration: the network-policy agent on, so NetworkPolicies
+#: (etcd's) are enforced (EKS user guide, "Restrict Pod network traffic with Kubernetes network
+#: policies").
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
 
 
 def node_role(scope: Construct, id: str) -> iam.Role:
@@ -117,6 +125,20 @@ class TrainiumCluster(Construct):
                   f"--region {Stack.of(self).region}",
             description="Point kubectl at the cluster (needs an admin access entry and endpoint access)",
         )
+        # The VPC CNI as a managed add-on before any node: its own role through Pod Identity (so
+        # the node role has no EC2 network permissions) and the network-policy agent on. It takes
+        # over the self-managed copy EKS bootstraps (OVERWRITE).
+        from .addons.managed import managed_addon, pod_identity_role
+        from .versions import ADDON_PINS
+
+        self.vpc_cni_role = pod_identity_role(
+            self, "VpcCniRole", managed_policy="AmazonEKS_CNI_Policy",
+            description="Amazon VPC CNI (aws-node, EKS Pod Identity)")
+        self.vpc_cni = managed_addon(
+            self, "VpcCni", cluster=self.cluster, pin=ADDON_PINS["vpc-cni"],
+            pod_identity=(VPC_CNI_SERVICE_ACCOUNT, self.vpc_cni_role),
+            configuration=dict(VPC_CNI_CONFIGURATION))
+        self.vpc_cni.node.default_child.resolve_conflicts = "OVERWRITE"
         # IMDSv2 with hop limit 1 here too (the AMI default is 2: pods could reach the node role).
         self.system_launch_template = ec2.CfnLaunchTemplate(
             self, "SystemLaunchTemplate",
@@ -142,3 +164,4 @@ class TrainiumCluster(Construct):
             labels=dict(SYSTEM_NODE_LABEL),
             enable_node_auto_repair=True,
         )
+        self.system_nodegroup.node.add_dependency(self.vpc_cni)

@@ -18,8 +18,7 @@ def _managed(policy: str) -> str:
     return f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"
 
 
-_NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
-                       "AmazonEC2ContainerRegistryPullOnly")
+_NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
 _NODE_ROLE_REASON = ("EKS managed nodegroups require these AWS managed policies on the node role "
                      "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps them least-privilege "
                      "for the kubelet, the VPC CNI and image pulls.")
@@ -32,6 +31,10 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     *((path, _managed(policy), _NODE_ROLE_REASON)
       for path in ("Cluster/SystemNodeRole", "Trainium/NodeRole")
       for policy in _NODE_ROLE_POLICIES),
+    ("Cluster/VpcCniRole", _managed("AmazonEKS_CNI_Policy"),
+     "The VPC CNI's own role (EKS Pod Identity, only the aws-node service account) carries the "
+     "AWS managed policy the EKS user guide prescribes for it; AWS keeps it current with the "
+     "plugin's EC2 network-interface calls."),
     ("Cluster/Cluster/Role", _managed("AmazonEKSClusterPolicy"),
      "The EKS cluster role needs AmazonEKSClusterPolicy; EKS defines no narrower policy."),
     (f"{_KUBECTL}/Handler/ServiceRole", _managed("service-role/AWSLambdaBasicExecutionRole"), _KUBECTL_REASON),

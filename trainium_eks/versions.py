@@ -123,6 +123,11 @@ ADDON_PINS: dict[str, AddonPin] = {
     # driver as the 1.36 defaults in a published 1.36 configuration (2026). CloudWatch
     # observability: seen pinned in 2026 but NOT verified for 1.36 (off by default).
     "pod-identity-agent": AddonPin("eks-pod-identity-agent", "v1.3.10-eksbuild.3"),
+    # Amazon VPC CNI: v1.23.1-eksbuild.1 as installed on an EKS 1.36 cluster (inventory of
+    # 2026-09-24 in a public EKS 1.36 lab's architecture notes). EKS offers one VPC CNI build for
+    # every supported Kubernetes version at a time (EKS user guide, "Amazon VPC CNI versions":
+    # v1.20.1-eksbuild.3 for 1.27-1.33; earlier tables likewise), so it serves 1.34 and 1.35 too.
+    "vpc-cni": AddonPin("vpc-cni", "v1.23.1-eksbuild.1"),
     "node-monitoring-agent": AddonPin("eks-node-monitoring-agent", "v1.6.6-eksbuild.1"),
     "ebs-csi-driver": AddonPin("aws-ebs-csi-driver", "v1.62.0-eksbuild.1"),
     "cloudwatch-observability": AddonPin("amazon-cloudwatch-observability", "v4.10.3-eksbuild.1"),

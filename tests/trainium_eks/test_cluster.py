@@ -1,5 +1,7 @@
 """EKS cluster: version, logging, secrets encryption, endpoint access, access entries, system nodes."""
 
+import json
+
 from aws_cdk.assertions import Match, Template
 
 from tests.support import resources, synth_platform
@@ -99,3 +101,21 @@ def test_given_default_config_then_every_node_has_imdsv2_hop_limit_1_and_pull_on
         policies = [p["Fn::Join"][1][-1] for p in role["Properties"]["ManagedPolicyArns"]]
         assert ":iam::aws:policy/AmazonEC2ContainerRegistryPullOnly" in policies
         assert not any("ReadOnly" in p for p in policies)
+
+
+def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_its_own_pod_identity(platform_json):
+    addons = {a["Properties"]["AddonName"]: (k, a) for k, a in resources(platform_json, "AWS::EKS::Addon").items()}
+    cni_id, cni = addons["vpc-cni"]
+    props = cni["Properties"]
+    assert props["ConfigurationValues"] == '{"enableNetworkPolicy":"true"}'
+    assert props["ResolveConflicts"] == "OVERWRITE"
+    (association,) = props["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "aws-node"
+    role = platform_json["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    assert [p["Fn::Join"][1][-1] for p in role["ManagedPolicyArns"]] == [":iam::aws:policy/AmazonEKS_CNI_Policy"]
+    agent_id, _ = addons["eks-pod-identity-agent"]
+    for ng in resources(platform_json, "AWS::EKS::Nodegroup").values():
+        # Credentials for aws-node exist before any node joins, and nodes hold no CNI policy.
+        assert {cni_id, agent_id} <= set(ng["DependsOn"])
+        node_role = platform_json["Resources"][ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]["Properties"]
+        assert not any("CNI" in json.dumps(p) for p in node_role["ManagedPolicyArns"])

@@ -73,7 +73,11 @@ class TrainiumAddons(Construct):
 
         self.observability = ObservabilityAddons(
             self, "Observability", cluster=eks_cluster, container_insights=container_insights)
-        self.observability.node.add_dependency(system_nodes)
+        # The pod identity agent comes before the nodes (they need it for the VPC CNI's
+        # credentials; the stack orders the nodegroups after it); the rest runs on system nodes.
+        for addon in (self.observability.node_monitoring_agent, self.observability.cloudwatch):
+            if addon is not None:
+                addon.node.add_dependency(system_nodes)
 
         self.neuron = NeuronDevicePlugin(
             self, "Neuron", cluster=eks_cluster,

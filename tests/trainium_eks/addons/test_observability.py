@@ -34,15 +34,17 @@ def test_given_default_config_then_container_insights_is_off(platform_json):
     assert "amazon-cloudwatch-observability" not in _addons(platform_json)
 
 
-def test_given_default_config_then_agents_wait_for_the_system_nodes(platform_json):
+def test_given_default_config_then_monitoring_waits_for_system_nodes_and_nodes_for_pod_identity(platform_json):
     system = nodegroup_id(platform_json, "system")
-    for name in ("eks-pod-identity-agent", "eks-node-monitoring-agent"):
-        assert system in depends_on(platform_json, _addons(platform_json)[name][0]), name
+    addons = _addons(platform_json)
+    assert system in depends_on(platform_json, addons["eks-node-monitoring-agent"][0])
+    # The VPC CNI's credentials come through the agent: it is installed before any node.
+    assert addons["eks-pod-identity-agent"][0] in depends_on(platform_json, system)
 
 
 def test_given_every_managed_pin_then_versions_have_the_eksbuild_format():
     for key in ("pod-identity-agent", "node-monitoring-agent", "ebs-csi-driver",
-                "cloudwatch-observability"):
+                "cloudwatch-observability", "vpc-cni"):
         assert re.match(_EKSBUILD, ADDON_PINS[key].version), key
 
 
