@@ -27,7 +27,19 @@ from aws_cdk.region_info import RegionInfo
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .job_naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
 from .network import subnet_layout_problem
-from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+from .versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+
+
+#: Options that install an EKS managed add-on -> its ADDON_PINS key.
+OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
+#: Managed add-ons the platform always installs.
+ALWAYS_ON_ADDONS = ("pod-identity-agent", "node-monitoring-agent", "vpc-cni")
+
+
+def unverified_addons(kubernetes_version: str) -> list[str]:
+    """Always-on managed add-on pins with no published evidence for ``kubernetes_version``."""
+    return [f"{ADDON_PINS[k].name} {ADDON_PINS[k].version}" for k in ALWAYS_ON_ADDONS
+            if kubernetes_version not in ADDON_EVIDENCE[k]]
 
 
 class ConfigError(ValueError):
@@ -59,6 +71,9 @@ _DIRECTIONS = {
 #: ``cnnw1-az1``) and GovCloud's ``us-gov-west-1`` -> ``usgw1`` (the IDs ``aws ec2
 #: describe-availability-zones`` returns there). Trainium is offered in none of the others.
 AZ_ID_PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
+#: Partitions the platform deploys to: aws-cn lacks EKS Pod Identity (EKS user guide, "EKS Pod
+#: Identities": not available in China regions).
+SUPPORTED_PARTITIONS = ("aws", "aws-us-gov")
 _QUALIFIERS = {"gov": "g"}
 
 # What AWS enforces on tags (Tagging AWS resources, "Tag naming limits and requirements"):
@@ -269,9 +284,10 @@ def _validate(c: PlatformConfig) -> None:
     partition = region_partition(c.region)
     if partition is None:
         raise ConfigError("region", c.region, "not an AWS region aws-cdk-lib knows; check the spelling")
-    if partition not in AZ_ID_PARTITIONS:
-        raise ConfigError("region", c.region, f"its partition {partition} is not supported; use a region "
-                          f"of {', '.join(AZ_ID_PARTITIONS)}")
+    if partition not in SUPPORTED_PARTITIONS:
+        why = ("EKS Pod Identity, which the add-ons' credentials use, is not offered in China regions"
+               if partition == "aws-cn" else f"its partition {partition} is not supported")
+        raise ConfigError("region", c.region, f"{why}; use a region of {', '.join(SUPPORTED_PARTITIONS)}")
     for name, value in ((f.name, getattr(c, f.name)) for f in dataclasses.fields(c)):
         if isinstance(value, tuple):
             seen = set()
@@ -385,6 +401,12 @@ def _validate(c: PlatformConfig) -> None:
                  "container_insights"):
         if not isinstance(getattr(c, name), bool):
             raise ConfigError(name, getattr(c, name), "must be true or false")
+    for option, pin in OPTIONAL_ADDONS.items():
+        if getattr(c, option) and c.kubernetes_version not in ADDON_EVIDENCE[pin]:
+            verified = ", ".join(ADDON_EVIDENCE[pin]) or "none"
+            raise ConfigError(option, True, f"{ADDON_PINS[pin].name} {ADDON_PINS[pin].version} is not verified for "
+                              f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
+                              "or use a verified kubernetes_version")
     # [training] checks (imported here: training_config imports this module).
     from .training_config import validate_training_config
     validate_training_config(c)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .config import PlatformConfig
+from .config import PlatformConfig, unverified_addons
 from .training_config import training_review, training_warnings
 
 
@@ -28,4 +28,7 @@ def platform_review(config: PlatformConfig) -> str:
         f"etcd {'on' if config.etcd_enabled else 'off'}",
         *training_review(config),
         *(f"warning: {line}" for line in training_warnings(config)),
+        *(f"warning: {addon} is not verified for Kubernetes {config.kubernetes_version}; EKS refuses "
+          "versions it does not offer (check `aws eks describe-addon-versions`)"
+          for addon in unverified_addons(config.kubernetes_version)),
     ])

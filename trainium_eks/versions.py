@@ -118,10 +118,8 @@ ADDON_PINS: dict[str, AddonPin] = {
     # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
     # registry; tag-pinned (no digest could be verified offline).
     "etcd": AddonPin("gcr.io/etcd-development/etcd", "v3.5.32"),
-    # EKS managed add-ons for Kubernetes 1.36: pod identity agent as resolved by a 1.36 cluster
-    # (awslabs/awsome-distributed-ai matrix, 2026-09-16); node monitoring agent and EBS CSI
-    # driver as the 1.36 defaults in a published 1.36 configuration (2026). CloudWatch
-    # observability: seen pinned in 2026 but NOT verified for 1.36 (off by default).
+    # EKS managed add-ons: EKS refuses a version it does not offer for the cluster's Kubernetes
+    # version, so each is checked per version in ADDON_EVIDENCE below.
     "pod-identity-agent": AddonPin("eks-pod-identity-agent", "v1.3.10-eksbuild.3"),
     # Amazon VPC CNI: v1.23.1-eksbuild.1 as installed on an EKS 1.36 cluster (inventory of
     # 2026-09-24 in a public EKS 1.36 lab's architecture notes). EKS offers one VPC CNI build for
@@ -130,5 +128,39 @@ ADDON_PINS: dict[str, AddonPin] = {
     "vpc-cni": AddonPin("vpc-cni", "v1.23.1-eksbuild.1"),
     "node-monitoring-agent": AddonPin("eks-node-monitoring-agent", "v1.6.6-eksbuild.1"),
     "ebs-csi-driver": AddonPin("aws-ebs-csi-driver", "v1.62.0-eksbuild.1"),
-    "cloudwatch-observability": AddonPin("amazon-cloudwatch-observability", "v4.10.3-eksbuild.1"),
+    # v6.2.0-eksbuild.1: pinned next to kube-proxy v1.36.0-eksbuild.9 in a public EKS 1.36
+    # configuration (2026). The former v4.10.3-eksbuild.1 predates 1.36.
+    "cloudwatch-observability": AddonPin("amazon-cloudwatch-observability", "v6.2.0-eksbuild.1"),
+}
+
+#: Published evidence that EKS offers each managed add-on pin for a Kubernetes version: pin key ->
+#: {Kubernetes version: where it was seen}. Checked 2026-11 (public configurations that pin the
+#: version next to that Kubernetes version's kube-proxy or cluster version). A missing version
+#: means no evidence was found: an optional add-on is then refused on it (config checks), an
+#: always-on one is flagged in the synth review.
+ADDON_EVIDENCE: dict[str, dict[str, str]] = {
+    "pod-identity-agent": {
+        "1.34": "`aws eks describe-addon-versions --kubernetes-version 1.34` defaults of 2026-06-24 "
+                "in a public Terraform configuration (with kube-proxy v1.34.6-eksbuild.11)",
+        "1.35": "public Terraform configuration pinning it with kube-proxy v1.35.3-eksbuild.13",
+        "1.36": "add-on versions a 1.36 cluster resolved to (public deployment record, 2026)",
+    },
+    "node-monitoring-agent": {
+        "1.35": "add-on compatibility table of a public 1.35 deployment (kube-proxy v1.35.3-eksbuild.2)",
+        "1.36": "public Terraform configuration with cluster_version 1.36 (defaultVersion query)",
+    },
+    "ebs-csi-driver": {
+        "1.34": "public Terraform variable 'compatible with EKS 1.34' and the 2026-06-24 1.34 defaults",
+        "1.35": "add-on validation (ACTIVE) of a public 1.35 cluster with kube-proxy v1.35.3-eksbuild.13",
+        "1.36": "public Terraform configuration pinning it with kube-proxy v1.36.0-eksbuild.7",
+    },
+    "vpc-cni": {
+        "1.34": "EKS offers one VPC CNI build for all supported versions (EKS user guide version table; "
+                "a 2026 survey found v1.22.3-eksbuild.1 common to 1.30-1.36)",
+        "1.35": "as for 1.34",
+        "1.36": "installed on an EKS 1.36 cluster (public inventory, 2026-09-24)",
+    },
+    "cloudwatch-observability": {
+        "1.36": "public Terraform configuration pinning it with kube-proxy v1.36.0-eksbuild.9",
+    },
 }

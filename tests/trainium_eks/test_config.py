@@ -53,7 +53,6 @@ def test_given_region_codes_then_az_id_prefix_is_derived():
 
 @pytest.mark.parametrize("region,az_ids", [
     ("us-gov-west-1", ("usgw1-az1", "usgw1-az2")),
-    ("cn-north-1", ("cnn1-az1", "cnn1-az2")),
     ("us-east-1", ("use1-az6", "use1-az5")),
 ])
 def test_given_region_of_another_partition_with_its_az_ids_when_loaded_then_accepted(region, az_ids):
@@ -127,7 +126,7 @@ BAD_INPUTS = [
      "IAM role or user ARNs"),
     # Region <-> AZ ID in every partition.
     ({"region": "us-gov-west-1"}, "trainium_az_id", "start with 'usgw1-'"),
-    ({"region": "cn-northwest-1", "trainium_az_id": "cnn1-az1"}, "trainium_az_id", "start with 'cnnw1-'"),
+    ({"region": "cn-northwest-1", "trainium_az_id": "cnnw1-az1"}, "region", "Pod Identity"),
     ({"region": "us-east-1", "trainium_az_id": "use1-az6", "second_az_id": "usw2-az3"}, "second_az_id",
      "start with 'use1-'"),
     ({"region": "us-iso-east-1"}, "region", "partition aws-iso is not supported"),

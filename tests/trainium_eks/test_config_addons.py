@@ -43,3 +43,29 @@ def test_given_a_non_boolean_in_code_then_validation_refuses_it(field):
 def test_given_a_typo_of_an_add_on_flag_then_the_closest_field_is_suggested():
     with pytest.raises(ConfigError, match="did you mean 'etcd_enabled'"):
         config_from_context({"etcd_enable": "true"})
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+def test_given_container_insights_on_a_version_without_evidence_then_refused(version):
+    with pytest.raises(ConfigError) as err:
+        config_from_context({"container_insights": "true", "kubernetes_version": version})
+    assert err.value.field_name == "container_insights"
+    assert f"not verified for Kubernetes {version} (verified: 1.36)" in str(err.value)
+
+
+def test_given_container_insights_on_1_36_then_accepted():
+    assert config_from_context({"container_insights": "true"}).container_insights is True
+
+
+def test_given_every_managed_pin_then_evidence_covers_the_default_kubernetes_version():
+    from trainium_eks.versions import ADDON_EVIDENCE, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+    for key, versions in ADDON_EVIDENCE.items():
+        assert DEFAULT_KUBERNETES_VERSION in versions, key
+        assert set(versions) <= set(KUBERNETES_RELEASES), key
+
+
+def test_given_1_34_then_review_flags_the_always_on_add_on_without_evidence():
+    from trainium_eks.review import platform_review
+    review = platform_review(config_from_context({"kubernetes_version": "1.34"}))
+    assert "warning: eks-node-monitoring-agent v1.6.6-eksbuild.1 is not verified for Kubernetes 1.34" in review
+    assert "is not verified" not in platform_review(config_from_context({}))

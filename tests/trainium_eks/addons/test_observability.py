@@ -52,7 +52,7 @@ def test_given_container_insights_on_then_agent_gets_its_policy_through_pod_iden
     template = synth_platform(**ALL_OPTIONS)
     addons = _addons(template)
     logical_id, props = addons["amazon-cloudwatch-observability"]
-    assert props["AddonVersion"] == "v4.10.3-eksbuild.1"
+    assert props["AddonVersion"] == "v6.2.0-eksbuild.1"
     (association,) = props["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "cloudwatch-agent"
     role = template["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
