@@ -51,6 +51,24 @@ etcd:
 test: $(VENV)/.dev node_modules/.installed etcd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# checkov on the synthesized template, from its own pinned environment (see requirements-checkov.txt).
+# The README's security section records the result and the reason for each remaining failure.
+CHECKOV_VENV := .venv-checkov
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt constraints-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  -r requirements-checkov.txt -c constraints-checkov.txt $(QUIET_PIP)
+	touch $@
+
+# checkov-baseline.json lists the accepted failures (reasons: README, "Scanner results"); a new
+# failure fails the target. CHECKOV_ARGS=--soft-fail (or no baseline: CHECKOV_BASELINE=) for the full list.
+CHECKOV_BASELINE ?= checkov-baseline.json
+CHECKOV_ARGS ?=
+.PHONY: checkov
+checkov: $(CHECKOV_VENV)/.installed synth
+	$(CHECKOV_VENV)/bin/checkov --compact --skip-download --framework cloudformation -d cdk.out \
+	  $(if $(CHECKOV_BASELINE),--baseline $(CHECKOV_BASELINE)) $(CHECKOV_ARGS)
+
 .PHONY: bench
 # Benchmarks (numbers, not tests): the data-preparation corpus comes from Debian's SWORD packages.
 bench: $(VENV)/.dev

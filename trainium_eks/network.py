@@ -5,8 +5,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional, Sequence
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -109,10 +111,15 @@ class TrainiumNetwork(Construct):
         # Public subnets exist only for the NAT gateways; nothing gets a public address by default.
         for subnet in vpc.public_subnets:
             subnet.node.default_child.add_property_override("MapPublicIpOnLaunch", False)
+        # Flow logs name peers and ports: encrypted with a key of their own (kept with the logs).
+        key = kms.Key(self, "FlowLogsKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
+                      description="VPC flow logs of the Trainium platform")
+        key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{Stack.of(self).region}.amazonaws.com"))
         log_group = logs.LogGroup(
             self, "FlowLogs",
             retention=logs.RetentionDays.ONE_YEAR,
             removal_policy=RemovalPolicy.RETAIN,
+            encryption_key=key,
         )
         vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(log_group))
         return vpc

@@ -47,3 +47,13 @@ def test_given_created_vpc_then_vpc_and_trainium_subnet_outlive_a_stack_delete(p
                 for s in resources(platform_json, "AWS::EC2::Subnet").values()
                 if s.get("DeletionPolicy") == "Retain"]
     assert retained == ["usw2-az4 10.0.64.0/18"]
+
+
+def test_given_default_config_then_flow_logs_are_kms_encrypted_with_a_rotating_retained_key(platform_json):
+    (flow_log,) = resources(platform_json, "AWS::EC2::FlowLog").values()
+    log_group = platform_json["Resources"][flow_log["Properties"]["LogGroupName"]["Ref"]]
+    key_id = log_group["Properties"]["KmsKeyId"]["Fn::GetAtt"][0]
+    key = platform_json["Resources"][key_id]
+    assert key["Properties"]["EnableKeyRotation"] is True and key["DeletionPolicy"] == "Retain"
+    principals = [s["Principal"] for s in key["Properties"]["KeyPolicy"]["Statement"]]
+    assert {"Service": "logs.us-west-2.amazonaws.com"} in principals
