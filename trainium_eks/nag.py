@@ -241,15 +241,15 @@ class PlatformChecks(NagPack):
     def _check_resource(self, node: CfnResource) -> None:
         if node.cfn_resource_type != "AWS::EKS::Cluster":
             return
-        props = Stack.of(node).resolve(_camel(node))
+        props = Stack.of(node).resolve(_cluster_properties(node))
         problems = eks_cluster_problems(props)
         for suffix in PLATFORM_RULES:
             self._apply_rule(_Rule(suffix, node, problems))
 
 
-def _camel(node: CfnResource) -> dict:
-    """The cluster's properties as the L1 holds them (camelCase keys, tokens unresolved)."""
-    cluster = node  # an aws_eks.CfnCluster proxy: read the properties the rules need
+def _cluster_properties(cluster: CfnResource) -> dict:
+    """The properties the rules read from an ``AWS::EKS::Cluster`` (a ``CfnCluster``), by their
+    CloudFormation names in camelCase as ``Stack.resolve`` renders them."""
     return {
         "resourcesVpcConfig": getattr(cluster, "resources_vpc_config", None),
         "logging": getattr(cluster, "logging", None),

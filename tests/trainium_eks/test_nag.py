@@ -73,20 +73,13 @@ def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it
         acknowledge_findings(public_platform, (entry,))
 
 
-def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied():
-    app = cdk.App()
+def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
+    import stacks.platform_stack as platform_stack
+    applied = []
     # Built without acknowledgements: every platform entry must name something cdk-nag reports.
-    stack = cdk.Stack(app, "Bare")
-    import trainium_eks.nag as nag
-    original = nag.suppress_platform_findings
-    nag_calls = []
-    try:
-        import stacks.platform_stack as ps
-        ps.suppress_platform_findings = lambda s, options=None: nag_calls.append(s)
-        platform = TrainiumPlatformStack(app, "P2", config=config_from_context({"training_enabled": "false"}))
-    finally:
-        ps.suppress_platform_findings = original
-    assert nag_calls == [platform] and stack is not None
+    monkeypatch.setattr(platform_stack, "suppress_platform_findings", lambda s, options=None: applied.append(s))
+    platform = TrainiumPlatformStack(cdk.App(), "P2", config=config_from_context({"training_enabled": "false"}))
+    assert applied == [platform]
     found = findings(platform)
     for path, finding, _ in ACKNOWLEDGEMENTS:
         base = f"P2/{path}"
