@@ -336,6 +336,7 @@ class Loaded:
     world_size: int
     state: dict[str, Any]
     rank_state: dict[str, Any] | None  # None when the world size changed
+    meta: dict[str, Any]
 
 
 def _load(file: Path) -> Any:
@@ -361,7 +362,7 @@ def load_checkpoint(path: Path, rank: int, world_size: int, *, verified: bool = 
             "states cannot be mapped; each rank starts its data stream at a fresh epoch",
             path, meta["world_size"], world_size,
         )  # fmt: skip
-    return Loaded(path, int(meta["step"]), int(meta["world_size"]), state, rank_state)
+    return Loaded(path, int(meta["step"]), int(meta["world_size"]), state, rank_state, meta)
 
 
 def step_dirs(root: Path) -> list[tuple[int, Path]]:

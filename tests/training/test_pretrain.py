@@ -74,7 +74,7 @@ def test_given_resume_ckpt_path_then_used_unless_output_dir_has_newer(shards, tm
     # A restart with the same flags continues from fresh/step 4, not back at src/step 3.
     result = run(shards, fresh, "--max_steps", "6", "--resume_ckpt", str(step3), "--steps_this_run", "1")
     assert result["start_step"] == 4
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    with pytest.raises(ckpt.CheckpointError, match="no such checkpoint directory"):
         run(shards, tmp_path / "x", "--resume_ckpt", str(tmp_path / "nowhere"))
 
 
