@@ -70,10 +70,12 @@ def check_flags(meta: dict[str, Any], args: argparse.Namespace, num_shards: int,
             continue
         old, new = saved[name], getattr(args, name)
         if decision == REFUSED:
-            raise ResumeError(
-                f"--{name} {new} differs from {old} in checkpoint {path}: {why}; resume with "
-                f"--{name} {old} or use a new --output_dir"
-            )
+            if isinstance(old, bool):
+                change = f"--{name} is {'set' if new else 'not set'}, unlike in the run of checkpoint {path}"
+                fix = f"resume {'with' if old else 'without'} --{name}"
+            else:
+                change, fix = f"--{name} {new} differs from {old} in checkpoint {path}", f"resume with --{name} {old}"
+            raise ResumeError(f"{change}: {why}; {fix} or use a new --output_dir")
         applied.append(f"--{name} changed from {old} to {new} since checkpoint {path.name}: applied ({why})")
     old_shards = meta.get(NUM_SHARDS_KEY)
     if old_shards is not None and old_shards != num_shards:
