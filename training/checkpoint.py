@@ -38,6 +38,7 @@ import random
 import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -80,17 +81,31 @@ def fsync_dir(path: Path) -> None:
 
 
 class _HashingWriter:
-    """A write-only file that hashes what passes through it (torch.save writes sequentially)."""
+    """A write-only file that hashes what passes through it (torch.save writes sequentially).
 
-    def __init__(self, f: BinaryIO) -> None:
+    A large chunk is hashed on a second thread while this one writes it (both release the GIL),
+    so a save costs max(write, hash) rather than the sum; the chunk's buffer stays valid because
+    ``write`` returns only when both are done.
+    """
+
+    _OVERLAP_BYTES = 1 << 20
+
+    def __init__(self, f: BinaryIO, pool: ThreadPoolExecutor) -> None:
         self._f = f
+        self._pool = pool
         self.hash = hashlib.new(DIGEST)
         self.size = 0
 
     def write(self, data: bytes) -> int:
-        self.hash.update(data)
         self.size += len(data)
-        return self._f.write(data)
+        if len(data) < self._OVERLAP_BYTES:
+            self.hash.update(data)
+            return self._f.write(data)
+        hashed = self._pool.submit(self.hash.update, data)
+        try:
+            return self._f.write(data)
+        finally:
+            hashed.result()
 
     def flush(self) -> None:
         self._f.flush()
@@ -103,8 +118,8 @@ def write_file_durably(path: Path, write: Callable[[BinaryIO], None]) -> dict[st
     """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            hashed = _HashingWriter(f)
+        with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash") as pool:
+            hashed = _HashingWriter(f, pool)
             write(hashed)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())

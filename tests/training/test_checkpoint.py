@@ -306,3 +306,11 @@ def test_given_resume_ckpt_path_then_newer_ones_of_output_dir_first_then_it(tmp_
     assert ckpt.resume_candidates(out, str(src / "step_00000003")) == [out / "step_00000005", src / "step_00000003"]
     with pytest.raises(ckpt.CheckpointError, match=r"--resume_ckpt .*nowhere: no such checkpoint directory"):
         ckpt.resume_candidates(out, str(tmp_path / "nowhere"))
+
+
+def test_given_large_chunks_hashed_on_a_thread_then_digest_is_the_files(tmp_path):
+    state = {"big": torch.arange(3_000_000, dtype=torch.float32), "small": torch.ones(3)}  # 12 MB chunk
+    digest = ckpt.write_file_durably(tmp_path / "s.pt", lambda f: torch.save(state, f))
+    data = (tmp_path / "s.pt").read_bytes()
+    assert digest == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} == ckpt.file_digest(tmp_path / "s.pt")
+    assert torch.equal(torch.load(tmp_path / "s.pt")["big"], state["big"])
