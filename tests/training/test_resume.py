@@ -157,3 +157,14 @@ def test_given_resume_after_steps_past_the_checkpoint_then_tensorboard_has_each_
     assert [e.step for e in losses] == list(range(1, 9))
     second = {r["step"]: r["loss"] for r in records(out)[5:]}
     assert [e.value for e in losses[3:]] == pytest.approx([second[s] for s in range(4, 9)], rel=1e-6)
+
+
+def test_given_readme_then_its_resume_table_is_the_modules():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `--")]
+    table = {}
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[1] in (APPLIED, REFUSED):
+            table[cells[0].strip("`").removeprefix("--")] = (cells[1], cells[2])
+    assert table == RESUME_FLAGS
