@@ -121,3 +121,25 @@ def test_given_every_checkpoint_damaged_then_error_before_any_step_and_nothing_d
     assert [s for s, _ in ckpt.step_dirs(out / "checkpoints")] == [1, 2]
     assert (out / "train_log.jsonl").read_text() == log_before  # no step was run
     assert json.loads((out / "metrics.json").read_text())["end_step"] == 2
+
+
+def damaged_data(dst: Path, good: Path) -> None:
+    """Header intact, compressed data damaged: only reading the data can tell."""
+    with h5py.File(good, "r") as f:
+        chunk = f["input_ids"].id.get_chunk_info(0)  # where the first gzip chunk lies in the file
+    data = bytearray(good.read_bytes())
+    start = chunk.byte_offset + chunk.size // 2
+    for i in range(start, start + 64):
+        data[i] ^= 0xFF
+    dst.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_given_shard_data_damaged_behind_a_good_header_then_one_line_error_when_read(shards, tmp_path, workers):
+    # Pre-flight reads headers only (a full read of every shard would take minutes on the real
+    # dataset); the damage shows when the shard is loaded, and is reported in one line.
+    data = tmp_path / "data"
+    data.mkdir()
+    damaged_data(data / "a_training_0.hdf5", shards.files[0])
+    proc = pretrain(shards, tmp_path / "out", "--num_workers", workers, data_dir=data)
+    assert_one_line_error(proc, rf"{data}/a_training_0.hdf5: data unreadable \(.+\); re-create or remove it")
