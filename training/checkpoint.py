@@ -22,8 +22,9 @@ Commit protocol (every file: write, flush, fsync):
 1. rank 0 creates ``.step_00000200.partial/`` next to the final name; barrier;
 2. every rank writes its ``rank_*.pt`` and a digest side file; rank 0 writes ``state.pt``;
 3. barrier; rank 0 folds the side files into ``meta.json``, fsyncs the directory,
-   ``os.replace``-s it to ``step_00000200`` and fsyncs ``checkpoints/``. Only a directory under its final name counts, so a crash at any point
-   leaves the previous checkpoint as the newest complete one.
+   ``os.replace``-s it to ``step_00000200`` and fsyncs ``checkpoints/``. Only a directory
+   under its final name counts, so a crash at any point leaves the previous checkpoint as the
+   newest complete one.
 
 ``output_dir`` must be one file system shared by all nodes (FSx for Lustre on EKS).
 """
@@ -179,10 +180,14 @@ def verify(path: Path) -> dict[str, Any]:
             raise CheckpointError(f"{file}: no digest in meta.json")
         size = file.stat().st_size
         if size != want["bytes"]:
-            raise CheckpointError(f"{file}: {size} bytes, meta.json recorded {want['bytes']}; the file is truncated or damaged")
+            raise CheckpointError(
+                f"{file}: {size} bytes, meta.json recorded {want['bytes']}; the file is truncated or damaged"
+            )
         got = file_digest(file)[DIGEST]
         if got != want[DIGEST]:
-            raise CheckpointError(f"{file}: {DIGEST} {got[:16]} does not match meta.json's {want[DIGEST][:16]}; the file is damaged")
+            raise CheckpointError(
+                f"{file}: {DIGEST} {got[:16]} does not match meta.json's {want[DIGEST][:16]}; the file is damaged"
+            )
     return meta
 
 
