@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -331,12 +330,13 @@ def make_loader(stream: ShardStream, *, num_workers: int = 0, pin_memory: bool =
         # Its own generator: creating an iterator draws a seed from it, and drawing from the
         # global one would shift the dropout RNG stream a resumed run restores.
         generator=torch.Generator(),
-        worker_init_fn=_ignore_sigterm if num_workers else None,
+        worker_init_fn=_own_process_group if num_workers else None,
     )
 
 
-def _ignore_sigterm(_worker_id: int) -> None:
-    # torchrun signals the trainer's whole process group on a stop; a loader process dying of it
-    # would make the DataLoader raise in the trainer before its final step and checkpoint. The
-    # loader still ends with the trainer (DataLoader's shutdown, or its parent-exit watchdog).
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _own_process_group(_worker_id: int) -> None:
+    # torchrun stops a worker by signalling its whole process group; a loader process dying of
+    # that SIGTERM would make the DataLoader raise in the trainer before its last step and
+    # checkpoint (training.stop). In a group of its own it still ends with the trainer:
+    # DataLoader's shutdown (which signals its pid, not the group) or its parent-exit watchdog.
+    os.setpgid(0, 0)
