@@ -17,6 +17,9 @@ issue #119856). The pod sets the variable from its grace period (``training.job_
 Agreement: only the ranks of the signalled node see the signal. After every optimizer step
 all ranks all-reduce (MAX) their flag over a gloo group, on the CPU: a 4-byte host-side
 collective, no device work and no device->host sync, so every rank stops after the same step.
+On XLA the group uses the store of torch-xla's ``xla://`` init method, a TCPStore on
+MASTER_ADDR/MASTER_PORT (``torch_xla/_internal/rendezvous.py``), unless XLA_USE_DUMMY_STORE=1
+with TORCH_DIST_INIT_BARRIER=0 replaces it with a dummy: do not set those with this script.
 """
 
 from __future__ import annotations
