@@ -79,6 +79,7 @@ bench: $(VENV)/.dev
 	$(PY) bench/bench_prepare_data.py
 	$(PY) bench/bench_loader.py
 	$(PY) bench/bench_step.py --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
+	$(PY) bench/bench_checkpoint.py
 
 .PHONY: clean
 clean:

@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--peak_tflops", type=float, default=None, help="device BF16 peak for MFU (overrides the table)")
     a(PRECOMPILE_FLAG, action="store_true",
       help="neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard")  # fmt: skip
+    a("--debug", action="store_true",
+      help="show the traceback of input errors (by default: one line and exit code 2)")  # fmt: skip
     a("--param_digest", action="store_true",
       help="debug: each rank writes a hash of its final weights to <output_dir>/param_digest/")  # fmt: skip
     return p

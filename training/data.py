@@ -96,29 +96,53 @@ def list_shards(data_dir: str) -> list[str]:
     return files
 
 
+def _open(path: str) -> h5py.File:
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:  # h5py's message does not name the file
+        raise ShardFormatError(f"{path}: not a readable HDF5 file ({e}); re-create or remove it") from None
+
+
+def check_shard(path: str, seq_len: int, max_pred_len: int) -> int:
+    """Check a shard's datasets (names, dtypes, shapes) from its header, reading no data.
+
+    Returns the number of samples; raises ShardFormatError naming the file and the key.
+    """
+    with _open(path) as f:
+        return _check_datasets(f, path, seq_len, max_pred_len)
+
+
+def _check_datasets(f: h5py.File, path: str, seq_len: int, max_pred_len: int) -> int:
+    widths = {"seq": seq_len, "pred": max_pred_len}
+    n = None
+    for key, (dtype, width) in SHARD_FIELDS.items():
+        if key not in f or not isinstance(f[key], h5py.Dataset):
+            raise ShardFormatError(f"{path}: missing dataset '{key}'")
+        ds = f[key]
+        if ds.dtype != dtype:
+            raise ShardFormatError(f"{path}: dataset '{key}' has dtype {ds.dtype}, expected {dtype}")
+        expected = "[N]" if width is None else f"[N, {widths[width]}]"
+        shape_ok = len(ds.shape) == (1 if width is None else 2) and (
+            width is None or ds.shape[1] == widths[width]
+        )
+        if not shape_ok or (n is not None and ds.shape[0] != n):
+            raise ShardFormatError(
+                f"{path}: dataset '{key}' has shape {list(ds.shape)}, expected {expected}"
+                + (f" with N={n}" if n is not None else "")
+            )
+        n = ds.shape[0]
+    return int(n or 0)
+
+
 def read_shard(path: str, seq_len: int, max_pred_len: int, vocab_size: int | None = None) -> Shard:
     """Load and check every dataset of a shard; raise ShardFormatError naming file and key."""
-    widths = {"seq": seq_len, "pred": max_pred_len}
-    arrays: dict[str, np.ndarray] = {}
-    with h5py.File(path, "r") as f:
-        n = None
-        for key, (dtype, width) in SHARD_FIELDS.items():
-            if key not in f or not isinstance(f[key], h5py.Dataset):
-                raise ShardFormatError(f"{path}: missing dataset '{key}'")
-            ds = f[key]
-            if ds.dtype != dtype:
-                raise ShardFormatError(f"{path}: dataset '{key}' has dtype {ds.dtype}, expected {dtype}")
-            expected = "[N]" if width is None else f"[N, {widths[width]}]"
-            shape_ok = len(ds.shape) == (1 if width is None else 2) and (
-                width is None or ds.shape[1] == widths[width]
-            )
-            if not shape_ok or (n is not None and ds.shape[0] != n):
-                raise ShardFormatError(
-                    f"{path}: dataset '{key}' has shape {list(ds.shape)}, expected {expected}"
-                    + (f" with N={n}" if n is not None else "")
-                )
-            n = ds.shape[0]
-            arrays[key] = ds[()]  # reads at the stored dtype: no widening of the whole shard
+    with _open(path) as f:
+        _check_datasets(f, path, seq_len, max_pred_len)
+        try:
+            # reads at the stored dtype: no widening of the whole shard
+            arrays = {key: f[key][()] for key in SHARD_FIELDS}
+        except OSError as e:  # a damaged chunk (bad gzip stream) shows only when read
+            raise ShardFormatError(f"{path}: data unreadable ({e}); re-create or remove it") from None
     _check_values(path, arrays, seq_len, vocab_size)
     return Shard(path, arrays)
 
@@ -306,4 +330,13 @@ def make_loader(stream: ShardStream, *, num_workers: int = 0, pin_memory: bool =
         # Its own generator: creating an iterator draws a seed from it, and drawing from the
         # global one would shift the dropout RNG stream a resumed run restores.
         generator=torch.Generator(),
+        worker_init_fn=_own_process_group if num_workers else None,
     )
+
+
+def _own_process_group(_worker_id: int) -> None:
+    # torchrun stops a worker by signalling its whole process group; a loader process dying of
+    # that SIGTERM would make the DataLoader raise in the trainer before its last step and
+    # checkpoint (training.stop). In a group of its own it still ends with the trainer:
+    # DataLoader's shutdown (which signals its pid, not the group) or its parent-exit watchdog.
+    os.setpgid(0, 0)

@@ -85,7 +85,10 @@ class RunStats:
 class StepLogger:
     """Rank 0's per-step output: one stdout line, a JSONL record, TensorBoard scalars."""
 
-    def __init__(self, enabled: bool, jsonl_path: Path | None, tb_dir: str | None, restart: int) -> None:
+    def __init__(self, enabled: bool, jsonl_path: Path | None, tb_dir: str | None, restart: int,
+                 purge_step: int | None = None) -> None:  # fmt: skip
+        """``purge_step``: on resume, the first step of this run; TensorBoard then hides events
+        of that step and later that an interrupted earlier attempt wrote (no duplicate steps)."""
         self.enabled = enabled
         self.jsonl_path = jsonl_path if enabled else None
         self.restart = restart
@@ -93,7 +96,7 @@ class StepLogger:
         if enabled and tb_dir:
             from torch.utils.tensorboard import SummaryWriter  # heavy import; rank 0 only
 
-            self.writer = SummaryWriter(log_dir=tb_dir)
+            self.writer = SummaryWriter(log_dir=tb_dir, purge_step=purge_step)
 
     def log(self, step: int, values: dict[str, float | None]) -> None:
         if not self.enabled:

@@ -6,6 +6,14 @@ pytorch-optimizer (4.x) per-tensor path branches on tensor values on the host
 weight norm at 10 by default. Ours follows You et al. 2019 ("Large Batch Optimization for
 Deep Learning: Training BERT in 76 minutes", Algorithm 2) with phi = identity and uses
 ``torch.where`` so nothing waits for the device.
+
+Parameters without weight decay (biases, LayerNorm) get trust ratio 1, i.e. a plain Adam step.
+The paper applies the ratio to every layer; the implementations behind the published BERT LAMB
+results do not: NVIDIA apex ``FusedLAMB`` (used by NVIDIA's BERT recipe) documents
+``use_nvlamb`` as "Apply adaptive learning rate to 0.0 weight decay parameter (default: False)",
+and TensorFlow Addons' ``LAMB`` defaults ``exclude_from_layer_adaptation`` to the
+weight-decay exclusions. We follow them. The choice is per parameter group on the host (a
+Python float), so it adds no device work.
 """
 
 from __future__ import annotations
@@ -52,7 +60,8 @@ class Lamb(Optimizer):
         m = b1*m + (1-b1)*g ;  v = b2*v + (1-b2)*g^2
         r = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
         u = r + wd*x
-        x = x - lr * (||x|| / ||u||) * u        (ratio 1 where ||x|| or ||u|| is 0)
+        x = x - lr * (||x|| / ||u||) * u        (ratio 1 where ||x|| or ||u|| is 0,
+                                                 and for groups with wd = 0: see the module doc)
     """
 
     def __init__(
@@ -90,8 +99,10 @@ class Lamb(Optimizer):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 update = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt_().add_(group["eps"]))
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
+                if not group["weight_decay"]:
+                    p.add_(update, alpha=-group["lr"])
+                    continue
+                update.add_(p, alpha=group["weight_decay"])
                 w_norm = torch.linalg.vector_norm(p)
                 u_norm = torch.linalg.vector_norm(update)
                 ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
@@ -126,6 +137,24 @@ def build_scheduler(optimizer: Optimizer, warmup_steps: int, total_steps: int) -
     if warmup_steps < 0 or total_steps < 1 or warmup_steps > total_steps:
         raise ValueError(f"scheduler: need 0 <= warmup_steps ({warmup_steps}) <= max_steps ({total_steps})")
     return LambdaLR(optimizer, lambda s: warmup_linear_decay(s, warmup_steps, total_steps))
+
+
+def apply_hyperparameters(optimizer: Optimizer, scheduler: LambdaLR, *, lr: float, weight_decay: float) -> None:
+    """Make a restored optimizer and schedule follow this run's flags (see ``training.resume``).
+
+    A checkpoint's optimizer state carries the old peak LR (``initial_lr``, the scheduler's
+    ``base_lrs``), the old weight decay and the LR the old schedule set for the next update.
+    Replace them, then recompute the next update's LR with this run's schedule (its
+    ``lr_lambdas`` are never saved, so they already are this run's warmup and max_steps).
+    Unchanged flags give back exactly the restored values. Group 0 is the weight-decay group
+    of ``param_groups``; group 1 keeps 0.
+    """
+    optimizer.param_groups[0]["weight_decay"] = weight_decay
+    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
+    for group, fn in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = lr
+        group["lr"] = lr * fn(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]  # what get_last_lr() reports
 
 
 class MasterWeights:

@@ -1,9 +1,13 @@
 """BERT phase-1 pretraining: ``python -m training.pretrain`` (one process per device; torchrun).
 
 Reads rank/world from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK). Resumes by
-itself from the newest complete checkpoint in ``--output_dir``, so a torchrun or Volcano
+itself from the newest verified checkpoint in ``--output_dir``, so a torchrun or Volcano
 restart continues where the job stopped. See ``--help`` for the flags; the reference
 script's names and defaults are kept.
+
+Exit codes: 0 done (``--steps_this_run`` or ``--max_steps`` reached); 2 a bad input, found by
+pre-flight before the first step or by a check later (one line on stderr; ``--debug`` shows the
+traceback); 143 stopped by SIGTERM after writing a checkpoint (``training.stop``).
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ import torch
 
 from training import checkpoint as ckpt
 from training.cli import parse_args
-from training.data import DataPosition, ShardStream, list_shards, make_loader, position_from_tensor
+from training.data import DataPosition, ShardFormatError, ShardStream, make_loader, position_from_tensor
 from training.device import Backend, make_backend, resolve_precision, select_device
 from training.launch import launch_env
 from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
 from training.model import PretrainingModule, build_model, count_parameters
-from training.optim import MasterWeights
+from training.optim import MasterWeights, apply_hyperparameters
+from training.preflight import PreflightError, preflight
+from training.resume import ResumeError, check_flags, check_resumed_loss, saved_flags
+from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from training.step import make_trainer, optimizer_step
 
 log = logging.getLogger("training.pretrain")
@@ -51,20 +58,6 @@ def seed_host(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def resume_path(requested: str, root: Path) -> Path | None:
-    """The checkpoint to start from: newest complete one, or ``requested`` unless older."""
-    newest = ckpt.newest_complete(root)
-    if requested == "auto":
-        return newest
-    path = Path(requested)
-    if not ckpt.is_complete(path):
-        raise FileNotFoundError(f"--resume_ckpt {path}: not a complete checkpoint directory")
-    if newest is not None and newest.name > path.name:
-        log.info("output_dir holds %s, newer than --resume_ckpt %s: resuming from it", newest, path)
-        return newest
-    return path
 
 
 def model_state(module: PretrainingModule, master: MasterWeights | None) -> dict[str, torch.Tensor]:
@@ -101,12 +94,18 @@ class StepReporter:
         self.world_size = world_size
         self.stats = RunStats()
         self.last = time.perf_counter()
+        # (checkpoint, its recorded loss) until the first step after resuming is checked.
+        self.resumed: tuple[Path, float | None] | None = None
 
     def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         now = time.perf_counter()
         seq_per_s = self.global_batch / max(now - self.last, 1e-9)
         self.last = now
         loss_v = float(loss.item())
+        if self.resumed is not None:  # the one extra check after a resume; the value is on the host
+            path, recorded = self.resumed
+            self.resumed = None
+            check_resumed_loss(loss_v, recorded, path, step)
         self.stats.add(step, seq_per_s, loss_v)
         self.logger.log(step, {
             "loss": loss_v,
@@ -118,20 +117,33 @@ class StepReporter:
 
 
 def train(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Run (or resume) training; raises ``Stopped`` after a SIGTERM's checkpoint."""
+    stop = GracefulStop()  # first: a SIGTERM during set-up stops at the first step boundary
+    try:
+        return _train(args, stop)
+    finally:
+        stop.close()
+
+
+def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | None:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    ready = preflight(args, rank, world)  # before the device, the process group and the model
+    if rank == 0:
+        for line in ready.applied:
+            log.info("%s", line)
+    files = ready.files
     device = select_device(args.device)
     precision = resolve_precision(device, args.precision, args.fp32_master_weights)
     backend: Backend = make_backend(device, local_rank, rank, world)
     backend.configure_precision(precision, args.fp32_master_weights)
     backend.init_distributed()
+    stop.attach(world)
     output = Path(args.output_dir)
     if rank == 0:
-        output.mkdir(parents=True, exist_ok=True)
         warn_if_restarts_will_fail()
-    files = list_shards(args.data_dir)
 
     # Same seed on every rank -> same initial weights; per-rank streams are seeded below.
     seed_host(args.seed)
@@ -150,12 +162,16 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
 
     root = ckpt.checkpoint_root(output)
     step, position = 0, DataPosition()
-    start_from = resume_path(args.resume_ckpt, root)
-    if start_from is not None:
-        loaded = ckpt.load_checkpoint(start_from, rank, world)
+    loaded = ckpt.load_first_usable(ready.candidates, rank, world)
+    if loaded is not None:
+        start_from = loaded.path
+        if loaded.path != ready.candidates[0]:  # fell back past the one pre-flight checked
+            check_flags(loaded.meta, args, len(files), loaded.path)
         load_model_state(module, master, loaded.state["model"])
         optimizer.load_state_dict(loaded.state["optimizer"])
         scheduler.load_state_dict(loaded.state["scheduler"])
+        # This run's --lr, --weight_decay and schedule, not the checkpoint's (training.resume).
+        apply_hyperparameters(optimizer, scheduler, lr=args.lr, weight_decay=args.weight_decay)
         step = loaded.step
         if loaded.rank_state is not None:
             position = DataPosition(*loaded.rank_state["data_position"])
@@ -190,11 +206,15 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     trainer.model.train()
 
     writes = rank == 0 and not args.precompile
-    logger = StepLogger(writes, Path(args.step_log), args.tensorboard_dir, restart)
+    # Resumed: TensorBoard hides the events a previous attempt wrote from this step on.
+    logger = StepLogger(writes, Path(args.step_log), args.tensorboard_dir, restart,
+                        purge_step=step + 1 if loaded is not None else None)  # fmt: skip
     reporter = StepReporter(logger, global_batch, flops_per_seq, peak, world)
+    if loaded is not None:
+        reporter.resumed = (loaded.path, loaded.meta.get("loss"))
     last_position: torch.Tensor | None = None
 
-    def save(at_step: int) -> None:
+    def save(at_step: int, *, stopping: bool = False) -> None:
         backend.synchronize()  # everything materialised before rank 0 copies it to the host
         pos = position_from_tensor(last_position) if last_position is not None else position
         ckpt.save_checkpoint(
@@ -211,6 +231,9 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
                 "args": vars(args),
             },
             keep=args.keep_checkpoints,
+            meta=lambda: {"args": saved_flags(args), "num_shards": len(files),
+                          "loss": reporter.stats.losses[-1] if reporter.stats.losses else None},
+            verify_and_prune=not stopping,  # inside the grace period: the next save prunes
         )  # fmt: skip
         if rank == 0:
             log.info("checkpoint step %d written", at_step)
@@ -218,15 +241,28 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     start_step = step
     t0 = time.perf_counter()
     reporter.last = t0
+    stopped = False
     while step < end_step:
         report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if rank == 0 else None
         last_position = optimizer_step(trainer, batches, report).position
         step += 1
-        if not args.precompile and (step % args.checkpoint_every == 0 or step == end_step):
+        saved = not args.precompile and (step % args.checkpoint_every == 0 or step == end_step)
+        if saved:
             save(step)  # every N steps and at the end of this run
+        if step < end_step and stop.agreed():  # every rank, after the same step
+            if not saved and not args.precompile:
+                save(step, stopping=True)
+            stopped = True
+            break
     backend.synchronize()
     wall = time.perf_counter() - t0
     logger.close()
+    if stopped:
+        backend.barrier()
+        del batches, loader
+        backend.shutdown()
+        raise Stopped(f"stopped by SIGTERM after step {step}; checkpoint {ckpt.step_dir_name(step)} "
+                      f"holds it; exiting {STOP_EXIT_CODE} so the job restarts and resumes")
 
     if args.param_digest and not args.precompile:
         digest_dir = output / "param_digest"
@@ -241,13 +277,26 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
             extra={"device": device, "precision": precision, "model": args.model,
                    "optimizer": args.optimizer, "restart": restart, "max_steps": args.max_steps},
         )  # fmt: skip
-        Path(args.metrics_file).parent.mkdir(parents=True, exist_ok=True)
-        ckpt.write_json_durably(Path(args.metrics_file), result)
+        metrics_file = Path(args.metrics_file)
+        if step == start_step and metrics_file.exists():
+            # A restart of a finished run: keep the summary of the run that did the work.
+            log.info("nothing to do at step %d of %d; %s kept", step, args.max_steps, metrics_file)
+        else:
+            metrics_file.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.write_json_durably(metrics_file, result)
         log.info("done: %s", json.dumps(result))
     backend.barrier()
     del batches, loader
     backend.shutdown()
     return result
+
+
+def one_line(e: BaseException) -> str:
+    """The last line of an error's message (a DataLoader worker's error carries its traceback)."""
+    lines = [x for x in str(e).strip().splitlines() if x.strip()]
+    last = lines[-1].strip() if lines else type(e).__name__
+    prefix = f"{type(e).__module__}.{type(e).__name__}: "
+    return last[len(prefix):] if last.startswith(prefix) else last
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if rank == 0 else logging.WARNING,
         format=f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s",
     )
-    train(args)
+    try:
+        train(args)
+    except Stopped as e:
+        log.warning("%s", e)
+        return STOP_EXIT_CODE
+    except (PreflightError, ckpt.CheckpointError, ResumeError, ShardFormatError) as e:
+        if args.debug:
+            raise
+        print(f"error [rank {rank}]: {one_line(e)}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

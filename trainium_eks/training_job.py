@@ -11,8 +11,8 @@ from constructs import Construct, IConstruct
 
 from training.job_spec import (
     RESTART_POLICIES, TASK_NAME, JobPaths, compute_resources, container_command, container_env,
-    device_limits, job_paths, pod_security_context, rank0_endpoint, training_security_context,
-    volume_mounts, volumes,
+    device_limits, job_paths, pod_security_context, rank0_endpoint, termination_grace_period_s,
+    training_security_context, volume_mounts, volumes,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -102,8 +102,9 @@ def pod_template(
             "restartPolicy": "Never",
             "nodeSelector": {INSTANCE_TYPE_LABEL: facts.name, **TRAINIUM_NODE_LABEL},
             "tolerations": [dict(TRAINIUM_TOLERATION)],
-            # Checkpoints are written atomically; give the last one time to land on FSx.
-            "terminationGracePeriodSeconds": 120,
+            # SIGTERM -> finish the step, write a checkpoint (training.stop): time derived from
+            # a BERT-large state and the default FSx's throughput.
+            "terminationGracePeriodSeconds": termination_grace_period_s(),
             "containers": [{
                 "name": "trainer",
                 "image": image,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import textwrap
@@ -53,7 +57,7 @@ def test_given_leftovers_of_crashes_then_ignored_by_newest_complete_and_pruned(t
     assert ckpt.newest_complete(tmp_path).name == "step_00000005"
     save(tmp_path, 10)  # a later save removes the stale partial it supersedes
     assert not (tmp_path / ".step_00000009.partial").exists()
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    with pytest.raises(ckpt.CheckpointError, match=r"step_00000008/rank_00001.pt: missing"):
         ckpt.load_checkpoint(missing_rank, 0, 2)
 
 
@@ -160,3 +164,153 @@ def test_given_sigkill_during_save_then_previous_checkpoint_is_newest_complete_a
     assert loaded.step == killed_step - 1
     assert loaded.state["model"]["big"][0].item() == killed_step - 1
     assert loaded.state["model"]["big"].numel() == 60_000_000
+
+
+# --- integrity: digests, fallback, safe pruning ---------------------------------------------
+
+
+def flip_bytes(file: Path, count: int = 64) -> None:
+    """Invert ``count`` bytes in the middle of ``file``; its size stays the same."""
+    data = bytearray(file.read_bytes())
+    mid = len(data) // 2
+    for i in range(mid, mid + count):
+        data[i] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def truncate(file: Path, keep: float = 0.5) -> None:
+    file.write_bytes(file.read_bytes()[: int(file.stat().st_size * keep)])
+
+
+DAMAGE = {
+    "flipped state": (lambda d: flip_bytes(d / "state.pt"), r"state.pt: sha256 \w+ does not match"),
+    "truncated state": (lambda d: truncate(d / "state.pt"), r"state.pt: \d+ bytes, meta.json recorded \d+"),
+    "empty state": (lambda d: (d / "state.pt").write_bytes(b""), r"state.pt: 0 bytes, meta.json recorded"),
+    "truncated rank file": (lambda d: truncate(d / "rank_00001.pt"), r"rank_00001.pt: \d+ bytes"),
+    "missing rank file": (lambda d: (d / "rank_00001.pt").unlink(), r"rank_00001.pt: missing"),
+    "empty meta": (lambda d: (d / "meta.json").write_text(""), r"meta.json: unreadable"),
+}
+
+
+def save2(root: Path, step: int, keep: int = 3) -> Path:
+    """A checkpoint of two ranks (threads), as a two-process job writes it."""
+    barrier = threading.Barrier(2, timeout=30)
+    errors = []
+
+    def run(rank):
+        try:
+            ckpt.save_checkpoint(
+                root, step, ckpt.Comm(rank, 2, barrier.wait),
+                rank_state={"data_position": [0, rank, step], "rng": ckpt.capture_rng_state()},
+                global_state=lambda: {"model": {"w": torch.full((1000,), float(step))}, "step": step},
+                keep=keep, meta=lambda: {"loss": 1.0 / step},
+            )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return root / ckpt.step_dir_name(step)
+
+
+def test_given_a_save_then_meta_records_size_and_sha256_of_every_file(tmp_path):
+    path = save2(tmp_path, 5)
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["step"] == 5 and meta["world_size"] == 2 and meta["loss"] == 0.2
+    assert sorted(meta["files"]) == ["rank_00000.pt", "rank_00001.pt", "state.pt"]
+    for name, rec in meta["files"].items():
+        data = (path / name).read_bytes()
+        assert rec == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "rank_00000.pt", "rank_00001.pt", "state.pt"]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_given_damaged_newest_checkpoint_then_skipped_with_one_line_and_older_one_loads(tmp_path, caplog, damage):
+    for step in (10, 20, 30):
+        save2(tmp_path, step)
+    do, message = DAMAGE[damage]
+    do(tmp_path / "step_00000030")
+    caplog.set_level(logging.WARNING, logger="training.checkpoint")
+
+    remaining, meta = ckpt.first_verified(ckpt.resume_candidates(tmp_path, "auto"))
+
+    assert meta["step"] == 20 and [p.name for p in remaining] == ["step_00000020", "step_00000010"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert warnings[0].startswith("checkpoint step_00000030 skipped: ") and re.search(message, warnings[0])
+    loaded = ckpt.load_first_usable(remaining, rank=1, world_size=2)
+    assert loaded.step == 20 and loaded.rank_state["data_position"] == [0, 1, 20]
+    # Nothing was deleted: the damaged one stays for the save of its step to replace.
+    assert [s for s, _ in ckpt.step_dirs(tmp_path)] == [10, 20, 30]
+    save2(tmp_path, 30)
+    assert ckpt.verify(tmp_path / "step_00000030")["step"] == 30
+
+
+def test_given_every_checkpoint_damaged_then_error_names_the_newest_and_nothing_deleted(tmp_path):
+    for step in (1, 2):
+        save2(tmp_path, step)
+        flip_bytes(tmp_path / ckpt.step_dir_name(step) / "rank_00000.pt", 8)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.first_verified(ckpt.resume_candidates(tmp_path, "auto"))
+    assert str(e.value).startswith("none of the 2 checkpoints is usable (newest: ")
+    assert "step_00000002/rank_00000.pt: sha256" in str(e.value) and "\n" not in str(e.value)
+    assert [s for s, _ in ckpt.step_dirs(tmp_path)] == [1, 2]
+    assert ckpt.first_verified([]) == ([], None)  # no checkpoint at all: a fresh start
+
+
+def test_given_checkpoint_without_digests_that_cannot_be_unpickled_then_load_falls_back(tmp_path, caplog):
+    for step in (1, 2):
+        save(tmp_path, step)
+    newest = tmp_path / "step_00000002"
+    meta = json.loads((newest / "meta.json").read_text())
+    del meta["files"]  # as written before digests were recorded
+    (newest / "meta.json").write_text(json.dumps(meta))
+    truncate(newest / "state.pt")
+    remaining, _ = ckpt.first_verified(ckpt.resume_candidates(tmp_path, "auto"))
+    assert remaining[0] == newest  # without digests only loading can tell
+    caplog.set_level(logging.WARNING, logger="training.checkpoint")
+    loaded = ckpt.load_first_usable(remaining, 0, 1)
+    assert loaded.step == 1
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert re.match(r"checkpoint step_00000002 skipped: .*step_00000002/state.pt: cannot be loaded \(\w+", warning)
+
+
+def test_given_new_checkpoint_damaged_before_read_back_then_nothing_pruned(tmp_path, monkeypatch, caplog):
+    for step in (10, 20):
+        save(tmp_path, step, keep=2)
+    commit = ckpt._commit
+
+    def commit_then_damage(partial, final):  # the storage corrupts the file after the write
+        commit(partial, final)
+        flip_bytes(final / "state.pt", 16)
+
+    monkeypatch.setattr(ckpt, "_commit", commit_then_damage)
+    caplog.set_level(logging.ERROR, logger="training.checkpoint")
+    save(tmp_path, 30, keep=2)
+    assert [s for s, _ in ckpt.step_dirs(tmp_path)] == [10, 20, 30]  # the good ones are kept
+    assert "checkpoint" in caplog.text and "failed verification after writing, nothing pruned" in caplog.text
+    monkeypatch.setattr(ckpt, "_commit", commit)
+    save(tmp_path, 40, keep=2)  # verified: now the older ones may go
+    assert [s for s, _ in ckpt.step_dirs(tmp_path)] == [30, 40]
+
+
+def test_given_resume_ckpt_path_then_newer_ones_of_output_dir_first_then_it(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    save(src, 3)
+    for step in (2, 5):
+        save(out, step)
+    assert ckpt.resume_candidates(out, str(src / "step_00000003")) == [out / "step_00000005", src / "step_00000003"]
+    with pytest.raises(ckpt.CheckpointError, match=r"--resume_ckpt .*nowhere: no such checkpoint directory"):
+        ckpt.resume_candidates(out, str(tmp_path / "nowhere"))
+
+
+def test_given_large_chunks_hashed_on_a_thread_then_digest_is_the_files(tmp_path):
+    state = {"big": torch.arange(3_000_000, dtype=torch.float32), "small": torch.ones(3)}  # 12 MB chunk
+    digest = ckpt.write_file_durably(tmp_path / "s.pt", lambda f: torch.save(state, f))
+    data = (tmp_path / "s.pt").read_bytes()
+    assert digest == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} == ckpt.file_digest(tmp_path / "s.pt")
+    assert torch.equal(torch.load(tmp_path / "s.pt")["big"], state["big"])

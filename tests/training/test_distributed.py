@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import REPO, child_env, free_port
+from training import checkpoint as ckpt
 from training.launch import LaunchSpec, launch_env, script_args_from_dict, torchrun_args
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -57,12 +58,12 @@ class Job:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in self.logs)
 
 
-def start(shards, out: Path, backend: str, endpoint: str, *, max_restarts: int = 0) -> Job:
+def start(shards, out: Path, backend: str, endpoint: str, *, max_restarts: int = 0, **extra) -> Job:
     args = script_args_from_dict({
         "data_dir": str(shards.dir), "output_dir": str(out), "model": "tiny",
         "vocab_size": shards.vocab_size, "batch_size": 4, "grad_accum_usteps": 2,
         "max_steps": MAX_STEPS, "warmup_steps": 2, "lr": 5e-3, "checkpoint_every": CKPT_EVERY,
-        "keep_checkpoints": 2, "seed": 3, "param_digest": True,
+        "keep_checkpoints": 2, "seed": 3, "param_digest": True, **extra,
     })  # fmt: skip
     spec = LaunchSpec(
         nnodes=NODES, nproc_per_node=PER_NODE, rdzv_backend=backend, rdzv_endpoint=endpoint,
@@ -71,7 +72,7 @@ def start(shards, out: Path, backend: str, endpoint: str, *, max_restarts: int =
         torchrun=TORCHRUN,
     )  # fmt: skip
     env = child_env(**launch_env(spec))
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     logs = [out.parent / f"{out.name}-node{i}.log" for i in range(NODES)]
     procs = [
         subprocess.Popen(torchrun_args(spec), cwd=REPO, env=env, stdout=open(log, "wb"),
@@ -114,7 +115,9 @@ def test_given_two_nodes_with_c10d_then_loss_falls_exact_steps_identical_weights
     assert_trained(c10d_run)
     assert sorted(p.name for p in (c10d_run.out / "checkpoints").iterdir()) == ["step_00000008", "step_00000012"]
     meta = json.loads((c10d_run.out / "checkpoints" / "step_00000012" / "meta.json").read_text())
-    assert meta == {"step": 12, "world_size": 4}
+    assert meta["step"] == 12 and meta["world_size"] == 4 and meta["num_shards"] == 6
+    assert sorted(meta["files"]) == ["rank_00000.pt", "rank_00001.pt", "rank_00002.pt", "rank_00003.pt", "state.pt"]
+    assert ckpt.verify(c10d_run.out / "checkpoints" / "step_00000012") == meta
 
 
 def test_given_two_nodes_with_etcd_rendezvous_then_same_training(shards, etcd_server, tmp_path, c10d_run):
@@ -177,4 +180,46 @@ def test_given_worker_killed_mid_run_then_restart_resumes_from_checkpoint(shards
     # sample or dropout mask would move the loss by ~1e-2. (Bit-exact resume: test_pretrain.)
     clean = {r["step"]: r["loss"] for r in c10d_run.records()}
     for r in records:
+        assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (r["step"], r["loss"], clean[r["step"]])
+
+
+def test_given_sigterm_to_one_nodes_torchrun_mid_interval_then_all_ranks_checkpoint_that_step_and_rerun_loses_none(
+    shards, tmp_path, c10d_run
+):
+    # What a drained or evicted pod gets: SIGTERM to its PID 1, torchrun, which forwards it to
+    # its workers (and their loader processes: num_workers 1). Only node 1 is signalled.
+    out = tmp_path / "sigterm"
+    job = start(shards, out, "c10d", f"127.0.0.1:{free_port()}", num_workers=1)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not job.records() or job.records()[-1]["step"] < CKPT_EVERY + 1:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in job.procs), job.log_tail()
+            time.sleep(0.02)
+        os.kill(job.procs[1].pid, signal.SIGTERM)
+        codes = job.wait()
+    except BaseException:
+        job.kill_all()
+        raise
+    assert all(code != 0 for code in codes), (codes, job.log_tail())  # so that the job restarts
+    first = [r["step"] for r in job.records()]
+    stopped_at = first[-1]
+    assert first == list(range(1, stopped_at + 1)) and CKPT_EVERY < stopped_at < MAX_STEPS, first
+    # Every rank finished the same step and the checkpoint holds it; nobody was SIGKILLed.
+    newest = ckpt.newest_complete(out / "checkpoints")
+    assert newest.name == ckpt.step_dir_name(stopped_at), (newest, stopped_at, job.log_tail())
+    assert ckpt.verify(newest)["world_size"] == NODES * PER_NODE
+    tail = job.log_tail()
+    assert f"stopped by SIGTERM after step {stopped_at}" in tail and "exiting 143" in tail
+    assert "death signal, shutting down workers" in tail  # torchrun's agent forwarded it
+    assert "forcefully exiting via" not in tail, tail  # ... and did not need SIGKILL
+
+    rerun = start(shards, out, "c10d", f"127.0.0.1:{free_port()}", num_workers=1)
+    finish(rerun)
+    steps = [r["step"] for r in rerun.records()]
+    second = steps[len(first):]
+    assert second[0] == stopped_at + 1 and second[-1] == MAX_STEPS  # no step recomputed
+    assert sorted(steps) == list(range(1, MAX_STEPS + 1))
+    assert_trained(rerun)
+    clean = {r["step"]: r["loss"] for r in c10d_run.records()}
+    for r in rerun.records():  # same samples, masks and optimizer state as an uninterrupted run
         assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (r["step"], r["loss"], clean[r["step"]])

@@ -19,7 +19,8 @@ from training.optim import (
 
 
 def lamb_reference(x, grads, lr, b1, b2, eps, wd):
-    """You et al. 2019, Algorithm 2 (phi = identity), in float64 numpy, one tensor."""
+    """You et al. 2019, Algorithm 2 (phi = identity), in float64 numpy, one tensor; as in apex
+    FusedLAMB (use_nvlamb=False), no trust ratio for a tensor without weight decay."""
     m = np.zeros_like(x)
     v = np.zeros_like(x)
     for t, g in enumerate(grads, start=1):
@@ -30,7 +31,7 @@ def lamb_reference(x, grads, lr, b1, b2, eps, wd):
         r = m_hat / (np.sqrt(v_hat) + eps)
         u = r + wd * x
         xn, un = np.linalg.norm(x), np.linalg.norm(u)
-        ratio = xn / un if xn > 0 and un > 0 else 1.0
+        ratio = xn / un if xn > 0 and un > 0 and wd else 1.0
         x = x - lr * ratio * u
     return x
 
@@ -39,14 +40,17 @@ def test_given_gradients_then_lamb_matches_paper_algorithm_2():
     rng = np.random.default_rng(0)
     shapes = {"w": (7, 5), "b": (5,), "z": (3,)}
     init = {k: rng.normal(size=s) for k, s in shapes.items()}
-    init["b"][:] = 0.0  # zero weight norm: trust ratio 1
+    init["w2"] = rng.normal(size=(4,))
+    init["w2"][:] = 0.0  # zero weight norm: trust ratio 1
+    grads_w2 = [rng.normal(size=4) for _ in range(6)]
     steps = 6
     grads = {k: [rng.normal(size=s) for _ in range(steps)] for k, s in shapes.items()}
     grads["z"] = [np.zeros(3) for _ in range(steps)]  # zero update with wd=0: ratio 1, no move
+    grads["w2"] = grads_w2
     params = {k: nn.Parameter(torch.tensor(v, dtype=torch.float64)) for k, v in init.items()}
     lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-6
     opt = Lamb(
-        [{"params": [params["w"]], "weight_decay": 0.1},
+        [{"params": [params["w"], params["w2"]], "weight_decay": 0.1},
          {"params": [params["b"], params["z"]], "weight_decay": 0.0}],
         lr=lr, betas=(b1, b2), eps=eps,
     )  # fmt: skip
@@ -54,7 +58,7 @@ def test_given_gradients_then_lamb_matches_paper_algorithm_2():
         for k, p in params.items():
             p.grad = torch.tensor(grads[k][t])
         opt.step()
-    for k, wd in (("w", 0.1), ("b", 0.0), ("z", 0.0)):
+    for k, wd in (("w", 0.1), ("w2", 0.1), ("b", 0.0), ("z", 0.0)):
         expected = lamb_reference(init[k], grads[k], lr, b1, b2, eps, wd)
         np.testing.assert_allclose(params[k].detach().numpy(), expected, rtol=1e-10, atol=1e-12)
     assert not np.allclose(params["w"].detach().numpy(), init["w"])
@@ -64,11 +68,27 @@ def test_given_gradients_then_lamb_matches_paper_algorithm_2():
 def test_given_lamb_then_trust_ratio_differs_from_adam_direction():
     # Layer-wise scaling: the step length of each tensor is lr * ||x|| (update normalised).
     p = nn.Parameter(torch.full((100,), 3.0))
-    opt = Lamb([p], lr=0.1)
+    opt = Lamb([p], lr=0.1, weight_decay=0.01)
     p.grad = torch.ones(100) * 1e-3
     before = p.detach().clone()
     opt.step()
     assert torch.linalg.vector_norm(before - p.detach()).item() == pytest.approx(0.1 * 30.0, rel=1e-4)
+
+
+def test_given_no_weight_decay_group_then_lamb_takes_torch_adams_step():
+    # Bias/LayerNorm (wd = 0): trust ratio 1, as apex FusedLAMB's default and TF Addons do.
+    rng = np.random.default_rng(1)
+    init = rng.normal(size=(6,)) * 5
+    lamb_p = nn.Parameter(torch.tensor(init))
+    adam_p = nn.Parameter(torch.tensor(init))
+    lamb = Lamb([{"params": [lamb_p], "weight_decay": 0.0}], lr=0.01, eps=1e-6)
+    adam = torch.optim.Adam([adam_p], lr=0.01, betas=(0.9, 0.999), eps=1e-6)
+    for _ in range(5):
+        g = torch.tensor(rng.normal(size=(6,)))
+        lamb_p.grad, adam_p.grad = g.clone(), g.clone()
+        lamb.step(), adam.step()
+    np.testing.assert_allclose(lamb_p.detach().numpy(), adam_p.detach().numpy(), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(lamb_p.detach().numpy(), init)
 
 
 def test_given_bad_hyperparameters_then_lamb_refuses():

@@ -74,7 +74,7 @@ def test_given_resume_ckpt_path_then_used_unless_output_dir_has_newer(shards, tm
     # A restart with the same flags continues from fresh/step 4, not back at src/step 3.
     result = run(shards, fresh, "--max_steps", "6", "--resume_ckpt", str(step3), "--steps_this_run", "1")
     assert result["start_step"] == 4
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    with pytest.raises(ckpt.CheckpointError, match="no such checkpoint directory"):
         run(shards, tmp_path / "x", "--resume_ckpt", str(tmp_path / "nowhere"))
 
 
@@ -128,3 +128,34 @@ def test_given_module_entry_point_then_runs_as_torchrun_would(shards, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 2 | loss" in proc.stdout
     assert json.loads((out / "metrics.json").read_text())["end_step"] == 2
+
+
+def test_given_sigterm_mid_interval_then_that_step_is_checkpointed_and_exit_143(shards, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "stop"
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "training.pretrain", *args_for(shards, out, "--max_steps", "500", "--checkpoint_every", "100")],
+        cwd=REPO, env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "train_log.jsonl").exists() or len(log_steps(out)) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, stderr[-3000:]
+    stopped_at = log_steps(out)[-1]
+    assert 3 <= stopped_at < 100
+    assert f"stopped by SIGTERM after step {stopped_at}; checkpoint step_{stopped_at:08d} holds it" in stderr
+    assert [s for s, _ in ckpt.step_dirs(out / "checkpoints")] == [stopped_at]
+    assert ckpt.verify(out / "checkpoints" / f"step_{stopped_at:08d}")["step"] == stopped_at
+    assert not (out / "metrics.json").exists()  # the run is not finished
+    resumed = run(shards, out, "--max_steps", "500", "--checkpoint_every", "100", "--steps_this_run", "1")
+    assert resumed["start_step"] == stopped_at and log_steps(out)[-1] == stopped_at + 1

@@ -174,3 +174,19 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
     assert any("kubectl port-forward -n training svc/tensorboard 6006:6006" == v for v in values)
     assert any(v.endswith("-- neuron-top") for v in values)
     assert any(v.startswith("kubectl get vcjob -n training trn-bert-") for v in values)
+
+
+def test_given_default_job_then_pod_grace_period_and_torchrun_timeout_fit_a_bert_large_stop(default_job):
+    from trainium_eks.config import PlatformConfig
+    from trainium_eks.fsx import resolved_throughput
+    from training.job_spec import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
+
+    pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    # 2 x (4.3 s step + 4.03 GB / 146.5 MB/s) = 64 s for the workers, 15 s more for torchrun.
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "64"
+    assert pod["terminationGracePeriodSeconds"] == 79
+    # The estimate is for the file system the platform deploys by default.
+    defaults = PlatformConfig()
+    assert defaults.fsx_deployment_type == "PERSISTENT_2" and defaults.fsx_storage_gib == DEFAULT_FSX_STORAGE_GIB
+    assert resolved_throughput(defaults.fsx_deployment_type, defaults.fsx_throughput_per_tib) == DEFAULT_FSX_MB_S_PER_TIB
