@@ -6,11 +6,14 @@
         [--num_workers N] [--num_shards K | --samples_per_shard S] [--whole_word_mask] \\
         [--do_lower_case | --no_lower_case] [--no_progress] [--overwrite]
 
-Input: UTF-8 text, one sentence per line, a blank line between documents (invalid bytes are
-replaced). Output: ``<prefix>_training_<k>.hdf5``, the layout of the public Neuron/NVIDIA shards:
-gzip datasets ``input_ids`` [N,S] int32, ``input_mask`` [N,S] int8, ``segment_ids`` [N,S] int8,
-``masked_lm_positions`` [N,P] int32, ``masked_lm_ids`` [N,P] int32, ``next_sentence_labels`` [N]
-int8 (1 = B is a random segment), zero padded; S = --max_seq_len, P = --max_pred_len.
+Input: text, one sentence per line, a blank line between documents; UTF-8 unless --encoding
+says otherwise. Binary files and archives are refused; an invalid byte is an error naming file,
+line and offset unless --errors replace. Output: a shard set (``training.shard_format``): the
+directory --output_dir holding ``<prefix>_training_<k>.hdf5`` in the layout of the public
+Neuron/NVIDIA shards (``next_sentence_labels`` 1 = B is a random segment; S = --max_seq_len,
+P = --max_pred_len) and ``manifest.json``. It is built in a hidden sibling directory and renamed
+into place when complete; SIGINT/SIGTERM stop the tool at any phase with exit 130/143 and leave
+--output_dir as it was.
 
 Algorithm (BERT's): per document, sentences are gathered until they reach a target length
 (max_seq_len - 3 tokens, or with probability short_seq_prob a random length in [2, max]); a random
@@ -38,12 +41,16 @@ Pipeline, and why its output does not depend on --num_workers:
    label per sample) sends each sample to a shard in one streaming pass over the spool; each
    shard is then permuted in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
-4. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes.
+4. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes; then the
+   manifest (sample counts, SHA-256), and publish.
+Step 2 per chunk is ``_build_chunk``; ``training.prepare_indexed`` runs it on Kubernetes Indexed
+Job pods and steps 3-4 on one of them, for the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
 import os
 import random
@@ -55,7 +62,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO
@@ -65,6 +73,21 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from training import interrupt
+from training.shard_format import (
+    SHARD_FIELDS,
+    SHARD_NAME,
+    Manifest,
+    ShardEntry,
+    ShardSetError,
+    discard,
+    open_staging,
+    publish,
+    sha256_of,
+    shard_entry,
+    write_manifest,
+)
+from training.text_input import ERROR_MODES, check_encoding, check_text_files, decode_chunk
 from training.vocab import (
     CONTINUATION_PREFIX,
     SPECIAL_TOKENS,
@@ -76,13 +99,13 @@ from training.vocab import (
     read_vocab,
 )
 
-SHARD_NAME = "{prefix}_training_{index}.hdf5"
 DEFAULT_CHUNK_MB = 2.0  # "random next" pool of several hundred Wikipedia-sized articles; balances work
 DEFAULT_SAMPLES_PER_SHARD = 65536
 _ENCODE_BATCH = 4096  # sentences per encode call: bounds the Encoding objects alive at once
 _ROUTE_BLOCK = 1 << 16  # spool records read per routing step
 # Stream tags keep the RNGs of the different stages independent for the same seed.
 _BUILD, _ROUTE, _SHUFFLE = 0, 1, 2
+log = logging.getLogger("training.prepare_data")
 
 
 @dataclass(frozen=True)
@@ -486,18 +509,25 @@ class _WorkerState:
     vocab: VocabInfo
     tokenizer: Tokenizer
     dtype: np.dtype
+    encoding: str = "utf-8"
+    errors: str = "strict"
 
 
 _STATE: _WorkerState | None = None
 
 
-def _init_worker(vocab_path: str, cfg: PrepConfig, single_threaded_tokenizer: bool) -> None:
+def _init_worker(
+    vocab_path: str, cfg: PrepConfig, single_threaded_tokenizer: bool, encoding: str = "utf-8", errors: str = "strict"
+) -> None:
     global _STATE
     if single_threaded_tokenizer:
         # One tokenizer thread per worker process: the processes already fill the cores.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        interrupt.ignore_interactive_interrupt()
     vocab, info = load_vocab(vocab_path)
-    _STATE = _WorkerState(cfg, info, bert_tokenizer(vocab, cfg.lower_case), record_dtype(cfg, info.size))
+    _STATE = _WorkerState(
+        cfg, info, bert_tokenizer(vocab, cfg.lower_case), record_dtype(cfg, info.size), encoding, errors
+    )
 
 
 @dataclass
@@ -512,7 +542,8 @@ def _build_chunk(chunk: Chunk) -> _ChunkResult:
     assert _STATE is not None
     with open(chunk.path, "rb") as handle:
         handle.seek(chunk.start)
-        text = handle.read(chunk.end - chunk.start).decode("utf-8", errors="replace")
+        raw = handle.read(chunk.end - chunk.start)
+    text = decode_chunk(raw, chunk.path, chunk.start, _STATE.encoding, _STATE.errors)
     tokenized = tokenize_documents(text, _STATE.tokenizer)
     key = (chunk.file_index, chunk.chunk_index)
     records = make_samples(tokenized, _STATE.cfg, _STATE.vocab, _STATE.dtype, key)
@@ -520,8 +551,8 @@ def _build_chunk(chunk: Chunk) -> _ChunkResult:
     return _ChunkResult(records, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
 
 
-def _write_shard(job: tuple[str, str, int]) -> int:
-    """Shuffle one shard's spooled records and write them as HDF5; returns the sample count."""
+def _write_shard(job: tuple[str, str, int]) -> ShardEntry:
+    """Shuffle one shard's spooled records and write them as HDF5; returns its manifest entry."""
     assert _STATE is not None
     spool, out, shard = job
     records = np.fromfile(spool, dtype=_STATE.dtype)
@@ -529,7 +560,7 @@ def _write_shard(job: tuple[str, str, int]) -> int:
     records = records[np_rng.permutation(len(records))]
     write_hdf5(Path(out), records, _STATE.cfg)
     os.remove(spool)
-    return len(records)
+    return shard_entry(out, len(records))
 
 
 def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig) -> None:
@@ -537,14 +568,15 @@ def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig) -> None:
     pos = np.arange(cfg.max_seq_len, dtype=np.int32)[None, :]
     length = records["length"][:, None].astype(np.int32)
     len_a = records["len_a"][:, None].astype(np.int32)
-    arrays = {
-        "input_ids": records["ids"].astype(np.int32),
-        "input_mask": (pos < length).astype(np.int8),
-        "segment_ids": ((pos >= len_a + 2) & (pos < length)).astype(np.int8),
-        "masked_lm_positions": records["positions"].astype(np.int32),
-        "masked_lm_ids": records["labels"].astype(np.int32),
-        "next_sentence_labels": records["next_sentence"].astype(np.int8),
+    values = {
+        "input_ids": records["ids"],
+        "input_mask": pos < length,
+        "segment_ids": (pos >= len_a + 2) & (pos < length),
+        "masked_lm_positions": records["positions"],
+        "masked_lm_ids": records["labels"],
+        "next_sentence_labels": records["next_sentence"],
     }
+    arrays = {name: values[name].astype(dtype) for name, (dtype, _) in SHARD_FIELDS.items()}
     partial = path.with_name(path.name + ".partial")
     with h5py.File(partial, "w") as handle:
         for name, array in arrays.items():
@@ -583,13 +615,16 @@ def prepare_shards(
     chunk_bytes: int = int(DEFAULT_CHUNK_MB * (1 << 20)),
     overwrite: bool = False,
     progress: bool | None = False,
+    encoding: str = "utf-8",
+    errors: str = "strict",
 ) -> PrepSummary:
     """Make pretraining shards from a corpus; see the module docstring.
 
     Args:
         inputs: corpus files or directories (see ``training.vocab.expand_inputs`` for the order).
         vocab_path: vocab.txt with the BERT special tokens, [PAD] on the first line.
-        output_dir: where ``<output_prefix>_training_<k>.hdf5`` go (created if needed).
+        output_dir: the shard set's directory: ``<output_prefix>_training_<k>.hdf5`` and
+            ``manifest.json``, published together once complete (see ``training.shard_format``).
         cfg: sample-making parameters.
         num_workers: processes; 1 runs in this process. The output does not depend on it.
             Workers are spawned, so a script calling this with more than one needs the
@@ -600,22 +635,86 @@ def prepare_shards(
         chunk_bytes: target input chunk size (the parallel unit, and the pool that "random
             next" segments are drawn from). Part of the data definition: changing it changes
             the output.
-        overwrite: replace existing ``<output_prefix>_training_*.hdf5`` in output_dir.
+        overwrite: replace the shard set already in output_dir.
         progress: show tqdm bars; None shows them only on a terminal.
+        encoding: of the corpus files (ASCII-compatible); invalid bytes are an error naming
+            file, line and offset unless ``errors="replace"``.
 
     Raises:
         UsageError: a bad argument or input, with a message naming it and the fix.
+        training.interrupt.Interrupted: a stop signal (inside ``interrupt.stop_on_signals``);
+            nothing is published then.
     """
     started = time.monotonic()
+    run = RunSettings(num_shards, samples_per_shard, output_prefix, chunk_bytes, encoding, errors)
+    plan = plan_run(inputs, vocab_path, output_dir, cfg, run, num_workers)
+    staging = _open_staging(output_dir, overwrite)
+    try:
+        work_dir = staging / ".work"
+        work_dir.mkdir()
+        log.info("tokenize+mask: %d chunk(s) of %d file(s), %d worker(s)", len(plan.chunks), len(plan.files),
+                 min(num_workers, len(plan.chunks)))  # fmt: skip
+        with _WorkerMap(min(num_workers, len(plan.chunks)), str(vocab_path), cfg, encoding, errors) as parallel_map:
+            spool = work_dir / "samples.bin"
+            totals = _build_all(parallel_map, plan.chunks, spool, plan.input_bytes, progress)
+            manifest = finish_set(parallel_map, [spool], totals.records, plan, staging, work_dir, progress)
+        _publish(staging, output_dir)
+    finally:
+        discard(staging)  # gone already when published
+    return PrepSummary(
+        shards=[Path(output_dir) / entry.name for entry in manifest.shards],
+        samples=manifest.samples,
+        tokens=totals.tokens,
+        unknown_tokens=totals.unknown,
+        input_bytes=totals.bytes,
+        seconds=time.monotonic() - started,
+    )
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What, besides ``PrepConfig``, defines a shard set (and so goes into its manifest)."""
+
+    num_shards: int | None = None
+    samples_per_shard: int | None = None
+    output_prefix: str = "corpus"
+    chunk_bytes: int = int(DEFAULT_CHUNK_MB * (1 << 20))
+    encoding: str = "utf-8"
+    errors: str = "strict"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: its inputs cut into chunks (the units of work) and the manifest settings."""
+
+    cfg: PrepConfig
+    run: RunSettings
+    files: list[Path]
+    chunks: list[Chunk]
+    dtype: np.dtype
+    settings: dict
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(c.end - c.start for c in self.chunks)
+
+
+def plan_run(
+    inputs: Sequence[str | os.PathLike[str]],
+    vocab_path: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    cfg: PrepConfig,
+    run: RunSettings,
+    num_workers: int = 1,
+) -> RunPlan:
+    """Check everything that can be checked before work starts, and cut the input into chunks.
+
+    A pure function of the inputs and settings: every Indexed-Job pod computes the same plan.
+    """
     cfg.validate()
-    _check_run_args(num_workers, num_shards, samples_per_shard, output_prefix, chunk_bytes)
+    _check_run_args(num_workers, run.num_shards, run.samples_per_shard, run.output_prefix, run.chunk_bytes)
+    check_encoding(run.encoding, run.errors)
     files = expand_inputs(inputs)
-    if not corpus_has_text(files):
-        raise UsageError(
-            f"--input {' '.join(map(str, inputs))}: corpus is empty (only blank lines); expected one "
-            "sentence per line and a blank line between documents"
-        )
-    _, info = load_vocab(vocab_path)
     out_dir = Path(output_dir)
     inside = [f for f in files if out_dir.resolve() in f.resolve().parents]
     if inside:
@@ -623,44 +722,87 @@ def prepare_shards(
             f"--output_dir {output_dir}: holds input file {inside[0]}; a second run would read the "
             "shards as text: put the shards outside the corpus folder"
         )
-    _prepare_output_dir(out_dir, output_prefix, overwrite)
-    chunks = plan_chunks(files, chunk_bytes)
-    dtype = record_dtype(cfg, info.size)
-    workers = min(num_workers, len(chunks))
-    work_dir = Path(tempfile.mkdtemp(prefix=".prepare_data-", dir=out_dir))
-    try:
-        with _WorkerMap(workers, str(vocab_path), cfg) as parallel_map:
-            spool = work_dir / "samples.bin"
-            totals = _build_all(parallel_map, chunks, spool, sum(c.end - c.start for c in chunks), progress)
-            samples = totals.records
-            if samples == 0:
-                raise UsageError(f"--input {' '.join(map(str, inputs))}: no line produced a token; nothing to write")
-            if num_shards is None:
-                num_shards = -(-samples // (samples_per_shard or DEFAULT_SAMPLES_PER_SHARD))
-            elif num_shards > samples:
-                raise UsageError(
-                    f"--num_shards {num_shards}: only {samples} samples were made; use at most "
-                    f"{samples} shards, or --samples_per_shard"
-                )
-            shard_spools = _route(spool, samples, num_shards, dtype, work_dir, cfg.seed)
-            jobs = [
-                (str(shard_spools[k]), str(out_dir / SHARD_NAME.format(prefix=output_prefix, index=k)), k)
-                for k in range(num_shards)
-            ]
-            bar = tqdm(total=num_shards, desc="write shards", unit="shard", disable=_disabled(progress))
-            with bar:
-                for _ in parallel_map(_write_shard, jobs):
-                    bar.update()
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    return PrepSummary(
-        shards=[Path(job[1]) for job in jobs],
-        samples=samples,
-        tokens=totals.tokens,
-        unknown_tokens=totals.unknown,
-        input_bytes=totals.bytes,
-        seconds=time.monotonic() - started,
+    check_text_files(files)
+    if not corpus_has_text(files):
+        raise UsageError(
+            f"--input {' '.join(map(str, inputs))}: corpus is empty (only blank lines); expected one "
+            "sentence per line and a blank line between documents"
+        )
+    _, info = load_vocab(vocab_path)
+    root = os.path.commonpath([str(f.resolve().parent) for f in files])
+    settings = {
+        "tool": "training.prepare_data",
+        **{k: v for k, v in asdict(cfg).items() if k != "seed"},
+        **{k: v for k, v in asdict(run).items()},
+        "vocab_sha256": sha256_of(vocab_path),
+        # Relative names: the same corpus gives the same manifest wherever it is mounted.
+        "inputs": [{"file": os.path.relpath(f.resolve(), root), "bytes": f.stat().st_size} for f in files],
+    }
+    chunks = plan_chunks(files, run.chunk_bytes)
+    return RunPlan(cfg, run, files, chunks, record_dtype(cfg, info.size), settings)
+
+
+def finish_set(
+    parallel_map: Callable[[Callable, Iterable], Iterator],
+    spools: Sequence[Path],
+    samples: int,
+    plan: RunPlan,
+    staging: Path,
+    work_dir: Path,
+    progress: bool | None,
+) -> Manifest:
+    """Shuffle the spooled samples (in spool order: chunk order) into shards, write them and
+    the manifest into ``staging``. The spools are deleted as they are consumed."""
+    if samples == 0:
+        raise UsageError("--input: no line produced a token; nothing to write")
+    num_shards = plan.run.num_shards
+    if num_shards is None:
+        num_shards = -(-samples // (plan.run.samples_per_shard or DEFAULT_SAMPLES_PER_SHARD))
+    elif num_shards > samples:
+        raise UsageError(
+            f"--num_shards {num_shards}: only {samples} samples were made; use at most "
+            f"{samples} shards, or --samples_per_shard"
+        )
+    interrupt.check()
+    log.info("shuffle: %d samples into %d shard(s)", samples, num_shards)
+    shard_spools = _route(spools, samples, num_shards, plan.dtype, work_dir, plan.cfg.seed)
+    jobs = [
+        (str(shard_spools[k]), str(staging / SHARD_NAME.format(prefix=plan.run.output_prefix, index=k)), k)
+        for k in range(num_shards)
+    ]
+    log.info("write: %d shard(s)", num_shards)
+    entries = []
+    bar = tqdm(total=num_shards, desc="write shards", unit="shard", disable=_disabled(progress))
+    with bar:
+        for entry in parallel_map(_write_shard, jobs):
+            interrupt.check()
+            entries.append(entry)
+            bar.update()
+    shutil.rmtree(work_dir, ignore_errors=True)
+    manifest = Manifest(
+        shards=tuple(sorted(entries, key=lambda e: e.name)),
+        seq_len=plan.cfg.max_seq_len,
+        max_pred_len=plan.cfg.max_pred_len,
+        seed=plan.cfg.seed,
+        settings=plan.settings,
     )
+    write_manifest(staging, manifest)
+    return manifest
+
+
+def _open_staging(output_dir: str | os.PathLike[str], overwrite: bool) -> Path:
+    try:
+        return open_staging(output_dir, overwrite)
+    except ShardSetError as err:
+        raise UsageError(str(err)) from None
+
+
+def _publish(staging: Path, output_dir: str | os.PathLike[str]) -> None:
+    log.info("publish: %s", output_dir)
+    try:
+        publish(staging, output_dir)
+    except OSError as err:
+        raise UsageError(f"--output_dir {output_dir}: cannot publish the set ({err.strerror})") from None
 
 
 def _check_run_args(
@@ -683,20 +825,6 @@ def _check_run_args(
         )
 
 
-def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--output_dir {out_dir}: exists and is not a directory; choose a directory path")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    existing = sorted(out_dir.glob(SHARD_NAME.format(prefix=prefix, index="*")))
-    if existing and not overwrite:
-        raise UsageError(
-            f"--output_dir {out_dir}: already holds {len(existing)} {prefix}_training_*.hdf5 shard(s); "
-            "pass --overwrite to replace them, or choose another --output_dir or --output_prefix"
-        )
-    for path in existing:
-        path.unlink()
-
-
 class _WorkerMap:
     """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` spawned
     processes, or this process itself when ``workers == 1``.
@@ -706,8 +834,10 @@ class _WorkerMap:
     ``2 x workers`` items are in flight, so finished results waiting behind a slow one stay few.
     """
 
-    def __init__(self, workers: int, vocab_path: str, cfg: PrepConfig) -> None:
-        self.workers, self.init_args = workers, (vocab_path, cfg, workers > 1)
+    def __init__(
+        self, workers: int, vocab_path: str, cfg: PrepConfig, encoding: str = "utf-8", errors: str = "strict"
+    ) -> None:
+        self.workers, self.init_args = workers, (vocab_path, cfg, workers > 1, encoding, errors)
         self.pool: ProcessPoolExecutor | None = None
 
     def _ordered(self, fn: Callable, items: Iterable) -> Iterator:
@@ -754,6 +884,7 @@ def _build_all(
     bar = tqdm(total=total_bytes, desc="tokenize+mask", unit="B", unit_scale=True, disable=_disabled(progress))
     with open(spool, "wb") as out, bar:
         for result in parallel_map(_build_chunk, chunks):
+            interrupt.check()
             result.records.tofile(out)
             totals.records += len(result.records)
             totals.tokens += result.tokens
@@ -764,8 +895,11 @@ def _build_all(
     return totals
 
 
-def _route(spool: Path, samples: int, num_shards: int, dtype: np.dtype, work_dir: Path, seed: int) -> list[Path]:
-    """Split the spool into ``num_shards`` balanced, randomly drawn parts in one streaming pass."""
+def _route(
+    spools: Sequence[Path], samples: int, num_shards: int, dtype: np.dtype, work_dir: Path, seed: int
+) -> list[Path]:
+    """Split the spools (read in order as one) into ``num_shards`` balanced, randomly drawn
+    parts in one streaming pass."""
     sizes = np.full(num_shards, samples // num_shards, dtype=np.int64)
     sizes[: samples % num_shards] += 1
     label_type = np.uint16 if num_shards <= 1 << 16 else np.uint32
@@ -773,16 +907,21 @@ def _route(spool: Path, samples: int, num_shards: int, dtype: np.dtype, work_dir
     _, np_rng = _rngs(seed, _ROUTE)
     np_rng.shuffle(labels)
     paths = [work_dir / f"shard-{k}.bin" for k in range(num_shards)]
-    with open(spool, "rb") as source:
-        for begin in range(0, samples, _ROUTE_BLOCK):
-            block = np.fromfile(source, dtype=dtype, count=min(_ROUTE_BLOCK, samples - begin))
-            block_labels = labels[begin : begin + len(block)]
-            order = np.argsort(block_labels, kind="stable")
-            bounds = np.searchsorted(block_labels[order], np.arange(num_shards + 1))
-            for shard in np.flatnonzero(np.diff(bounds)):
-                with open(paths[shard], "ab") as sink:
-                    block[order[bounds[shard] : bounds[shard + 1]]].tofile(sink)
-    spool.unlink()
+    begin = 0
+    for spool in spools:
+        with open(spool, "rb") as source:
+            while len(block := np.fromfile(source, dtype=dtype, count=_ROUTE_BLOCK)):
+                block_labels = labels[begin : begin + len(block)]
+                begin += len(block)
+                order = np.argsort(block_labels, kind="stable")
+                bounds = np.searchsorted(block_labels[order], np.arange(num_shards + 1))
+                for shard in np.flatnonzero(np.diff(bounds)):
+                    with open(paths[shard], "ab") as sink:
+                        block[order[bounds[shard] : bounds[shard + 1]]].tofile(sink)
+                interrupt.check()
+        spool.unlink()
+    if begin != samples:
+        raise RuntimeError(f"spools hold {begin} samples, expected {samples}")
     return paths
 
 
@@ -838,7 +977,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"input chunk size in MiB, the unit of parallel work and of the random-next "
         f"pool; changes the output (default: {DEFAULT_CHUNK_MB:g})",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace existing shards with the same prefix")
+    parser.add_argument(
+        "--encoding", default="utf-8", help="of the corpus files, ASCII-compatible (default: utf-8; e.g. latin-1)"
+    )
+    parser.add_argument(
+        "--errors",
+        choices=ERROR_MODES,
+        default="strict",
+        help="invalid bytes: strict = an error naming file, line and offset (default); replace = U+FFFD",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace the shard set in --output_dir")
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     return parser
 
@@ -856,22 +1004,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         lower_case=args.lower_case,
         whole_word_mask=args.whole_word_mask,
     )
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
-        summary = prepare_shards(
-            args.input,
-            args.vocab,
-            args.output_dir,
-            cfg,
-            num_workers=args.num_workers,
-            num_shards=args.num_shards,
-            samples_per_shard=args.samples_per_shard,
-            output_prefix=args.output_prefix,
-            chunk_bytes=int(args.chunk_mb * (1 << 20)),
-            overwrite=args.overwrite,
-            progress=False if args.no_progress else None,
-        )
+        with interrupt.stop_on_signals():
+            summary = prepare_shards(
+                args.input,
+                args.vocab,
+                args.output_dir,
+                cfg,
+                num_workers=args.num_workers,
+                num_shards=args.num_shards,
+                samples_per_shard=args.samples_per_shard,
+                output_prefix=args.output_prefix,
+                chunk_bytes=int(args.chunk_mb * (1 << 20)),
+                overwrite=args.overwrite,
+                progress=False if args.no_progress else None,
+                encoding=args.encoding,
+                errors=args.errors,
+            )
     except UsageError as err:
         parser.error(str(err))
+    except (interrupt.Interrupted, BrokenProcessPool) as err:
+        # A worker killed by the same signal breaks the pool before the parent's handler runs.
+        signum = interrupt.received()
+        if signum is None:
+            raise
+        stopped = interrupt.Interrupted(signum)
+        print(f"{parser.prog}: {stopped}: stopped; nothing published, {args.output_dir} unchanged", file=sys.stderr)
+        return stopped.exit_code
+    signum = interrupt.received()
+    if signum is not None:  # arrived while publishing: the complete set is in place
+        stopped = interrupt.Interrupted(signum)
+        print(f"{parser.prog}: {stopped} after the set was published", file=sys.stderr)
+        return stopped.exit_code
     unknown_share = summary.unknown_tokens / max(1, summary.tokens)
     print(
         f"wrote {summary.samples} samples to {len(summary.shards)} shard(s) in {args.output_dir} "

@@ -400,13 +400,15 @@ def test_tokenize_documents_splits_on_blank_lines_and_drops_empty_text(vocab):
 def test_cli_writes_shards_quietly(corpus, tmp_path):
     text, vocab_path = corpus
     result = run_cli(
-        "--input", str(text), "--vocab", str(vocab_path), "--output_dir", str(tmp_path),
+        "--input", str(text), "--vocab", str(vocab_path), "--output_dir", str(tmp_path / "set"),
         "--output_prefix", "wiki", "--dupe_factor", "1", "--num_shards", "2", "--num_workers", "1", "--no_progress",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "wrote" in result.stdout and "2 shard(s)" in result.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["wiki_training_0.hdf5", "wiki_training_1.hdf5"]
+    assert [p.name for p in tmp_path.iterdir()] == ["set"]  # the staging directory is gone
+    names = sorted(p.name for p in (tmp_path / "set").iterdir())
+    assert names == ["manifest.json", "wiki_training_0.hdf5", "wiki_training_1.hdf5"]
 
 
 @pytest.fixture(scope="module")
