@@ -991,6 +991,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _PhaseLog(logging.StreamHandler):
+    """Phase lines on stdout. logging reports and swallows errors raised while a record is
+    written; a stop signal arriving then must still stop the tool."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        if isinstance(sys.exc_info()[1], interrupt.Interrupted):
+            raise
+        super().handleError(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1004,7 +1014,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lower_case=args.lower_case,
         whole_word_mask=args.whole_word_mask,
     )
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    log.addHandler(_PhaseLog(sys.stdout))
+    log.setLevel(logging.INFO)
     try:
         with interrupt.stop_on_signals():
             summary = prepare_shards(
