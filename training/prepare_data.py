@@ -4,7 +4,8 @@
         --output_dir DIR [--output_prefix corpus] [--max_seq_len 128] [--max_pred_len 20] \\
         [--masked_lm_prob 0.15] [--short_seq_prob 0.1] [--dupe_factor 5] [--seed 12345] \\
         [--num_workers N] [--num_shards K | --samples_per_shard S] [--whole_word_mask] \\
-        [--do_lower_case | --no_lower_case] [--no_progress] [--overwrite]
+        [--target_per_sample] [--pool_tokens N] [--do_lower_case | --no_lower_case] \\
+        [--no_progress] [--overwrite]
 
 Input: text, one sentence per line, a blank line between documents; UTF-8 unless --encoding
 says otherwise. Binary files and archives are refused; an invalid byte is an error naming file,
@@ -15,36 +16,30 @@ P = --max_pred_len) and ``manifest.json``. It is built in a hidden sibling direc
 into place when complete; SIGINT/SIGTERM stop the tool at any phase with exit 130/143 and leave
 --output_dir as it was.
 
-Algorithm (BERT's): per document, sentences are gathered until they reach a target length
-(max_seq_len - 3 tokens, or with probability short_seq_prob a random length in [2, max]); a random
-prefix of them is segment A; B is the rest (label 0) or, half of the time and always when there is
-a single sentence, a run of sentences from another document (label 1, and the unused sentences are
-given back). The longer segment loses tokens at a random end until the pair fits. Masked tokens:
-min(P, max(1, round(masked_lm_prob x tokens excluding [CLS]/[SEP]))), chosen uniformly (or whole
-words with --whole_word_mask); 80% become [MASK], 10% a random vocabulary token, 10% stay.
-``dupe_factor`` passes over the corpus give each sentence different pairs and masks.
-
-Deliberate differences from Google's reference tool: the target length is drawn per sample (not
-per document), so about short_seq_prob of samples get a short target; the "random" document is
-drawn from the same chunk of the input (about --chunk_mb of text), not from the whole corpus held
-in memory; random replacements never pick bracketed tokens ([CLS], [unused7], ...); whole-word
-masking takes words in random order until the next one would overflow the count.
+Samples: the reference tool's distribution (Google's create_pretraining_data.py, whose NVIDIA
+copy made the public shards); the rules, and the few documented differences, are in
+``training.bert_samples``, which makes them. ``--target_per_sample`` restores this tool's earlier
+draw of the short target per sample instead of per document.
 
 Pipeline, and why its output does not depend on --num_workers:
-1. Plan: every input file is cut into chunks of about --chunk_mb ending at a blank line; a chunk
-   is fixed by the data alone.
-2. Build, in parallel over chunks: tokenize with the ``tokenizers`` fast tokenizer (batch
-   encode), then per dupe pass make pairs and masks with RNGs seeded from (seed, file index,
-   chunk index, pass). Results are appended to a spool file in chunk order, compactly (uint16
-   ids where the vocab allows).
-3. Shuffle, memory-bounded: a seeded random permutation of balanced shard labels (one 2-4 byte
+1. Plan: every input file is cut into units of about --chunk_mb ending at a blank line; a unit
+   is fixed by the data alone, and numbered in corpus order.
+2. Tokenize, in parallel over units (BERT WordPiece, ``training.vocab.WordPieceEncoder``); each
+   unit's token arrays go to the work folder.
+3. Pool: the documents "random next" segments are drawn from: the whole corpus up to
+   --pool_tokens tokens, else each document kept with the same seeded probability. Written
+   once, memory-mapped by every worker.
+4. Samples, in parallel over units: ``training.bert_samples.unit_samples`` with RNGs seeded from
+   (seed, unit number, pass). Results are appended to a spool file in unit order, compactly
+   (uint16 ids where the vocab allows).
+5. Shuffle, memory-bounded: a seeded random permutation of balanced shard labels (one 2-4 byte
    label per sample) sends each sample to a shard in one streaming pass over the spool; each
    shard is then permuted in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
-4. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes; then the
+6. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes; then the
    manifest (sample counts, SHA-256), and publish.
-Step 2 per chunk is ``_build_chunk``; ``training.prepare_indexed`` runs it on Kubernetes Indexed
-Job pods and steps 3-4 on one of them, for the same bytes.
+``training.prepare_indexed`` runs steps 2 and 4 on the pods of a Kubernetes Indexed Job with
+these same functions, and 3, 5 and 6 on one of them, for the same bytes.
 """
 
 from __future__ import annotations
@@ -53,11 +48,8 @@ import argparse
 import logging
 import multiprocessing as mp
 import os
-import random
-import re
 import shutil
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -73,6 +65,20 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from training.bert_samples import (
+    ROUTE,
+    SHUFFLE,
+    PrepConfig,
+    TokenizedChunk,
+    VocabInfo,
+    build_pairs,
+    concatenate,
+    pool_keep,
+    record_dtype,
+    rngs,
+    truncate_pair,
+    unit_samples,
+)
 from training import interrupt
 from training.shard_format import (
     SHARD_FIELDS,
@@ -93,67 +99,31 @@ from training.vocab import (
     SPECIAL_TOKENS,
     OneLineArgumentParser,
     UsageError,
-    bert_tokenizer,
+    WordPieceEncoder,
     corpus_has_text,
     expand_inputs,
     read_vocab,
 )
 
+__all__ = [  # the sample algorithm lives in training.bert_samples; these names stay importable here
+    "PrepConfig",
+    "TokenizedChunk",
+    "VocabInfo",
+    "build_pairs",
+    "truncate_pair",
+    "prepare_shards",
+    "plan_chunks",
+    "tokenize_documents",
+]
+
 DEFAULT_CHUNK_MB = 2.0  # "random next" pool of several hundred Wikipedia-sized articles; balances work
 DEFAULT_SAMPLES_PER_SHARD = 65536
 _ENCODE_BATCH = 4096  # sentences per encode call: bounds the Encoding objects alive at once
 _ROUTE_BLOCK = 1 << 16  # spool records read per routing step
-# Stream tags keep the RNGs of the different stages independent for the same seed.
-_BUILD, _ROUTE, _SHUFFLE = 0, 1, 2
+# The random-next pool: the whole corpus up to this many tokens (about 130 MB of English text;
+# 64 MiB as uint16, memory-mapped and shared by the workers), a uniform sample of documents above.
+DEFAULT_POOL_TOKENS = 1 << 25
 log = logging.getLogger("training.prepare_data")
-
-
-@dataclass(frozen=True)
-class PrepConfig:
-    """Sample-making parameters; see the module docstring for their meaning."""
-
-    max_seq_len: int = 128
-    max_pred_len: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 5
-    seed: int = 12345
-    lower_case: bool = True
-    whole_word_mask: bool = False
-
-    def validate(self) -> None:
-        """Raise ``UsageError`` naming the first bad parameter, its value and the fix."""
-        if not 5 <= self.max_seq_len <= 65535:
-            raise UsageError(
-                f"--max_seq_len {self.max_seq_len}: must be between 5 ([CLS] A [SEP] B [SEP] with "
-                "one token each) and 65535; BERT phase 1 uses 128"
-            )
-        if not 1 <= self.max_pred_len <= self.max_seq_len - 3:
-            raise UsageError(
-                f"--max_pred_len {self.max_pred_len}: must be between 1 and --max_seq_len - 3 = "
-                f"{self.max_seq_len - 3} (the most maskable tokens in a sample); lower it or raise --max_seq_len"
-            )
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise UsageError(f"--masked_lm_prob {self.masked_lm_prob}: must be in (0, 1]; BERT uses 0.15")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise UsageError(f"--short_seq_prob {self.short_seq_prob}: must be in [0, 1]; BERT uses 0.1")
-        if self.dupe_factor < 1:
-            raise UsageError(f"--dupe_factor {self.dupe_factor}: must be at least 1")
-        if self.seed < 0:
-            raise UsageError(f"--seed {self.seed}: must be a non-negative integer")
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What sample-making needs from a vocabulary, looked up by token name."""
-
-    size: int
-    unk_id: int
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    replacement_ids: np.ndarray  # int32 ids a "random token" replacement draws from
-    is_continuation: np.ndarray  # bool per id: a "##" piece, for whole-word masking
 
 
 def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]:
@@ -187,35 +157,10 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
     tokens = [""] * size
     for token, index in vocab.items():
         tokens[index] = token
-    bracketed = np.array([bool(re.fullmatch(r"\[.*\]", t)) or not t for t in tokens])
-    replacement = np.flatnonzero(~bracketed).astype(np.int32)
-    if replacement.size == 0:
+    info = VocabInfo.from_tokens(tokens, CONTINUATION_PREFIX)
+    if info.replacement_ids.size == 0:
         raise UsageError(f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`")
-    info = VocabInfo(
-        size=size,
-        unk_id=vocab["[UNK]"],
-        cls_id=vocab["[CLS]"],
-        sep_id=vocab["[SEP]"],
-        mask_id=vocab["[MASK]"],
-        replacement_ids=replacement,
-        is_continuation=np.array([t.startswith(CONTINUATION_PREFIX) for t in tokens]),
-    )
     return vocab, info
-
-
-def record_dtype(cfg: PrepConfig, vocab_size: int) -> np.dtype:
-    """Compact spool record of one sample; mask and segment ids are derived from the lengths."""
-    id_type = np.uint16 if vocab_size <= 1 << 16 else np.uint32
-    return np.dtype(
-        [
-            ("ids", id_type, (cfg.max_seq_len,)),
-            ("len_a", np.uint16),
-            ("length", np.uint16),
-            ("positions", np.uint16, (cfg.max_pred_len,)),
-            ("labels", id_type, (cfg.max_pred_len,)),
-            ("next_sentence", np.uint8),
-        ]
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,16 +207,7 @@ def _document_boundary_after(handle: BinaryIO, offset: int, size: int) -> int:
     return size
 
 
-@dataclass
-class TokenizedChunk:
-    """A chunk's documents as one flat token array with sentence and document boundaries."""
-
-    tokens: np.ndarray  # int32 [T]
-    sentence_starts: np.ndarray  # int64 [n_sentences + 1], offsets into tokens
-    document_starts: np.ndarray  # int64 [n_documents + 1], offsets into sentences
-
-
-def tokenize_documents(text: str, tokenizer: Tokenizer) -> TokenizedChunk:
+def tokenize_documents(text: str, tokenizer: Tokenizer | WordPieceEncoder) -> TokenizedChunk:
     """Split ``text`` into documents (blank lines) and sentences (lines) and tokenize them.
 
     Lines that tokenize to nothing are dropped; so are documents left without sentences.
@@ -289,8 +225,11 @@ def tokenize_documents(text: str, tokenizer: Tokenizer) -> TokenizedChunk:
             document, inside = document + 1, False
     id_lists: list[list[int]] = []
     for begin in range(0, len(sentences), _ENCODE_BATCH):
-        batch = tokenizer.encode_batch_fast(sentences[begin : begin + _ENCODE_BATCH], add_special_tokens=False)
-        id_lists.extend(encoding.ids for encoding in batch)
+        batch = sentences[begin : begin + _ENCODE_BATCH]
+        if isinstance(tokenizer, WordPieceEncoder):
+            id_lists.extend(tokenizer.encode(batch))
+        else:
+            id_lists.extend(encoding.ids for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
     tokens = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
     keep = lengths > 0
@@ -304,202 +243,6 @@ def tokenize_documents(text: str, tokenizer: Tokenizer) -> TokenizedChunk:
 
 
 # ---------------------------------------------------------------------------------------------
-# Sample making
-
-
-def build_pairs(chunk: TokenizedChunk, cfg: PrepConfig, rng: random.Random) -> np.ndarray:
-    """Make the sentence pairs of one pass over a chunk.
-
-    Returns int64 [M, 5]: a_begin, a_end, b_begin, b_end (token offsets into ``chunk.tokens``,
-    after truncation) and the next-sentence label (1 = B is random), in document order.
-    """
-    starts = chunk.sentence_starts.tolist()
-    docs = chunk.document_starts.tolist()
-    n_docs = len(docs) - 1
-    max_tokens = cfg.max_seq_len - 3
-    pairs: list[tuple[int, int, int, int, int]] = []
-
-    def draw_target() -> int:
-        short = rng.random() < cfg.short_seq_prob
-        return rng.randint(2, max_tokens) if short else max_tokens
-
-    for doc in range(n_docs):
-        first, stop = docs[doc], docs[doc + 1]
-        target = draw_target()
-        group_start = i = first
-        while i < stop:
-            if i == stop - 1 or starts[i + 1] - starts[group_start] >= target:
-                n_sentences = i - group_start + 1
-                a_sentences = 1 if n_sentences == 1 else rng.randint(1, n_sentences - 1)
-                a_begin, a_end = starts[group_start], starts[group_start + a_sentences]
-                if n_sentences == 1 or rng.random() < 0.5:
-                    b_begin, b_end = _random_segment(starts, docs, doc, target - (a_end - a_begin), rng)
-                    is_random = 1
-                    # The group's sentences after A were not used: start the next group there.
-                    i = group_start + a_sentences - 1
-                else:
-                    b_begin, b_end, is_random = a_end, starts[i + 1], 0
-                a_begin, a_end, b_begin, b_end = truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
-                pairs.append((a_begin, a_end, b_begin, b_end, is_random))
-                group_start = i + 1
-                target = draw_target()
-            i += 1
-    return np.array(pairs, dtype=np.int64).reshape(-1, 5)
-
-
-def _random_segment(
-    starts: list[int], docs: list[int], this_doc: int, target: int, rng: random.Random
-) -> tuple[int, int]:
-    """Token range of sentences from a random other document, from a random sentence on,
-    until ``target`` tokens are reached (at least one sentence). A chunk of a single document
-    has no other one; its own text is used then, as Google's tool does in that case."""
-    n_docs = len(docs) - 1
-    other = this_doc
-    if n_docs > 1:
-        other = rng.randrange(n_docs - 1)
-        other += other >= this_doc
-    first, stop = docs[other], docs[other + 1]
-    begin = rng.randrange(first, stop)
-    end = begin + 1
-    while end < stop and starts[end] - starts[begin] < target:
-        end += 1
-    return starts[begin], starts[end]
-
-
-def truncate_pair(
-    a_begin: int, a_end: int, b_begin: int, b_end: int, max_tokens: int, rng: random.Random
-) -> tuple[int, int, int, int]:
-    """Fit a pair into ``max_tokens`` (>= 2) the way BERT's tool does, without its per-token loop.
-
-    That loop drops one token at a time from the longer segment (B on a tie), at the front or
-    the back with equal odds, so neither segment empties. Its final lengths follow from the
-    start lengths: all the excess comes off the longer segment while that is enough, otherwise
-    they end at ceil(max/2) for A and floor(max/2) for B. The front/back draws are i.i.d. fair
-    coins, so the number taken from each front is the popcount of that many random bits.
-    """
-    len_a, len_b = a_end - a_begin, b_end - b_begin
-    excess = len_a + len_b - max_tokens
-    if excess <= 0:
-        return a_begin, a_end, b_begin, b_end
-    if len_a - len_b >= excess:
-        cut_a, cut_b = excess, 0
-    elif len_b - len_a >= excess:
-        cut_a, cut_b = 0, excess
-    else:
-        cut_a, cut_b = len_a - (max_tokens + 1) // 2, len_b - max_tokens // 2
-    front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
-    front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
-    return a_begin + front_a, a_end - (cut_a - front_a), b_begin + front_b, b_end - (cut_b - front_b)
-
-
-def assemble(
-    tokens: np.ndarray, pairs: np.ndarray, cfg: PrepConfig, vocab: VocabInfo
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lay pairs out as ``[CLS] A [SEP] B [SEP]`` rows padded with 0.
-
-    Returns (input_ids int32 [M, S], len_a [M], length [M]) where length counts real tokens.
-    """
-    a_begin, a_end, b_begin, b_end = (pairs[:, k : k + 1] for k in range(4))
-    len_a, len_b = a_end - a_begin, b_end - b_begin
-    length = len_a + len_b + 3
-    pos = np.arange(cfg.max_seq_len)[None, :]
-    in_a = (pos >= 1) & (pos <= len_a)
-    in_b = (pos >= len_a + 2) & (pos < length - 1)
-    source = np.where(in_a, a_begin + pos - 1, np.where(in_b, b_begin + pos - len_a - 2, 0))
-    ids = np.where(in_a | in_b, tokens[source], 0).astype(np.int32)
-    ids[:, 0] = vocab.cls_id
-    rows = np.arange(len(pairs))
-    ids[rows, len_a[:, 0] + 1] = vocab.sep_id
-    ids[rows, length[:, 0] - 1] = vocab.sep_id
-    return ids, len_a[:, 0], length[:, 0]
-
-
-def mask_samples(
-    ids: np.ndarray,
-    len_a: np.ndarray,
-    length: np.ndarray,
-    cfg: PrepConfig,
-    vocab: VocabInfo,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Choose and corrupt the masked-LM positions of a batch of samples, vectorized.
-
-    Returns (masked input_ids, positions [M, P], original ids at those positions [M, P]); the
-    positions are ascending and zero padded (position 0 is [CLS], never a candidate).
-    """
-    n, width = ids.shape
-    pos = np.arange(width)[None, :]
-    real, first_sep, last_sep = pos < length[:, None], pos == len_a[:, None] + 1, pos == length[:, None] - 1
-    candidate = real & (pos != 0) & ~first_sep & ~last_sep
-    # np.rint rounds half to even, like Python's round().
-    wanted = np.rint((length - 3) * cfg.masked_lm_prob)
-    count = np.minimum(cfg.max_pred_len, np.maximum(1, wanted)).astype(np.int64)
-    keys = rng.random((n, width))
-    if cfg.whole_word_mask:
-        previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
-        word_start = ~candidate | ~vocab.is_continuation[ids] | ~previous_candidate
-        first_piece = np.maximum.accumulate(np.where(word_start, pos, 0), axis=1)
-        keys = np.take_along_axis(keys, first_piece, axis=1)  # a word's pieces share one key
-    keys[~candidate] = 2.0  # after every candidate
-    order = np.argsort(keys, axis=1, kind="stable")  # stable: a word's pieces stay adjacent
-    rank = np.arange(1, width + 1)[None, :]
-    if cfg.whole_word_mask:
-        word_of = np.take_along_axis(first_piece, order, axis=1)
-        word_end = np.ones_like(candidate)
-        word_end[:, :-1] = word_of[:, :-1] != word_of[:, 1:]
-        # Tokens masked once this slot's whole word is in: the rank of its last piece.
-        through_word = np.minimum.accumulate(np.where(word_end, rank, width + 1)[:, ::-1], axis=1)[:, ::-1]
-        take_sorted = through_word <= count[:, None]
-    else:
-        take_sorted = rank <= count[:, None]
-    chosen = np.zeros_like(candidate)
-    np.put_along_axis(chosen, order, take_sorted & np.take_along_axis(candidate, order, axis=1), axis=1)
-
-    rows, cols = np.nonzero(chosen)
-    action = rng.random(rows.size)
-    random_tokens = vocab.replacement_ids[rng.integers(vocab.replacement_ids.size, size=rows.size)]
-    masked = ids.copy()
-    masked[rows, cols] = np.where(action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols]))
-    first_chosen = np.argsort(~chosen, axis=1, kind="stable")[:, : cfg.max_pred_len]
-    valid = np.take_along_axis(chosen, first_chosen, axis=1)
-    positions = np.where(valid, first_chosen, 0)
-    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), 0)
-    return masked, positions, labels
-
-
-def _rngs(seed: int, *keys: int) -> tuple[random.Random, np.random.Generator]:
-    """Independent Python and NumPy generators for one (seed, keys) stream."""
-    py_seq, np_seq = np.random.SeedSequence([seed, *keys]).spawn(2)
-    py_seed = int.from_bytes(py_seq.generate_state(4).tobytes(), "little")
-    return random.Random(py_seed), np.random.default_rng(np_seq)
-
-
-def make_samples(
-    chunk_tokens: TokenizedChunk, cfg: PrepConfig, vocab: VocabInfo, dtype: np.dtype, rng_key: tuple[int, ...]
-) -> np.ndarray:
-    """All dupe passes of one tokenized chunk as spool records, in pass order.
-
-    ``rng_key`` (file index, chunk index) and the pass number seed the generators, so the
-    records depend on the data and the configuration only.
-    """
-    parts = []
-    for dupe in range(cfg.dupe_factor):
-        py_rng, np_rng = _rngs(cfg.seed, _BUILD, *rng_key, dupe)
-        pairs = build_pairs(chunk_tokens, cfg, py_rng)
-        ids, len_a, length = assemble(chunk_tokens.tokens, pairs, cfg, vocab)
-        masked, positions, labels = mask_samples(ids, len_a, length, cfg, vocab, np_rng)
-        records = np.empty(len(pairs), dtype=dtype)
-        records["ids"] = masked
-        records["len_a"] = len_a
-        records["length"] = length
-        records["positions"] = positions
-        records["labels"] = labels
-        records["next_sentence"] = pairs[:, 4]
-        parts.append(records)
-    return np.concatenate(parts)
-
-
-# ---------------------------------------------------------------------------------------------
 # Worker processes
 
 
@@ -507,8 +250,9 @@ def make_samples(
 class _WorkerState:
     cfg: PrepConfig
     vocab: VocabInfo
-    tokenizer: Tokenizer
+    encoder: WordPieceEncoder
     dtype: np.dtype
+    pool: tuple[str, TokenizedChunk] | None = None  # (folder, the memory-mapped pool)
     encoding: str = "utf-8"
     errors: str = "strict"
 
@@ -524,31 +268,65 @@ def _init_worker(
         # One tokenizer thread per worker process: the processes already fill the cores.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         interrupt.ignore_interactive_interrupt()
-    vocab, info = load_vocab(vocab_path)
+    _, info = load_vocab(vocab_path)
     _STATE = _WorkerState(
-        cfg, info, bert_tokenizer(vocab, cfg.lower_case), record_dtype(cfg, info.size), encoding, errors
-    )
+        cfg, info, WordPieceEncoder(vocab_path, cfg.lower_case), record_dtype(cfg, info.size),
+        encoding=encoding, errors=errors,
+    )  # fmt: skip
+
+
+def _token_type(vocab_size: int) -> type:
+    return np.uint16 if vocab_size <= 1 << 16 else np.uint32
+
+
+def save_documents(folder: Path, documents: TokenizedChunk) -> None:
+    """Store tokenized documents as .npy files that ``load_documents`` can memory-map."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("tokens", "sentence_starts", "document_starts", "document_ids"):
+        np.save(folder / f"{name}.npy", getattr(documents, name))
+
+
+def load_documents(folder: Path, mmap: bool = False) -> TokenizedChunk:
+    mode = "r" if mmap else None
+    arrays = {
+        name: np.load(folder / f"{name}.npy", mmap_mode=mode)
+        for name in ("tokens", "sentence_starts", "document_starts", "document_ids")
+    }
+    return TokenizedChunk(**arrays)
 
 
 @dataclass
-class _ChunkResult:
-    records: np.ndarray
+class _TokenizeResult:
+    documents: int
     tokens: int
     unknown: int
     bytes: int
 
 
-def _build_chunk(chunk: Chunk) -> _ChunkResult:
+def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
+    """Phase 1 of a unit: its text, tokenized, saved in the work folder."""
     assert _STATE is not None
+    chunk, folder = job
     with open(chunk.path, "rb") as handle:
         handle.seek(chunk.start)
         raw = handle.read(chunk.end - chunk.start)
     text = decode_chunk(raw, chunk.path, chunk.start, _STATE.encoding, _STATE.errors)
-    tokenized = tokenize_documents(text, _STATE.tokenizer)
-    key = (chunk.file_index, chunk.chunk_index)
-    records = make_samples(tokenized, _STATE.cfg, _STATE.vocab, _STATE.dtype, key)
+    tokenized = tokenize_documents(text, _STATE.encoder)
     unknown = int(np.count_nonzero(tokenized.tokens == _STATE.vocab.unk_id))
-    return _ChunkResult(records, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
+    tokenized.tokens = tokenized.tokens.astype(_token_type(_STATE.vocab.size))
+    save_documents(Path(folder), tokenized)
+    return _TokenizeResult(tokenized.num_documents, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
+
+
+def _build_unit(job: tuple[int, str, int, str]) -> np.ndarray:
+    """Phase 2 of a unit: its samples, given the pool (mapped once per process)."""
+    assert _STATE is not None
+    unit_index, folder, first_document, pool_folder = job
+    if _STATE.pool is None or _STATE.pool[0] != pool_folder:
+        _STATE.pool = (pool_folder, load_documents(Path(pool_folder), mmap=True))
+    unit = load_documents(Path(folder))
+    unit.document_ids = unit.document_ids + first_document
+    return unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
 
 
 def _write_shard(job: tuple[str, str, int]) -> ShardEntry:
@@ -556,7 +334,7 @@ def _write_shard(job: tuple[str, str, int]) -> ShardEntry:
     assert _STATE is not None
     spool, out, shard = job
     records = np.fromfile(spool, dtype=_STATE.dtype)
-    _, np_rng = _rngs(_STATE.cfg.seed, _SHUFFLE, shard)
+    _, np_rng = rngs(_STATE.cfg.seed, SHUFFLE, shard)
     records = records[np_rng.permutation(len(records))]
     write_hdf5(Path(out), records, _STATE.cfg)
     os.remove(spool)
@@ -615,6 +393,7 @@ def prepare_shards(
     chunk_bytes: int = int(DEFAULT_CHUNK_MB * (1 << 20)),
     overwrite: bool = False,
     progress: bool | None = False,
+    pool_tokens: int = DEFAULT_POOL_TOKENS,
     encoding: str = "utf-8",
     errors: str = "strict",
 ) -> PrepSummary:
@@ -632,9 +411,11 @@ def prepare_shards(
         num_shards: exact number of shards (balanced sizes); exclusive with samples_per_shard.
         samples_per_shard: most samples per shard (default 65536 when neither is given).
         output_prefix: shard name prefix.
-        chunk_bytes: target input chunk size (the parallel unit, and the pool that "random
-            next" segments are drawn from). Part of the data definition: changing it changes
-            the output.
+        chunk_bytes: target input chunk size (the unit of parallel work and of random
+            seeding). Part of the data definition: changing it changes the output.
+        pool_tokens: most tokens in the pool that "random next" segments come from: the
+            whole corpus when it is smaller, else a uniform sample of its documents. Part of
+            the data definition for corpora larger than it.
         overwrite: replace the shard set already in output_dir.
         progress: show tqdm bars; None shows them only on a terminal.
         encoding: of the corpus files (ASCII-compatible); invalid bytes are an error naming
@@ -646,19 +427,21 @@ def prepare_shards(
             nothing is published then.
     """
     started = time.monotonic()
-    run = RunSettings(num_shards, samples_per_shard, output_prefix, chunk_bytes, encoding, errors)
+    run = RunSettings(num_shards, samples_per_shard, output_prefix, chunk_bytes, pool_tokens, encoding, errors)
     plan = plan_run(inputs, vocab_path, output_dir, cfg, run, num_workers)
-    staging = _open_staging(output_dir, overwrite)
+    staging = open_output(output_dir, overwrite)
     try:
         work_dir = staging / ".work"
         work_dir.mkdir()
-        log.info("tokenize+mask: %d chunk(s) of %d file(s), %d worker(s)", len(plan.chunks), len(plan.files),
-                 min(num_workers, len(plan.chunks)))  # fmt: skip
-        with _WorkerMap(min(num_workers, len(plan.chunks)), str(vocab_path), cfg, encoding, errors) as parallel_map:
+        workers = min(num_workers, len(plan.chunks))
+        log.info("tokenize+mask: %d unit(s) of %d file(s), %d worker(s)", len(plan.chunks), len(plan.files), workers)
+        with _WorkerMap(workers, str(vocab_path), cfg, encoding, errors) as parallel_map:
             spool = work_dir / "samples.bin"
-            totals = _build_all(parallel_map, plan.chunks, spool, plan.input_bytes, progress)
+            totals = _build_all(
+                parallel_map, plan.chunks, work_dir, spool, plan.input_bytes, pool_tokens, cfg, progress
+            )
             manifest = finish_set(parallel_map, [spool], totals.records, plan, staging, work_dir, progress)
-        _publish(staging, output_dir)
+        publish_set(staging, output_dir)
     finally:
         discard(staging)  # gone already when published
     return PrepSummary(
@@ -679,13 +462,14 @@ class RunSettings:
     samples_per_shard: int | None = None
     output_prefix: str = "corpus"
     chunk_bytes: int = int(DEFAULT_CHUNK_MB * (1 << 20))
+    pool_tokens: int = DEFAULT_POOL_TOKENS
     encoding: str = "utf-8"
     errors: str = "strict"
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A checked run: its inputs cut into chunks (the units of work) and the manifest settings."""
+    """A checked run: its inputs cut into units of work, and the settings its manifest records."""
 
     cfg: PrepConfig
     run: RunSettings
@@ -707,12 +491,14 @@ def plan_run(
     run: RunSettings,
     num_workers: int = 1,
 ) -> RunPlan:
-    """Check everything that can be checked before work starts, and cut the input into chunks.
+    """Check all that can be checked before work starts, and cut the input into units.
 
     A pure function of the inputs and settings: every Indexed-Job pod computes the same plan.
     """
     cfg.validate()
     _check_run_args(num_workers, run.num_shards, run.samples_per_shard, run.output_prefix, run.chunk_bytes)
+    if run.pool_tokens < 1:
+        raise UsageError(f"--pool_tokens {run.pool_tokens}: must be at least 1; the default is {DEFAULT_POOL_TOKENS}")
     check_encoding(run.encoding, run.errors)
     files = expand_inputs(inputs)
     out_dir = Path(output_dir)
@@ -733,7 +519,7 @@ def plan_run(
     settings = {
         "tool": "training.prepare_data",
         **{k: v for k, v in asdict(cfg).items() if k != "seed"},
-        **{k: v for k, v in asdict(run).items()},
+        **asdict(run),
         "vocab_sha256": sha256_of(vocab_path),
         # Relative names: the same corpus gives the same manifest wherever it is mounted.
         "inputs": [{"file": os.path.relpath(f.resolve(), root), "bytes": f.stat().st_size} for f in files],
@@ -751,8 +537,8 @@ def finish_set(
     work_dir: Path,
     progress: bool | None,
 ) -> Manifest:
-    """Shuffle the spooled samples (in spool order: chunk order) into shards, write them and
-    the manifest into ``staging``. The spools are deleted as they are consumed."""
+    """Shuffle the spooled samples (read in the given order, unit order) into shards, write them
+    and the manifest into ``staging``. The spools are deleted as they are consumed."""
     if samples == 0:
         raise UsageError("--input: no line produced a token; nothing to write")
     num_shards = plan.run.num_shards
@@ -790,14 +576,15 @@ def finish_set(
     return manifest
 
 
-def _open_staging(output_dir: str | os.PathLike[str], overwrite: bool) -> Path:
+def open_output(output_dir: str | os.PathLike[str], overwrite: bool) -> Path:
+    """``shard_format.open_staging`` with its errors as ``UsageError``."""
     try:
         return open_staging(output_dir, overwrite)
     except ShardSetError as err:
         raise UsageError(str(err)) from None
 
 
-def _publish(staging: Path, output_dir: str | os.PathLike[str]) -> None:
+def publish_set(staging: Path, output_dir: str | os.PathLike[str]) -> None:
     log.info("publish: %s", output_dir)
     try:
         publish(staging, output_dir)
@@ -876,35 +663,66 @@ class _Totals:
 def _build_all(
     parallel_map: Callable[[Callable, Iterable], Iterator],
     chunks: list[Chunk],
+    work_dir: Path,
     spool: Path,
     total_bytes: int,
+    pool_tokens: int,
+    cfg: PrepConfig,
     progress: bool | None,
 ) -> _Totals:
+    """Tokenize every unit, gather the random-next pool, then make every unit's samples."""
     totals = _Totals()
-    bar = tqdm(total=total_bytes, desc="tokenize+mask", unit="B", unit_scale=True, disable=_disabled(progress))
-    with open(spool, "wb") as out, bar:
-        for result in parallel_map(_build_chunk, chunks):
+    folders = [str(work_dir / f"unit-{k}") for k in range(len(chunks))]
+    bar = tqdm(total=total_bytes, desc="tokenize", unit="B", unit_scale=True, disable=_disabled(progress))
+    documents = []
+    with bar:
+        for result in parallel_map(_tokenize_chunk, zip(chunks, folders)):
             interrupt.check()
-            result.records.tofile(out)
-            totals.records += len(result.records)
+            documents.append(result.documents)
             totals.tokens += result.tokens
             totals.unknown += result.unknown
             totals.bytes += result.bytes
             bar.update(result.bytes)
+    pool_folder = work_dir / "pool"
+    first_document = build_pool(folders, documents, totals.tokens, pool_tokens, cfg.seed, pool_folder)
+    jobs = [(k, folders[k], int(first_document[k]), str(pool_folder)) for k in range(len(chunks))]
+    bar = tqdm(total=len(jobs), desc="pairs+masks", unit="unit", disable=_disabled(progress))
+    with open(spool, "wb") as out, bar:
+        for records in parallel_map(_build_unit, jobs):
+            interrupt.check()
+            records.tofile(out)
+            totals.records += len(records)
+            bar.update()
             bar.set_postfix(samples=totals.records, refresh=False)
     return totals
+
+
+def build_pool(
+    folders: Sequence[str], documents: Sequence[int], tokens: int, pool_tokens: int, seed: int, pool_folder: Path
+) -> np.ndarray:
+    """Gather the random-next pool from the tokenized units (``documents`` per unit, ``tokens``
+    in all) into ``pool_folder``; returns each unit's first document number."""
+    first_document = np.concatenate(([0], np.cumsum(documents))).astype(np.int64)
+    keep_probability = min(1.0, pool_tokens / max(1, tokens))
+    parts = []
+    for k, folder in enumerate(folders):
+        unit = load_documents(Path(folder), mmap=True)
+        unit.document_ids = unit.document_ids + first_document[k]
+        parts.append(unit.select(pool_keep(seed, k, unit.num_documents, keep_probability)))
+    save_documents(pool_folder, concatenate(parts))
+    return first_document
 
 
 def _route(
     spools: Sequence[Path], samples: int, num_shards: int, dtype: np.dtype, work_dir: Path, seed: int
 ) -> list[Path]:
-    """Split the spools (read in order as one) into ``num_shards`` balanced, randomly drawn
+    """Split the spools (read in order, as one) into ``num_shards`` balanced, randomly drawn
     parts in one streaming pass."""
     sizes = np.full(num_shards, samples // num_shards, dtype=np.int64)
     sizes[: samples % num_shards] += 1
     label_type = np.uint16 if num_shards <= 1 << 16 else np.uint32
     labels = np.repeat(np.arange(num_shards, dtype=label_type), sizes)
-    _, np_rng = _rngs(seed, _ROUTE)
+    _, np_rng = rngs(seed, ROUTE)
     np_rng.shuffle(labels)
     paths = [work_dir / f"shard-{k}.bin" for k in range(num_shards)]
     begin = 0
@@ -921,7 +739,7 @@ def _route(
                 interrupt.check()
         spool.unlink()
     if begin != samples:
-        raise RuntimeError(f"spools hold {begin} samples, expected {samples}")
+        raise RuntimeError(f"the spools hold {begin} samples, expected {samples}")
     return paths
 
 
@@ -952,6 +770,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=12345, help="random seed (default: 12345)")
     parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
     parser.add_argument(
+        "--target_per_sample",
+        action="store_true",
+        help="draw the short target length per sample (this tool's earlier behaviour), not once per "
+        "document as the reference does",
+    )
+    parser.add_argument(
+        "--pool_tokens",
+        type=int,
+        default=DEFAULT_POOL_TOKENS,
+        help="most tokens of the pool random next segments come from: the whole corpus up to it, a "
+        f"uniform sample of documents above; changes the output (default: {DEFAULT_POOL_TOKENS})",
+    )
+    parser.add_argument(
         "--do_lower_case",
         dest="lower_case",
         action="store_true",
@@ -974,8 +805,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--chunk_mb",
         type=float,
         default=DEFAULT_CHUNK_MB,
-        help=f"input chunk size in MiB, the unit of parallel work and of the random-next "
-        f"pool; changes the output (default: {DEFAULT_CHUNK_MB:g})",
+        help=f"input chunk size in MiB, the unit of parallel work and of random seeding; "
+        f"changes the output (default: {DEFAULT_CHUNK_MB:g})",
     )
     parser.add_argument(
         "--encoding", default="utf-8", help="of the corpus files, ASCII-compatible (default: utf-8; e.g. latin-1)"
@@ -1013,6 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         lower_case=args.lower_case,
         whole_word_mask=args.whole_word_mask,
+        target_per_sample=args.target_per_sample,
     )
     log.addHandler(_PhaseLog(sys.stdout))
     log.setLevel(logging.INFO)
@@ -1030,22 +862,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 chunk_bytes=int(args.chunk_mb * (1 << 20)),
                 overwrite=args.overwrite,
                 progress=False if args.no_progress else None,
+                pool_tokens=args.pool_tokens,
                 encoding=args.encoding,
                 errors=args.errors,
             )
     except UsageError as err:
         parser.error(str(err))
-    except (interrupt.Interrupted, BrokenProcessPool) as err:
-        # A worker killed by the same signal breaks the pool before the parent's handler runs.
-        signum = interrupt.received()
-        if signum is None:
+    except (interrupt.Interrupted, BrokenProcessPool):
+        # A worker killed by the same signal can break the pool before the parent's handler runs.
+        if interrupt.received() is None:
             raise
-        stopped = interrupt.Interrupted(signum)
+        stopped = interrupt.Interrupted(interrupt.received())
         print(f"{parser.prog}: {stopped}: stopped; nothing published, {args.output_dir} unchanged", file=sys.stderr)
         return stopped.exit_code
-    signum = interrupt.received()
-    if signum is not None:  # arrived while publishing: the complete set is in place
-        stopped = interrupt.Interrupted(signum)
+    if interrupt.received() is not None:  # arrived while publishing: the complete set is in place
+        stopped = interrupt.Interrupted(interrupt.received())
         print(f"{parser.prog}: {stopped} after the set was published", file=sys.stderr)
         return stopped.exit_code
     unknown_share = summary.unknown_tokens / max(1, summary.tokens)
