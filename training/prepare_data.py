@@ -329,6 +329,12 @@ def _build_unit(job: tuple[int, str, int, str]) -> np.ndarray:
     return unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
 
 
+# The unit functions and the process pool, shared with the Indexed-Job workers
+# (training.prepare_indexed) so that the pod count cannot change the output.
+tokenize_unit = _tokenize_chunk
+unit_records = _build_unit
+
+
 def _write_shard(job: tuple[str, str, int]) -> ShardEntry:
     """Shuffle one shard's spooled records and write them as HDF5; returns its manifest entry."""
     assert _STATE is not None
@@ -538,7 +544,8 @@ def finish_set(
     progress: bool | None,
 ) -> Manifest:
     """Shuffle the spooled samples (read in the given order, unit order) into shards, write them
-    and the manifest into ``staging``. The spools are deleted as they are consumed."""
+    and the manifest into ``staging``. ``work_dir`` (the shards' spools) is deleted; ``spools``
+    are left to the caller, so a restarted cluster worker can run this again."""
     if samples == 0:
         raise UsageError("--input: no line produced a token; nothing to write")
     num_shards = plan.run.num_shards
@@ -652,6 +659,9 @@ class _WorkerMap:
             self.pool.shutdown(wait=True, cancel_futures=exc_type is not None)
 
 
+WorkerMap = _WorkerMap  # shared with training.prepare_indexed
+
+
 @dataclass
 class _Totals:
     records: int = 0
@@ -737,7 +747,6 @@ def _route(
                     with open(paths[shard], "ab") as sink:
                         block[order[bounds[shard] : bounds[shard + 1]]].tofile(sink)
                 interrupt.check()
-        spool.unlink()
     if begin != samples:
         raise RuntimeError(f"the spools hold {begin} samples, expected {samples}")
     return paths
@@ -822,7 +831,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _PhaseLog(logging.StreamHandler):
+class PhaseLog(logging.StreamHandler):
     """Phase lines on stdout. logging reports and swallows errors raised while a record is
     written; a stop signal arriving then must still stop the tool."""
 
@@ -846,7 +855,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         whole_word_mask=args.whole_word_mask,
         target_per_sample=args.target_per_sample,
     )
-    log.addHandler(_PhaseLog(sys.stdout))
+    log.addHandler(PhaseLog(sys.stdout))
     log.setLevel(logging.INFO)
     try:
         with interrupt.stop_on_signals():
