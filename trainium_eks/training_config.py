@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from .config import ConfigError
+from .dataset_preparation import validate_preparation_config
 from .dataset_staging import check_source
 from .job_naming import MAX_LABEL, is_dns1123_label
 from .training_job import MODELS, RDZV_BACKENDS, TrainingPlan, plan_training
@@ -67,6 +68,7 @@ def validate_training_config(c: "PlatformConfig") -> None:
             raise ConfigError("training_script_args", {key: value}, "give flag names with string values")
     if c.training_enabled:
         training_plan(c)
+    validate_preparation_config(c)
 
 
 #: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,
