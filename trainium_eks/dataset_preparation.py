@@ -157,6 +157,9 @@ def validate_preparation_config(c: Any) -> None:
     """The ``preparation_*`` fields of ``PlatformConfig``, with the construct's rules."""
     if not isinstance(c.preparation_enabled, bool):
         raise ConfigError("preparation_enabled", c.preparation_enabled, "must be true or false")
+    if c.preparation_enabled and not c.training_enabled:
+        raise ConfigError("preparation_enabled", True, "the prepared set is the training job's dataset: set "
+                          "training_enabled=true too")
     check_fsx_path("preparation_corpus", c.preparation_corpus)
     check_fsx_path("preparation_vocab", c.preparation_vocab)
     try:

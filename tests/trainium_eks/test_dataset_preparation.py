@@ -113,6 +113,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
     ({"preparation_args": '{"seed": "1; rm -rf /"}'}, "preparation_args", r"plain number or name"),
     ({"preparation_args": '{"whole_word_mask": "yes"}'}, "preparation_args", r"a switch"),
     ({"preparation_enabled": "maybe"}, "preparation_enabled", r"true or false"),
+    ({"preparation_enabled": "true", "training_enabled": "false"}, "preparation_enabled", r"training_enabled=true"),
 ])  # fmt: skip
 def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix):
     with pytest.raises(ConfigError) as err:
