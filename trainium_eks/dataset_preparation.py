@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT, RESERVED_MEMORY_MIB, RESERVED_MILLICPU, JobPaths
+from training.job_spec import DATA_MOUNT, JobPaths, compute_resources
 
 from .config import ConfigError
 from .instance_types import InstanceFacts
@@ -82,8 +82,10 @@ def check_pods(pods: int, cpus_per_pod: int, facts: InstanceFacts | None = None,
     if facts is None or nodes is None:
         return
     per_node = -(-pods // nodes)
-    cpus_free = facts.vcpus - RESERVED_MILLICPU // 1000
-    memory_free = facts.memory_gib - RESERVED_MEMORY_MIB // 1024
+    # What a training pod may take of a node (training.job_spec.compute_resources).
+    requests, _ = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
+    cpus_free = int(requests["cpu"].removesuffix("m")) // 1000
+    memory_free = int(requests["memory"].removesuffix("Mi")) // 1024
     if per_node * cpus_per_pod > cpus_free or per_node * cpus_per_pod * MEMORY_GIB_PER_CPU > memory_free:
         raise ConfigError(
             "pods", pods,
@@ -163,7 +165,9 @@ def validate_preparation_config(c: Any) -> None:
     check_fsx_path("preparation_corpus", c.preparation_corpus)
     check_fsx_path("preparation_vocab", c.preparation_vocab)
     try:
-        check_pods(c.preparation_pods, c.preparation_cpus_per_pod, c.facts, c.desired_nodes)
+        # Sizes are checked against the nodes only when the Job is deployed.
+        check_pods(c.preparation_pods, c.preparation_cpus_per_pod, *((c.facts, c.desired_nodes)
+                                                                      if c.preparation_enabled else ()))
         check_settings(c.preparation_args)
     except ConfigError as err:
         raise ConfigError(f"preparation_{err.field_name}", err.value, err.fix) from None
