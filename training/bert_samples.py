@@ -330,24 +330,23 @@ def assemble(
     """Lay pairs out as ``[CLS] A [SEP] B [SEP]`` rows padded with 0.
 
     Returns (input_ids int32 [M, S], len_a [M], length [M]) where length counts real tokens.
+    Tokens are copied as flat runs (one gather per segment kind), not position by position.
     """
-    a_begin, a_end, b_begin, b_end, is_random = (pairs[:, k : k + 1] for k in range(5))
+    a_begin, a_end, b_begin, b_end, is_random = pairs.T
     len_a, len_b = a_end - a_begin, b_end - b_begin
     length = len_a + len_b + 3
-    pos = np.arange(cfg.max_seq_len)[None, :]
-    in_a = (pos >= 1) & (pos <= len_a)
-    in_b = (pos >= len_a + 2) & (pos < length - 1)
-    from_pool = in_b & (is_random == 1)
-    from_unit = in_a | (in_b & ~from_pool)
-    source = np.where(in_a, a_begin + pos - 1, b_begin + pos - len_a - 2)
-    ids = np.zeros(source.shape, dtype=np.int32)
-    ids[from_unit] = unit_tokens[source[from_unit]]
-    ids[from_pool] = pool_tokens[source[from_pool]]
-    ids[:, 0] = vocab.cls_id
-    rows = np.arange(len(pairs))
-    ids[rows, len_a[:, 0] + 1] = vocab.sep_id
-    ids[rows, length[:, 0] - 1] = vocab.sep_id
-    return ids, len_a[:, 0], length[:, 0]
+    width = cfg.max_seq_len
+    ids = np.zeros((len(pairs), width), dtype=np.int32)
+    flat = ids.reshape(-1)
+    row_start = np.arange(len(pairs), dtype=np.int64) * width
+    flat[_ranges(row_start + 1, row_start + 1 + len_a)] = unit_tokens[_ranges(a_begin, a_end)]
+    b_start = row_start + len_a + 2
+    for source, rows in ((unit_tokens, is_random == 0), (pool_tokens, is_random == 1)):
+        flat[_ranges(b_start[rows], b_start[rows] + len_b[rows])] = source[_ranges(b_begin[rows], b_end[rows])]
+    flat[row_start] = vocab.cls_id
+    flat[row_start + len_a + 1] = vocab.sep_id
+    flat[row_start + length - 1] = vocab.sep_id
+    return ids, len_a, length
 
 
 def mask_count(length: np.ndarray, cfg: PrepConfig) -> np.ndarray:
