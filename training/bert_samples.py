@@ -234,35 +234,48 @@ def build_pairs(
     pool, random segments come from the unit itself.
     """
     pool = unit if pool is None or pool.num_documents == 0 else pool
-    starts = unit.sentence_starts.tolist()
-    docs = unit.document_starts.tolist()
-    ids = unit.document_ids.tolist()
-    pool_starts = pool.sentence_starts.tolist()
-    pool_docs = pool.document_starts.tolist()
-    pool_ids = pool.document_ids.tolist()
+    return _pairs(_Boundaries(unit), _Boundaries(pool), cfg, rng)
+
+
+class _Boundaries:
+    """A chunk's boundaries as Python lists: the pair loop indexes them one by one."""
+
+    def __init__(self, chunk: TokenizedChunk) -> None:
+        self.starts = chunk.sentence_starts.tolist()
+        self.docs = chunk.document_starts.tolist()
+        self.ids = chunk.document_ids.tolist()
+
+
+def _pairs(unit: _Boundaries, pool: _Boundaries, cfg: PrepConfig, rng: random.Random) -> np.ndarray:
+    starts, docs, ids = unit.starts, unit.docs, unit.ids
+    pool_starts, pool_docs, pool_ids = pool.starts, pool.docs, pool.ids
     n_pool = len(pool_docs) - 1
     max_tokens = cfg.max_seq_len - 3
     short_prob = cfg.short_seq_prob
     per_sample = cfg.target_per_sample
     pairs: list[tuple[int, int, int, int, int]] = []
-    rand, randint = rng.random, rng.randint
+    rand = rng.random
+    # int(rand() * n) is uniform on 0..n-1 (to within 2^-53): random.randint costs 3x more.
+    short_span = max_tokens - 1
 
     for doc in range(len(docs) - 1):
         first, stop = docs[doc], docs[doc + 1]
-        target = randint(2, max_tokens) if rand() < short_prob else max_tokens
+        target = 2 + int(rand() * short_span) if rand() < short_prob else max_tokens
         group_start = i = first
         while i < stop:
             if i == stop - 1 or starts[i + 1] - starts[group_start] >= target:
                 n_sentences = i - group_start + 1
-                a_sentences = 1 if n_sentences == 1 else randint(1, n_sentences - 1)
+                a_sentences = 1 if n_sentences == 1 else 1 + int(rand() * (n_sentences - 1))
                 a_begin, a_end = starts[group_start], starts[group_start + a_sentences]
                 if n_sentences == 1 or rand() < 0.5:
                     for _ in range(_OTHER_DOCUMENT_TRIES):
-                        other = randint(0, n_pool - 1)
+                        other = int(rand() * n_pool)
                         if pool_ids[other] != ids[doc]:
                             break
-                    begin = randint(pool_docs[other], pool_docs[other + 1] - 1)
-                    end, end_limit = begin + 1, pool_docs[other + 1]
+                    begin = pool_docs[other]
+                    end_limit = pool_docs[other + 1]
+                    begin += int(rand() * (end_limit - begin))
+                    end = begin + 1
                     b_target = target - (a_end - a_begin)
                     while end < end_limit and pool_starts[end] - pool_starts[begin] < b_target:
                         end += 1
@@ -271,11 +284,12 @@ def build_pairs(
                     i = group_start + a_sentences - 1
                 else:
                     b_begin, b_end, is_random = a_end, starts[i + 1], 0
-                a_begin, a_end, b_begin, b_end = truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
+                if (a_end - a_begin) + (b_end - b_begin) > max_tokens:
+                    a_begin, a_end, b_begin, b_end = truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
                 pairs.append((a_begin, a_end, b_begin, b_end, is_random))
                 group_start = i + 1
                 if per_sample:
-                    target = randint(2, max_tokens) if rand() < short_prob else max_tokens
+                    target = 2 + int(rand() * short_span) if rand() < short_prob else max_tokens
             i += 1
     return np.array(pairs, dtype=np.int64).reshape(-1, 5)
 
@@ -316,24 +330,23 @@ def assemble(
     """Lay pairs out as ``[CLS] A [SEP] B [SEP]`` rows padded with 0.
 
     Returns (input_ids int32 [M, S], len_a [M], length [M]) where length counts real tokens.
+    Tokens are copied as flat runs (one gather per segment kind), not position by position.
     """
-    a_begin, a_end, b_begin, b_end, is_random = (pairs[:, k : k + 1] for k in range(5))
+    a_begin, a_end, b_begin, b_end, is_random = pairs.T
     len_a, len_b = a_end - a_begin, b_end - b_begin
     length = len_a + len_b + 3
-    pos = np.arange(cfg.max_seq_len)[None, :]
-    in_a = (pos >= 1) & (pos <= len_a)
-    in_b = (pos >= len_a + 2) & (pos < length - 1)
-    from_pool = in_b & (is_random == 1)
-    from_unit = in_a | (in_b & ~from_pool)
-    source = np.where(in_a, a_begin + pos - 1, b_begin + pos - len_a - 2)
-    ids = np.zeros(source.shape, dtype=np.int32)
-    ids[from_unit] = unit_tokens[source[from_unit]]
-    ids[from_pool] = pool_tokens[source[from_pool]]
-    ids[:, 0] = vocab.cls_id
-    rows = np.arange(len(pairs))
-    ids[rows, len_a[:, 0] + 1] = vocab.sep_id
-    ids[rows, length[:, 0] - 1] = vocab.sep_id
-    return ids, len_a[:, 0], length[:, 0]
+    width = cfg.max_seq_len
+    ids = np.zeros((len(pairs), width), dtype=np.int32)
+    flat = ids.reshape(-1)
+    row_start = np.arange(len(pairs), dtype=np.int64) * width
+    flat[_ranges(row_start + 1, row_start + 1 + len_a)] = unit_tokens[_ranges(a_begin, a_end)]
+    b_start = row_start + len_a + 2
+    for source, rows in ((unit_tokens, is_random == 0), (pool_tokens, is_random == 1)):
+        flat[_ranges(b_start[rows], b_start[rows] + len_b[rows])] = source[_ranges(b_begin[rows], b_end[rows])]
+    flat[row_start] = vocab.cls_id
+    flat[row_start + len_a + 1] = vocab.sep_id
+    flat[row_start + length - 1] = vocab.sep_id
+    return ids, len_a, length
 
 
 def mask_count(length: np.ndarray, cfg: PrepConfig) -> np.ndarray:
@@ -364,23 +377,21 @@ def mask_samples(
     candidate = real & (pos != 0) & ~first_sep & ~last_sep
     count = mask_count(length, cfg)
     keys = rng.random((n, width))
-    if cfg.whole_word_mask:
-        previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
-        word_start = ~candidate | ~vocab.is_continuation[ids] | ~previous_candidate
-        first_piece = np.maximum.accumulate(np.where(word_start, pos, 0), axis=1)
-        keys = np.take_along_axis(keys, first_piece, axis=1)  # a word's pieces share one key
+    if not cfg.whole_word_mask:
+        return _mask_pieces(ids, candidate, count, keys, cfg, vocab, rng)
+    previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
+    word_start = ~candidate | ~vocab.is_continuation[ids] | ~previous_candidate
+    first_piece = np.maximum.accumulate(np.where(word_start, pos, 0), axis=1)
+    keys = np.take_along_axis(keys, first_piece, axis=1)  # a word's pieces share one key
     keys[~candidate] = 2.0  # after every candidate
     order = np.argsort(keys, axis=1, kind="stable")  # stable: a word's pieces stay adjacent
     rank = np.arange(1, width + 1)[None, :]
-    if cfg.whole_word_mask:
-        word_of = np.take_along_axis(first_piece, order, axis=1)
-        word_end = np.ones_like(candidate)
-        word_end[:, :-1] = word_of[:, :-1] != word_of[:, 1:]
-        # Tokens masked once this slot's whole word is in: the rank of its last piece.
-        through_word = np.minimum.accumulate(np.where(word_end, rank, width + 1)[:, ::-1], axis=1)[:, ::-1]
-        take_sorted = through_word <= count[:, None]
-    else:
-        take_sorted = rank <= count[:, None]
+    word_of = np.take_along_axis(first_piece, order, axis=1)
+    word_end = np.ones_like(candidate)
+    word_end[:, :-1] = word_of[:, :-1] != word_of[:, 1:]
+    # Tokens masked once this slot's whole word is in: the rank of its last piece.
+    through_word = np.minimum.accumulate(np.where(word_end, rank, width + 1)[:, ::-1], axis=1)[:, ::-1]
+    take_sorted = through_word <= count[:, None]
     chosen = np.zeros_like(candidate)
     np.put_along_axis(chosen, order, take_sorted & np.take_along_axis(candidate, order, axis=1), axis=1)
 
@@ -393,6 +404,38 @@ def mask_samples(
     valid = np.take_along_axis(chosen, first_chosen, axis=1)
     positions = np.where(valid, first_chosen, 0)
     labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), 0)
+    return masked, positions, labels
+
+
+def _mask_pieces(
+    ids: np.ndarray,
+    candidate: np.ndarray,
+    count: np.ndarray,
+    keys: np.ndarray,
+    cfg: PrepConfig,
+    vocab: VocabInfo,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mask_samples for single pieces: the ``count`` candidates with the smallest random keys
+    (a uniform random subset). At most max_pred_len are taken, so a partial sort of that many
+    keys per row replaces a full sort of the row."""
+    n, width = ids.shape
+    k = min(cfg.max_pred_len, width)
+    keys[~candidate] = 2.0  # after every candidate
+    smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.tile(np.arange(width), (n, 1))
+    by_key = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
+    take = (np.arange(k)[None, :] < count[:, None]) & (np.take_along_axis(keys, by_key, axis=1) < 2.0)
+    positions = np.where(take, by_key, width)
+    positions.sort(axis=1)
+    valid = positions < width
+    positions[~valid] = 0
+    rows, slots = np.nonzero(valid)
+    cols = positions[rows, slots]
+    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), 0)
+    action = rng.random(rows.size)
+    random_tokens = vocab.replacement_ids[rng.integers(vocab.replacement_ids.size, size=rows.size)]
+    masked = ids.copy()
+    masked[rows, cols] = np.where(action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols]))
     return masked, positions, labels
 
 
@@ -411,10 +454,11 @@ def unit_samples(
     dtype = record_dtype(cfg, vocab.size)
     if pool.num_documents == 0:
         pool = unit
+    unit_bounds, pool_bounds = _Boundaries(unit), _Boundaries(pool)
     parts = []
     for dupe in range(cfg.dupe_factor):
         py_rng, np_rng = rngs(cfg.seed, BUILD, unit_index, dupe)
-        pairs = build_pairs(unit, cfg, py_rng, pool)
+        pairs = _pairs(unit_bounds, pool_bounds, cfg, py_rng)
         ids, len_a, length = assemble(unit.tokens, pool.tokens, pairs, cfg, vocab)
         masked, positions, labels = mask_samples(ids, len_a, length, cfg, vocab, np_rng)
         records = np.empty(len(pairs), dtype=dtype)

@@ -9,6 +9,7 @@ calls :func:`check` between steps: a recorded signal is never lost. Inside
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +28,16 @@ class Interrupted(Exception):
 
 _received: int | None = None
 _deferred = False
+_owner: int | None = None  # the process that installed the handler
 
 
 def _handle(signum: int, _frame: object) -> None:
     global _received
+    if os.getpid() != _owner:
+        # A forked worker, before its initializer reset the handlers: behave as it will after.
+        if signum == signal.SIGTERM:
+            os._exit(128 + signum)
+        return
     first = _received is None
     if first:
         _received = signum
@@ -52,8 +59,8 @@ def check() -> None:
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into :class:`Interrupted` for the duration (main thread only)."""
-    global _received
-    _received = None
+    global _received, _owner
+    _received, _owner = None, os.getpid()
     previous = {sig: signal.signal(sig, _handle) for sig in STOP_SIGNALS}
     try:
         yield
@@ -75,5 +82,7 @@ def deferred_signals() -> Iterator[None]:
 
 def ignore_interactive_interrupt() -> None:
     """For worker processes: Ctrl-C reaches the whole process group, but only the parent
-    should react (it stops the workers and removes their output)."""
+    should react (it stops the workers and removes their output). SIGTERM gets its default
+    action back (a forked worker inherits the parent's handler): the worker just ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -14,6 +14,7 @@ from training.bert_samples import (
     build_pairs,
     concatenate,
     mask_count,
+    mask_samples,
     pool_keep,
     record_dtype,
     unit_samples,
@@ -103,3 +104,22 @@ def test_given_the_same_unit_when_made_twice_then_records_are_identical_and_the_
     assert first.dtype == record_dtype(cfg, VOCAB.size) and len(first) > 100
     assert first.tobytes() == unit_samples(4, unit, pool, cfg, VOCAB).tobytes()
     assert first.tobytes() != unit_samples(5, unit, pool, cfg, VOCAB).tobytes()
+
+
+def test_given_many_equal_rows_when_masking_then_every_candidate_position_is_chosen_alike():
+    cfg = PrepConfig()
+    n, length = 20_000, 100
+    ids = np.zeros((n, 128), dtype=np.int32)
+    ids[:, :length] = 5 + np.arange(length) % 900
+    len_a = np.full(n, 40)
+    lengths = np.full(n, length)
+    masked, positions, labels = mask_samples(ids, len_a, lengths, cfg, VOCAB, np.random.default_rng(0))
+    counts = (positions != 0).sum(1)
+    assert (counts == 15).all()  # round(0.15 x 100)
+    hits = np.bincount(positions[positions != 0], minlength=128)
+    candidates = [p for p in range(1, length - 1) if p != 41]  # not [CLS], the middle or the last [SEP]
+    assert hits[[0, 41, length - 1]].sum() == 0 and hits[length:].sum() == 0
+    expected = n * 15 / len(candidates)
+    assert np.abs(hits[candidates] - expected).max() < 5 * np.sqrt(expected)
+    assert (np.diff(positions, axis=1)[:, :14] > 0).all()  # ascending
+    assert np.array_equal(labels, np.take_along_axis(ids, positions, axis=1) * (positions != 0))

@@ -497,3 +497,30 @@ def test_truncation_trims_the_longer_segment_at_random_ends():
                 fronts += (a0 - 1000) + (b0 - 5000)
                 drops += (len_a - a) + (len_b - b)
     assert drops > 10_000 and within(fronts, drops, 0.5)
+
+
+@pytest.mark.parametrize("samples", [1, 1023, 1024, 2500])
+def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
+    """write_hdf5 compresses each chunk itself (shuffle + deflate): h5py must read back every
+    value, through a partial last chunk too."""
+    from training.bert_samples import record_dtype
+    from training.prepare_data import write_hdf5
+
+    cfg = PrepConfig(max_seq_len=32, max_pred_len=5)
+    rng = np.random.default_rng(samples)
+    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
+    records["ids"] = rng.integers(0, 30522, size=(samples, 32))
+    records["length"] = rng.integers(5, 33, size=samples)
+    records["len_a"] = rng.integers(1, 3, size=samples)
+    records["positions"] = rng.integers(0, 32, size=(samples, 5))
+    records["labels"] = rng.integers(0, 30522, size=(samples, 5))
+    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    write_hdf5(tmp_path / "shard.hdf5", records, cfg)
+    data = load_shards([tmp_path / "shard.hdf5"])
+    assert np.array_equal(data["input_ids"], records["ids"].astype(np.int32))
+    assert np.array_equal(data["masked_lm_positions"], records["positions"].astype(np.int32))
+    assert np.array_equal(data["masked_lm_ids"], records["labels"].astype(np.int32))
+    assert np.array_equal(data["next_sentence_labels"], records["next_sentence"].astype(np.int8))
+    assert np.array_equal(data["input_mask"].sum(1), records["length"])
+    with h5py.File(tmp_path / "shard.hdf5", "r") as handle:
+        assert handle["input_ids"].compression == "gzip" and handle["input_ids"].shuffle

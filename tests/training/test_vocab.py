@@ -14,6 +14,7 @@ from transformers import BertTokenizerFast
 
 from tests.training.corpus import write_corpus
 from training.vocab import (
+    FAST_PATH_EXTRA_CHARACTERS,
     SPECIAL_TOKENS,
     WordPieceEncoder,
     bert_tokenizer,
@@ -126,9 +127,9 @@ ODD_LINES = [
 
 
 def _ascii_lines(seed: int, count: int) -> list[str]:
-    """Lines of random printable ASCII: words, digits, every punctuation character, odd spacing."""
+    """Lines of random fast-path characters: words, digits, all punctuation, odd spacing."""
     rng = random.Random(seed)
-    printable = [chr(c) for c in range(0x20, 0x7F)]
+    printable = [chr(c) for c in range(0x20, 0x7F)] + list(FAST_PATH_EXTRA_CHARACTERS)
     words = ["river", "Mountain", "don't", "U.S.A.", "e-mail", "3.14", "C++", "x_y", "#tag", "@home"]
     lines = []
     for _ in range(count):
@@ -147,7 +148,8 @@ def test_fast_encoder_gives_the_ids_of_tokenizers_on_every_line(corpus: Path, tm
     reference = bert_tokenizer(read_vocab(vocab_path), lower_case)
     encoder = WordPieceEncoder(vocab_path, lower_case)
     lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
-    lines += ascii_lines + ODD_LINES + [chr(c) for c in range(0x20, 0x7F)] + [" ".join(ascii_lines)[:200_000]]
+    singles = [chr(c) for c in range(0x20, 0x7F)] + list(FAST_PATH_EXTRA_CHARACTERS)
+    lines += ascii_lines + ODD_LINES + singles + [f"Word{c}word {c}x" for c in singles] + [" ".join(ascii_lines)[:200_000]]
     expected = [e.ids for e in reference.encode_batch_fast(lines, add_special_tokens=False)]
     got = encoder.encode(lines)
     assert len(got) == len(expected)
