@@ -92,6 +92,9 @@ def training_review(c: "PlatformConfig") -> list[str]:
         f"  schedule:     {c.training_max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {c.training_rdzv_backend}, checkpoint every {c.training_checkpoint_every} steps",
     ]
+    if c.preparation_enabled:
+        lines.append(f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
+                     f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{c.training_dataset_name}")
     per_node = PUBLISHED_SEQ_PER_S_PER_NODE.get(facts.name)
     price = facts.on_demand_usd_per_hour
     estimates = []

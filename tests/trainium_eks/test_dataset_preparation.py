@@ -121,6 +121,15 @@ def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix
     assert err.value.field_name == field and re.search(fix, err.value.fix), str(err.value)
 
 
+def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_comes_from():
+    from trainium_eks.training_config import training_review
+
+    assert not any("prepared from" in line for line in training_review(config_from_context({})))
+    lines = training_review(config_from_context({"preparation_enabled": "true", "preparation_pods": "6"}))
+    assert ("  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
+            "/data/datasets/bert-wikicorpus-seq128") in lines
+
+
 def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_training():
     template = synth_platform(**PREPARATION_ON)
     jobs = {obj["metadata"]["name"].split("-")[0]: (logical_id, obj) for logical_id, obj in k8s_manifests(template)
