@@ -66,6 +66,7 @@ from isal import isal_zlib
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from training import interrupt
 from training.bert_samples import (
     ROUTE,
     SHUFFLE,
@@ -80,7 +81,6 @@ from training.bert_samples import (
     truncate_pair,
     unit_samples,
 )
-from training import interrupt
 from training.shard_format import (
     SHARD_FIELDS,
     SHARD_NAME,

@@ -60,7 +60,8 @@ def check_settings(args: Mapping[str, Any]) -> list[str]:
     flags: list[str] = []
     for key, value in sorted(args.items()):
         if key not in SETTING_FLAGS:
-            raise ConfigError("args", {key: value}, f"not a setting of training.prepare_data; use {', '.join(SETTING_FLAGS)}")
+            raise ConfigError("args", {key: value},
+                              f"not a setting of training.prepare_data; use {', '.join(SETTING_FLAGS)}")
         text = str(value).strip()
         if not SETTING_FLAGS[key]:
             if text.lower() not in ("true", "false"):
