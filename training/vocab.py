@@ -229,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = expand_inputs(args.input)
+        from training.text_input import check_text_files  # (it imports this module)
+
+        check_text_files(files)  # the trainer would read a binary file's bytes as words
         if not corpus_has_text(files):
             raise UsageError(f"--input {' '.join(args.input)}: corpus is empty (only blank lines)")
         if Path(args.output).is_dir():
@@ -251,4 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The imported module's main: its UsageError is the one training.text_input raises (run as
+    # a script, this file is a second module, ``__main__``, with classes of its own).
+    from training.vocab import main as imported_main
+
+    sys.exit(imported_main())

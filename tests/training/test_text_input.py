@@ -86,6 +86,20 @@ def test_given_a_binary_file_or_archive_then_one_line_names_the_file_and_what_it
     assert not (tmp_path / "o").exists()
 
 
+def test_given_an_archive_to_the_vocab_builder_then_one_line_names_it(tmp_path):
+    archive = tmp_path / "corpus.zip"
+    _zip(archive)
+    result = subprocess.run([sys.executable, "-m", "training.vocab", "--input", str(archive), "--output",
+                             str(tmp_path / "vocab.txt"), "--no_progress"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"python -m training.vocab: error: --input {archive}: is a zip archive, "
+                                          "not text; give plain text files (one sentence per line, blank line between "
+                                          "documents): unpack archives first, and leave shards out of the corpus "
+                                          "(see --help)"]  # fmt: skip
+    assert not (tmp_path / "vocab.txt").exists()
+
+
 def test_given_a_folder_of_shards_as_input_then_the_first_shard_is_named(corpus, tmp_path):
     folder = tmp_path / "shards.hdf5"
     folder.mkdir()
