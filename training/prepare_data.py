@@ -311,6 +311,7 @@ def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
         handle.seek(chunk.start)
         raw = handle.read(chunk.end - chunk.start)
     text = decode_chunk(raw, chunk.path, chunk.start, _STATE.encoding, _STATE.errors)
+    del raw  # the text is all that is needed now; don't hold both through tokenization
     tokenized = tokenize_documents(text, _STATE.encoder)
     unknown = int(np.count_nonzero(tokenized.tokens == _STATE.vocab.unk_id))
     tokenized.tokens = tokenized.tokens.astype(_token_type(_STATE.vocab.size))
@@ -342,11 +343,12 @@ def _write_shard(job: tuple[list[str], list[int], str, str, int]) -> ShardEntry:
     spools, sizes, labels, out, shard = job
     mine = np.flatnonzero(np.load(labels, mmap_mode="r") == shard)
     bounds = np.searchsorted(mine, np.cumsum([0, *sizes]))
-    records = np.concatenate([
+    parts = [
         np.memmap(spool, dtype=_STATE.dtype, mode="r", shape=(size,))[mine[lo:hi] - begin]
         for spool, size, begin, lo, hi in zip(spools, sizes, np.cumsum([0, *sizes]), bounds, bounds[1:])
         if hi > lo  # (an empty file cannot be mapped)
-    ])  # fmt: skip
+    ]  # fmt: skip
+    records = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one spool: no second copy
     _, np_rng = rngs(_STATE.cfg.seed, SHUFFLE, shard)
     records = records[np_rng.permutation(len(records))]
     write_hdf5(Path(out), records, _STATE.cfg)
