@@ -27,11 +27,11 @@ Pipeline, and why its output does not depend on --num_workers:
    --pool_tokens tokens, else each document kept with the same seeded probability. Written
    once, memory-mapped by every worker.
 4. Samples, in parallel over units: ``training.bert_samples.unit_samples`` with RNGs seeded from
-   (seed, unit number, pass). Results are appended to a spool file in unit order, compactly
-   (uint16 ids where the vocab allows).
+   (seed, unit number, pass). Each unit's records go to a spool file of its own, compactly
+   (uint16 ids where the vocab allows); together, in unit order, they are the spool.
 5. Shuffle, memory-bounded: a seeded random permutation of balanced shard labels (one 2-4 byte
-   label per sample) sends each sample to a shard in one streaming pass over the spool; each
-   shard is then permuted in memory with its own seed. A uniformly random balanced split
+   label per sample) assigns each sample to a shard; each shard's writer gathers its samples
+   from the spool and permutes them in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
 6. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes.
 """
@@ -287,24 +287,34 @@ def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
     return _TokenizeResult(tokenized.num_documents, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
 
 
-def _build_unit(job: tuple[int, str, int, str]) -> np.ndarray:
-    """Phase 2 of a unit: its samples, given the pool (mapped once per process)."""
+def _build_unit(job: tuple[int, str, int, str]) -> int:
+    """Phase 2 of a unit: its samples, given the pool (mapped once per process), written to
+    the unit's spool file; returns their number."""
     assert _STATE is not None
     unit_index, folder, first_document, pool_folder = job
     if _STATE.pool is None or _STATE.pool[0] != pool_folder:
         _STATE.pool = (pool_folder, load_documents(Path(pool_folder), mmap=True))
     unit = load_documents(Path(folder))
     unit.document_ids = unit.document_ids + first_document
-    return unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
+    records = unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
+    records.tofile(Path(folder) / "records.bin")
+    return len(records)
 
 
-def _write_shard(job: tuple[str, str, str, int]) -> int:
+def _write_shard(job: tuple[list[tuple[str, int]], str, str, int]) -> int:
     """Gather one shard's records from the spool (where its label is), shuffle them and write
-    them as HDF5; returns the sample count."""
+    them as HDF5; returns the sample count. The spool is the units' record files in order."""
     assert _STATE is not None
     spool, labels, out, shard = job
     mine = np.flatnonzero(np.load(labels, mmap_mode="r") == shard)
-    records = np.memmap(spool, dtype=_STATE.dtype, mode="r")[mine]
+    parts, offset = [], 0
+    for path, count in spool:
+        local = mine[(mine >= offset) & (mine < offset + count)] - offset
+        # An empty file cannot be memory-mapped: a unit may make no sample.
+        empty = np.empty(0, dtype=_STATE.dtype)
+        parts.append(np.memmap(path, dtype=_STATE.dtype, mode="r", shape=(count,))[local] if count else empty)
+        offset += count
+    records = np.concatenate(parts)
     _, np_rng = rngs(_STATE.cfg.seed, SHUFFLE, shard)
     records = records[np_rng.permutation(len(records))]
     write_hdf5(Path(out), records, _STATE.cfg)
@@ -444,9 +454,8 @@ def prepare_shards(
     work_dir = Path(tempfile.mkdtemp(prefix=".prepare_data-", dir=out_dir))
     try:
         with _WorkerMap(workers, str(vocab_path), cfg) as parallel_map:
-            spool = work_dir / "samples.bin"
-            totals = _build_all(
-                parallel_map, chunks, work_dir, spool, sum(c.end - c.start for c in chunks), pool_tokens, cfg, progress
+            totals, spool = _build_all(
+                parallel_map, chunks, work_dir, sum(c.end - c.start for c in chunks), pool_tokens, cfg, progress
             )
             samples = totals.records
             if samples == 0:
@@ -460,7 +469,7 @@ def prepare_shards(
                 )
             labels = _shard_labels(samples, num_shards, work_dir, cfg.seed)
             jobs = [
-                (str(spool), str(labels), str(out_dir / SHARD_NAME.format(prefix=output_prefix, index=k)), k)
+                (spool, str(labels), str(out_dir / SHARD_NAME.format(prefix=output_prefix, index=k)), k)
                 for k in range(num_shards)
             ]
             bar = tqdm(total=num_shards, desc="write shards", unit="shard", disable=_disabled(progress))
@@ -568,13 +577,14 @@ def _build_all(
     parallel_map: Callable[[Callable, Iterable], Iterator],
     chunks: list[Chunk],
     work_dir: Path,
-    spool: Path,
     total_bytes: int,
     pool_tokens: int,
     cfg: PrepConfig,
     progress: bool | None,
-) -> _Totals:
-    """Tokenize every unit, gather the random-next pool, then make every unit's samples."""
+) -> tuple[_Totals, list[tuple[str, int]]]:
+    """Tokenize every unit, gather the random-next pool, then make every unit's samples.
+
+    Returns the totals and the spool: each unit's record file with its record count, in order."""
     totals = _Totals()
     folders = [str(work_dir / f"unit-{k}") for k in range(len(chunks))]
     bar = tqdm(total=total_bytes, desc="tokenize", unit="B", unit_scale=True, disable=_disabled(progress))
@@ -598,13 +608,14 @@ def _build_all(
     del parts
     jobs = [(k, folders[k], int(first_document[k]), str(pool_folder)) for k in range(len(chunks))]
     bar = tqdm(total=len(jobs), desc="pairs+masks", unit="unit", disable=_disabled(progress))
-    with open(spool, "wb") as out, bar:
-        for records in parallel_map(_build_unit, jobs):
-            records.tofile(out)
-            totals.records += len(records)
+    spool = []
+    with bar:
+        for (_, folder, _, _), count in zip(jobs, parallel_map(_build_unit, jobs)):
+            spool.append((str(Path(folder) / "records.bin"), count))
+            totals.records += count
             bar.update()
             bar.set_postfix(samples=totals.records, refresh=False)
-    return totals
+    return totals, spool
 
 
 def _shard_labels(samples: int, num_shards: int, work_dir: Path, seed: int) -> Path:
