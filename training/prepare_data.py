@@ -236,11 +236,15 @@ class _WorkerState:
 _STATE: _WorkerState | None = None
 
 
+def _single_threaded_tokenizer() -> None:
+    # One tokenizer thread per worker process: the processes already fill the cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
 def _init_worker(vocab_path: str, cfg: PrepConfig, single_threaded_tokenizer: bool) -> None:
     global _STATE
     if single_threaded_tokenizer:
-        # One tokenizer thread per worker process: the processes already fill the cores.
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        _single_threaded_tokenizer()
     _, info = load_vocab(vocab_path)
     _STATE = _WorkerState(cfg, info, WordPieceEncoder(vocab_path, cfg.lower_case), record_dtype(cfg, info.size))
 
@@ -523,7 +527,7 @@ def _prepare_output_dir(out_dir: Path, prefix: str, overwrite: bool) -> None:
 
 
 class _WorkerMap:
-    """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` spawned
+    """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` worker
     processes, or this process itself when ``workers == 1``.
 
     concurrent.futures rather than multiprocessing.Pool: a worker that dies (killed for
@@ -546,17 +550,20 @@ class _WorkerMap:
             yield pending.popleft().result()
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
+        vocab_path, cfg, _ = self.init_args
         if self.workers == 1:
-            _init_worker(*self.init_args)
+            _init_worker(vocab_path, cfg, False)
             return map
-        # fork where there is one (Linux): workers start without importing numpy, h5py and the
-        # tokenizers again (about 1 s each, a serial cost). This process has used no tokenizer
-        # and started no thread yet, and the first task below makes the workers at once, before
-        # the progress bars start theirs. spawn elsewhere.
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        self.pool = ProcessPoolExecutor(
-            self.workers, mp_context=mp.get_context(method), initializer=_init_worker, initargs=self.init_args
-        )
+        # fork where there is one (Linux): workers inherit the imports and the loaded vocab and
+        # tokenizers instead of making them again (a cost the processes would each pay). This
+        # process has used no tokenizer and started no thread yet, and the first task below
+        # makes the workers at once, before the progress bars start theirs. spawn elsewhere.
+        if "fork" in mp.get_all_start_methods():
+            _init_worker(vocab_path, cfg, False)
+            context, initializer, initargs = mp.get_context("fork"), _single_threaded_tokenizer, ()
+        else:
+            context, initializer, initargs = mp.get_context("spawn"), _init_worker, self.init_args
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=initializer, initargs=initargs)
         self.pool.submit(int).result()
         return self._ordered
 
@@ -603,7 +610,8 @@ def _build_all(
     for k, folder in enumerate(folders):
         unit = load_documents(Path(folder), mmap=True)
         unit.document_ids = unit.document_ids + first_document[k]
-        parts.append(unit.select(pool_keep(cfg.seed, k, unit.num_documents, keep_probability)))
+        keep = pool_keep(cfg.seed, k, unit.num_documents, keep_probability)
+        parts.append(unit if keep.all() else unit.select(keep))
     save_documents(pool_folder, concatenate(parts))
     del parts
     jobs = [(k, folders[k], int(first_document[k]), str(pool_folder)) for k in range(len(chunks))]
