@@ -30,11 +30,11 @@ Pipeline, and why its output does not depend on --num_workers:
    --pool_tokens tokens, else each document kept with the same seeded probability. Written
    once, memory-mapped by every worker.
 4. Samples, in parallel over units: ``training.bert_samples.unit_samples`` with RNGs seeded from
-   (seed, unit number, pass). Results are appended to a spool file in unit order, compactly
-   (uint16 ids where the vocab allows).
+   (seed, unit number, pass). Each unit's records go to a spool file of its own, compactly
+   (uint16 ids where the vocab allows); together, in unit order, they are the spool.
 5. Shuffle, memory-bounded: a seeded random permutation of balanced shard labels (one 2-4 byte
-   label per sample) sends each sample to a shard in one streaming pass over the spool; each
-   shard is then permuted in memory with its own seed. A uniformly random balanced split
+   label per sample) assigns each sample to a shard; each shard's writer gathers its samples
+   from the spool and permutes them in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
 6. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes; then the
    manifest (sample counts, SHA-256), and publish.
@@ -260,13 +260,22 @@ class _WorkerState:
 _STATE: _WorkerState | None = None
 
 
+def _single_threaded_tokenizer() -> None:
+    # One tokenizer thread per worker process: the processes already fill the cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _init_forked_worker() -> None:
+    _single_threaded_tokenizer()
+    interrupt.ignore_interactive_interrupt()
+
+
 def _init_worker(
     vocab_path: str, cfg: PrepConfig, single_threaded_tokenizer: bool, encoding: str = "utf-8", errors: str = "strict"
 ) -> None:
     global _STATE
     if single_threaded_tokenizer:
-        # One tokenizer thread per worker process: the processes already fill the cores.
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        _single_threaded_tokenizer()
         interrupt.ignore_interactive_interrupt()
     _, info = load_vocab(vocab_path)
     _STATE = _WorkerState(
@@ -319,15 +328,18 @@ def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
     return _TokenizeResult(tokenized.num_documents, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
 
 
-def _build_unit(job: tuple[int, str, int, str]) -> np.ndarray:
-    """Phase 2 of a unit: its samples, given the pool (mapped once per process)."""
+def _build_unit(job: tuple[int, str, int, str]) -> int:
+    """Phase 2 of a unit: its samples, given the pool (mapped once per process), written to
+    the unit's spool file; returns their number."""
     assert _STATE is not None
     unit_index, folder, first_document, pool_folder = job
     if _STATE.pool is None or _STATE.pool[0] != pool_folder:
         _STATE.pool = (pool_folder, load_documents(Path(pool_folder), mmap=True))
     unit = load_documents(Path(folder))
     unit.document_ids = unit.document_ids + first_document
-    return unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
+    records = unit_samples(unit_index, unit, _STATE.pool[1], _STATE.cfg, _STATE.vocab)
+    records.tofile(Path(folder) / "records.bin")
+    return len(records)
 
 
 # The unit functions and the process pool, shared with the Indexed-Job workers
@@ -336,19 +348,20 @@ tokenize_unit = _tokenize_chunk
 unit_records = _build_unit
 
 
-def _write_shard(job: tuple[list[str], list[int], str, str, int]) -> ShardEntry:
-    """Gather one shard's records from the spools (read as one, where its label is), shuffle
-    them and write them as HDF5; returns its manifest entry."""
+def _write_shard(job: tuple[list[tuple[str, int]], str, str, int]) -> ShardEntry:
+    """Gather one shard's records from the spool (where its label is), shuffle them and write
+    them as HDF5; returns its manifest entry. The spool is the units' record files in order."""
     assert _STATE is not None
-    spools, sizes, labels, out, shard = job
+    spool, labels, out, shard = job
     mine = np.flatnonzero(np.load(labels, mmap_mode="r") == shard)
-    bounds = np.searchsorted(mine, np.cumsum([0, *sizes]))
-    parts = [
-        np.memmap(spool, dtype=_STATE.dtype, mode="r", shape=(size,))[mine[lo:hi] - begin]
-        for spool, size, begin, lo, hi in zip(spools, sizes, np.cumsum([0, *sizes]), bounds, bounds[1:])
-        if hi > lo  # (an empty file cannot be mapped)
-    ]  # fmt: skip
-    records = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one spool: no second copy
+    parts, offset = [], 0
+    for path, count in spool:
+        local = mine[(mine >= offset) & (mine < offset + count)] - offset
+        # An empty file cannot be memory-mapped: a unit may make no sample.
+        empty = np.empty(0, dtype=_STATE.dtype)
+        parts.append(np.memmap(path, dtype=_STATE.dtype, mode="r", shape=(count,))[local] if count else empty)
+        offset += count
+    records = np.concatenate(parts)
     _, np_rng = rngs(_STATE.cfg.seed, SHUFFLE, shard)
     records = records[np_rng.permutation(len(records))]
     write_hdf5(Path(out), records, _STATE.cfg)
@@ -480,11 +493,10 @@ def prepare_shards(
         workers = min(num_workers, len(plan.chunks))
         log.info("tokenize+mask: %d unit(s) of %d file(s), %d worker(s)", len(plan.chunks), len(plan.files), workers)
         with _WorkerMap(workers, str(vocab_path), cfg, encoding, errors) as parallel_map:
-            spool = work_dir / "samples.bin"
-            totals = _build_all(
-                parallel_map, plan.chunks, work_dir, spool, plan.input_bytes, pool_tokens, cfg, progress
+            totals, spool = _build_all(
+                parallel_map, plan.chunks, work_dir, plan.input_bytes, pool_tokens, cfg, progress
             )
-            manifest = finish_set(parallel_map, [spool], totals.records, plan, staging, work_dir, progress)
+            manifest = finish_set(parallel_map, spool, totals.records, plan, staging, work_dir, progress)
         publish_set(staging, output_dir)
     finally:
         discard(staging)  # gone already when published
@@ -574,16 +586,17 @@ def plan_run(
 
 def finish_set(
     parallel_map: Callable[[Callable, Iterable], Iterator],
-    spools: Sequence[Path],
+    spool: Sequence[tuple[str, int]],
     samples: int,
     plan: RunPlan,
     staging: Path,
     work_dir: Path,
     progress: bool | None,
 ) -> Manifest:
-    """Shuffle the spooled samples (read in the given order, unit order) into shards, write them
-    and the manifest into ``staging``. ``work_dir`` (for the shard labels) is deleted; ``spools``
-    are left to the caller, so a restarted cluster worker can run this again."""
+    """Shuffle the spooled samples (the spool: each unit's record file and count, in unit order)
+    into shards, write them and the manifest into ``staging``. ``work_dir`` (for the shard
+    labels) is deleted; the spool is left to the caller, so a restarted cluster worker can run
+    this again."""
     if samples == 0:
         raise UsageError("--input: no line produced a token; nothing to write")
     num_shards = plan.run.num_shards
@@ -597,12 +610,10 @@ def finish_set(
     interrupt.check()
     log.info("shuffle: %d samples into %d shard(s)", samples, num_shards)
     labels = _shard_labels(samples, num_shards, work_dir, plan.cfg.seed)
-    sizes = [os.path.getsize(spool) // plan.dtype.itemsize for spool in spools]
-    if sum(sizes) != samples:
-        raise RuntimeError(f"the spools hold {sum(sizes)} samples, expected {samples}")
-    names = [str(spool) for spool in spools]
+    if sum(count for _, count in spool) != samples:
+        raise RuntimeError(f"the spool holds {sum(count for _, count in spool)} samples, expected {samples}")
     jobs = [
-        (names, sizes, str(labels), str(staging / SHARD_NAME.format(prefix=plan.run.output_prefix, index=k)), k)
+        (list(spool), str(labels), str(staging / SHARD_NAME.format(prefix=plan.run.output_prefix, index=k)), k)
         for k in range(num_shards)
     ]
     log.info("write: %d shard(s)", num_shards)
@@ -662,7 +673,7 @@ def _check_run_args(
 
 
 class _WorkerMap:
-    """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` spawned
+    """Context manager yielding an ordered ``map(fn, items)``: a pool of ``workers`` worker
     processes, or this process itself when ``workers == 1``.
 
     concurrent.futures rather than multiprocessing.Pool: a worker that dies (killed for
@@ -687,17 +698,20 @@ class _WorkerMap:
             yield pending.popleft().result()
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
+        vocab_path, cfg, _, encoding, errors = self.init_args
         if self.workers == 1:
-            _init_worker(*self.init_args)
+            _init_worker(vocab_path, cfg, False, encoding, errors)
             return map
-        # fork where there is one (Linux): workers start without importing numpy, h5py and the
-        # tokenizers again (about 1 s each, a serial cost). This process has used no tokenizer
-        # and started no thread yet, and the first task below makes the workers at once, before
-        # the progress bars start theirs. spawn elsewhere.
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        self.pool = ProcessPoolExecutor(
-            self.workers, mp_context=mp.get_context(method), initializer=_init_worker, initargs=self.init_args
-        )
+        # fork where there is one (Linux): workers inherit the imports and the loaded vocab and
+        # tokenizers instead of making them again (a cost the processes would each pay). This
+        # process has used no tokenizer and started no thread yet, and the first task below
+        # makes the workers at once, before the progress bars start theirs. spawn elsewhere.
+        if "fork" in mp.get_all_start_methods():
+            _init_worker(vocab_path, cfg, False, encoding, errors)
+            context, initializer, initargs = mp.get_context("fork"), _init_forked_worker, ()
+        else:
+            context, initializer, initargs = mp.get_context("spawn"), _init_worker, self.init_args
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=initializer, initargs=initargs)
         # A stop signal raised inside the fork hooks (logging's) would be swallowed: hold it
         # until the workers exist, then stop with them shut down.
         with interrupt.deferred_signals():
@@ -727,13 +741,14 @@ def _build_all(
     parallel_map: Callable[[Callable, Iterable], Iterator],
     chunks: list[Chunk],
     work_dir: Path,
-    spool: Path,
     total_bytes: int,
     pool_tokens: int,
     cfg: PrepConfig,
     progress: bool | None,
-) -> _Totals:
-    """Tokenize every unit, gather the random-next pool, then make every unit's samples."""
+) -> tuple[_Totals, list[tuple[str, int]]]:
+    """Tokenize every unit, gather the random-next pool, then make every unit's samples.
+
+    Returns the totals and the spool: each unit's record file with its record count, in order."""
     totals = _Totals()
     folders = [str(work_dir / f"unit-{k}") for k in range(len(chunks))]
     bar = tqdm(total=total_bytes, desc="tokenize", unit="B", unit_scale=True, disable=_disabled(progress))
@@ -750,14 +765,15 @@ def _build_all(
     first_document = build_pool(folders, documents, totals.tokens, pool_tokens, cfg.seed, pool_folder)
     jobs = [(k, folders[k], int(first_document[k]), str(pool_folder)) for k in range(len(chunks))]
     bar = tqdm(total=len(jobs), desc="pairs+masks", unit="unit", disable=_disabled(progress))
-    with open(spool, "wb") as out, bar:
-        for records in parallel_map(_build_unit, jobs):
+    spool = []
+    with bar:
+        for (_, folder, _, _), count in zip(jobs, parallel_map(_build_unit, jobs)):
             interrupt.check()
-            records.tofile(out)
-            totals.records += len(records)
+            spool.append((str(Path(folder) / "records.bin"), count))
+            totals.records += count
             bar.update()
             bar.set_postfix(samples=totals.records, refresh=False)
-    return totals
+    return totals, spool
 
 
 def build_pool(
@@ -771,7 +787,8 @@ def build_pool(
     for k, folder in enumerate(folders):
         unit = load_documents(Path(folder), mmap=True)
         unit.document_ids = unit.document_ids + first_document[k]
-        parts.append(unit.select(pool_keep(seed, k, unit.num_documents, keep_probability)))
+        keep = pool_keep(seed, k, unit.num_documents, keep_probability)
+        parts.append(unit if keep.all() else unit.select(keep))
     save_documents(pool_folder, concatenate(parts))
     return first_document
 

@@ -12,11 +12,11 @@ file system all pods share (FSx for Lustre), and all W pods must run at the same
    units ``I, I+W, I+2W, ...`` with ``prepare_data.tokenize_unit``.
 2. Wait for all units; pod 0 gathers the random-next pool (``prepare_data.build_pool``), the
    others wait for it.
-3. Every pod makes the samples of its units with ``prepare_data.unit_records`` into one spool
-   file per unit. Pods other than 0 are done.
-4. Pod 0 waits for every unit's spool, then shuffles and writes the shards, the manifest, and
-   publishes them (``prepare_data.finish_set``: the spools are read in unit order, as the
-   single-machine tool reads its one spool), writes ``--marker`` and deletes the work folder.
+3. Every pod makes the samples of its units with ``prepare_data.unit_records`` (each unit's
+   record file, as on one machine). Pods other than 0 are done.
+4. Pod 0 waits for every unit's records, then shuffles and writes the shards, the manifest, and
+   publishes them (``prepare_data.finish_set``: the record files are read in unit order, as the
+   single-machine tool reads them), writes ``--marker`` and deletes the work folder.
 
 These are the single-machine tool's own functions on the same units with the same seeds, so the
 pod count and ``--num_workers`` (processes per pod) cannot change the output. A restarted pod
@@ -73,8 +73,8 @@ class WorkFolder:
     def tokenized(self, k: int) -> Path:
         return self.root / f"unit-{k}.json"
 
-    def spool(self, k: int) -> Path:
-        return self.root / f"samples-{k}.bin"
+    def records(self, k: int) -> Path:
+        return self.unit(k) / "records.bin"  # where prepare_data.unit_records writes them
 
     def spooled(self, k: int) -> Path:
         return self.root / f"samples-{k}.json"
@@ -172,22 +172,19 @@ def run_index(
         todo = [k for k in mine if not work.spooled(k).exists()]
         log.info("samples: %d unit(s)", len(todo))
         jobs = [(k, str(work.unit(k)), int(first_document[k]), str(work.pool)) for k in todo]
-        for k, records in zip(todo, parallel_map(unit_records, jobs)):
+        for k, count in zip(todo, parallel_map(unit_records, jobs)):
             interrupt.check()
-            partial = work.spool(k).with_name(f".{work.spool(k).name}.partial")
-            records.tofile(partial)
-            partial.replace(work.spool(k))
-            _write_atomically(work.spooled(k), json.dumps({"records": len(records)}))
+            _write_atomically(work.spooled(k), json.dumps({"records": count}))
         if index != 0:
             return f"pod {index}: {len(mine)} unit(s) done"
-        _wait_for([work.spooled(k) for k in units], "unit spool(s)", work, poll, timeout)
-        samples = sum(json.loads(work.spooled(k).read_text(encoding="utf-8"))["records"] for k in units)
+        _wait_for([work.spooled(k) for k in units], "unit record file(s)", work, poll, timeout)
+        counts = [json.loads(work.spooled(k).read_text(encoding="utf-8"))["records"] for k in units]
         staging = open_output(output_dir, overwrite)
         try:
             work_dir = staging / ".work"
             work_dir.mkdir()
-            spools = [work.spool(k) for k in units]
-            manifest = finish_set(parallel_map, spools, samples, plan, staging, work_dir, progress=False)
+            spool = [(str(work.records(k)), counts[k]) for k in units]
+            manifest = finish_set(parallel_map, spool, sum(counts), plan, staging, work_dir, progress=False)
             publish_set(staging, output_dir)
         finally:
             discard(staging)

@@ -380,6 +380,22 @@ def test_same_seed_same_samples_across_runs_and_worker_counts(base_run, corpus, 
             assert np.array_equal(one_shard[key], parallel[key]), key
 
 
+def test_a_sampled_pool_gives_the_same_samples_for_any_worker_count(corpus, tmp_path):
+    """Above --pool_tokens the random-next pool is a seeded sample of documents: it must not
+    depend on the workers either, and it must change the output (the pool is smaller)."""
+    text, vocab_path = corpus
+    cfg = PrepConfig(dupe_factor=1, seed=3)
+    runs = [
+        prepare_shards([text], vocab_path, tmp_path / f"w{workers}-{pool}", cfg, num_shards=2, chunk_bytes=CHUNK_BYTES,
+                       num_workers=workers, pool_tokens=pool)  # fmt: skip
+        for workers, pool in ((1, 3000), (2, 3000), (1, 10**9))
+    ]
+    one, two, whole = (load_shards(run.shards) for run in runs)
+    for key in KEYS:
+        assert np.array_equal(one[key], two[key]), key
+    assert not np.array_equal(one["input_ids"], whole["input_ids"])
+
+
 def test_another_seed_gives_other_samples(base_run, corpus, tmp_path):
     text, vocab_path = corpus
     _, data = base_run
