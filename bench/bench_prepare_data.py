@@ -411,14 +411,17 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
             shutil.rmtree(out)
     print(f"\nspeed on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
           f"median of {repeat} runs taken in turn:\n")  # fmt: skip
-    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker |")
-    print("|---|---|---|---|---|---|---|")
+    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker "
+          "| instances per CPU-s | vs reference, per CPU-s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     rates = {name: float(np.median([n / wall for wall, _, n in values])) for name, values in runs.items()}
+    per_cpu = {name: float(np.median([n / cpu for _, cpu, n in values])) for name, values in runs.items()}
     for name, values in runs.items():
         walls = [wall for wall, _, _ in values]
         print(f"| {name} | {np.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
               f"| {np.median([cpu for _, cpu, _ in values]):.1f} | {values[0][2]:,} | {rates[name]:,.0f} "
-              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x |")  # fmt: skip
+              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x "
+              f"| {per_cpu[name]:,.0f} | {per_cpu[name] / per_cpu['reference']:.2f}x |")  # fmt: skip
 
 
 def free_cores(processes: int) -> float:
