@@ -342,9 +342,22 @@ def ours_command(corpus: Path, vocab: Path, out: Path, dupe: int, seed: int, wor
             str(workers), "--overwrite", "--no_progress"]  # fmt: skip
 
 
+def compare_tokenizers(corpus: Path, vocab: Path) -> None:
+    """The data tool's WordPiece (flash-tokenizer for most lines) against ``tokenizers``' on
+    every line of the corpus."""
+    from training.vocab import WordPieceEncoder
+
+    encoder = WordPieceEncoder(vocab)
+    lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ours = encoder.encode(lines)
+    reference = [e.ids for e in encoder.reference.encode_batch_fast(lines, add_special_tokens=False)]
+    differ = sum(a != b for a, b in zip(ours, reference))
+    print(f"tokenization, {corpus.name}: {differ} of {len(lines):,} lines differ from tokenizers' BertWordPiece")
+
+
 def compare_statistics(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, seeds: list[int]) -> None:
     """Both tools on the same corpus and vocab, once per seed; prints the mean of each figure,
-    our difference in percent, and the seed-to-seed spread of the reference's mean."""
+    our difference in percent, and the seed-to-seed spread of each mean."""
     import numpy as np
 
     mask_id = vocab.read_text(encoding="utf-8").splitlines().index("[MASK]")
@@ -362,14 +375,17 @@ def compare_statistics(reference: Path, corpus: Path, vocab: Path, work: Path, d
         shutil.rmtree(our_out)
     print(f"\n{corpus.name} ({size / 1e6:.1f} MB), dupe factor {dupe}, seeds {' '.join(map(str, seeds))}, "
           f"{np.mean([r['instances'] for r in rows['reference']]):,.0f} reference instances per seed:\n")  # fmt: skip
-    print("| statistic | reference | ours | ours vs reference | reference seed spread (std of mean) |")
+    print("| statistic | reference | ours | ours vs reference | seed spread, std of the mean: reference / ours |")
     print("|---|---|---|---|---|")
+
+    def spread(values: np.ndarray) -> str:
+        return f"{100 * values.std(ddof=1) / np.sqrt(len(values)) / values.mean():.2f}%" if len(values) > 1 else "-"
+
     for label, key in STATISTICS:
         ref = np.array([r[key] for r in rows["reference"]])
         ours = np.array([r[key] for r in rows["ours"]])
-        spread = ref.std(ddof=1) / np.sqrt(len(ref)) if len(ref) > 1 else float("nan")
         print(f"| {label} | {ref.mean():.4f} | {ours.mean():.4f} | {100 * (ours.mean() / ref.mean() - 1):+.2f}% "
-              f"| {100 * spread / ref.mean():.2f}% |")  # fmt: skip
+              f"| {spread(ref)} / {spread(ours)} |")  # fmt: skip
 
 
 def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> None:
@@ -395,14 +411,17 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
             shutil.rmtree(out)
     print(f"\nspeed on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
           f"median of {repeat} runs taken in turn:\n")  # fmt: skip
-    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker |")
-    print("|---|---|---|---|---|---|---|")
+    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker "
+          "| instances per CPU-s | vs reference, per CPU-s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     rates = {name: float(np.median([n / wall for wall, _, n in values])) for name, values in runs.items()}
+    per_cpu = {name: float(np.median([n / cpu for _, cpu, n in values])) for name, values in runs.items()}
     for name, values in runs.items():
         walls = [wall for wall, _, _ in values]
         print(f"| {name} | {np.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
               f"| {np.median([cpu for _, cpu, _ in values]):.1f} | {values[0][2]:,} | {rates[name]:,.0f} "
-              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x |")  # fmt: skip
+              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x "
+              f"| {per_cpu[name]:,.0f} | {per_cpu[name] / per_cpu['reference']:.2f}x |")  # fmt: skip
 
 
 def free_cores(processes: int) -> float:
@@ -506,12 +525,14 @@ def compare_with_reference(args: argparse.Namespace) -> None:
             timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus), "--output", str(vocab),
                        "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
         vocabs.append(vocab)
+        compare_tokenizers(corpus, vocab)
         compare_statistics(args.reference, corpus, vocab, work, args.dupe_factor, args.seeds)
     speed_corpus = ensure_corpus(args.cache_dir)
     speed_vocab = args.cache_dir / "vocab.txt"
     if not speed_vocab.exists():
         timed_run([sys.executable, "-m", "training.vocab", "--input", str(speed_corpus), "--output",
                    str(speed_vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+    compare_tokenizers(speed_corpus, speed_vocab)
     compare_speed(args.reference, speed_corpus, speed_vocab, work, args.dupe_factor, args.repeat)
     print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
 
