@@ -36,8 +36,9 @@ Pipeline, and why its output does not depend on --num_workers:
    label per sample) assigns each sample to a shard; each shard's writer gathers its samples
    from the spool and permutes them in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
-6. Write, in parallel over shards: HDF5 with gzip, arrays made at their final dtypes; then the
-   manifest (sample counts, SHA-256), and publish.
+6. Write, in parallel over shards: HDF5 with the shuffle and gzip filters (chunks deflated with
+   ISA-L), arrays made at their final dtypes; then the manifest (sample counts, SHA-256), and
+   publish.
 ``training.prepare_indexed`` runs steps 2 and 4 on the pods of a Kubernetes Indexed Job with
 these same functions, and 3, 5 and 6 on one of them, for the same bytes.
 """
@@ -117,7 +118,7 @@ __all__ = [  # the sample algorithm lives in training.bert_samples; these names 
     "tokenize_documents",
 ]
 
-DEFAULT_CHUNK_MB = 2.0  # "random next" pool of several hundred Wikipedia-sized articles; balances work
+DEFAULT_CHUNK_MB = 2.0  # the work unit: several per process balance the work
 DEFAULT_SAMPLES_PER_SHARD = 65536
 _ENCODE_BATCH = 4096  # sentences per encode call: bounds the Encoding objects alive at once
 # The random-next pool: the whole corpus up to this many tokens (about 130 MB of English text;
