@@ -1,6 +1,16 @@
 """Benchmark of training.prepare_data (and training.vocab) on a real public-domain corpus.
 
     python bench/bench_prepare_data.py [--workers 1 2] [--dupe_factor 5]
+    python bench/bench_prepare_data.py --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
+
+With ``--reference`` (the reference tool: NVIDIA DeepLearningExamples'
+``PyTorch/LanguageModeling/BERT/create_pretraining_data.py`` with its ``tokenization.py`` beside
+it, run from its folder; it is not part of this project) it prints instead the sample statistics
+of both tools on two corpora of different kinds (mean over --seeds, the difference in percent
+and the seed-to-seed spread), then the speed of both on the 21 MB corpus: instances/s, the ratio
+to the reference, and 2 workers against 1. The second corpus is technical prose: the
+reStructuredText sources of the Python 3.11 manuals (``apt-get install python3.11-doc``), one
+document per section.
 
 Corpus (about 21 MB of English, all marked "Public Domain" in their SWORD module files), from
 Debian packages read with SWORD's ``diatheke`` tool; install them once with
@@ -94,8 +104,62 @@ def to_documents(plain: str, multiline: bool) -> list[list[str]]:
     return documents
 
 
-def ensure_corpus(cache: Path) -> Path:
-    corpus = cache / "corpus.txt"
+# Second kind of text: technical prose, the reStructuredText sources of the Python 3.11 manuals
+# (Debian package python3.11-doc). A document is one section (text between two headings).
+PYDOC_SOURCES = Path("/usr/share/doc/python3.11/html/_sources")
+HEADING_LINE = re.compile(r"^([=\-~^*#\"'`+])\1{3,}\s*$")
+ROLE = re.compile(r":[\w:.-]+:`(?:[^`<]*<)?([^`>]*)>?`")
+
+
+def pydoc_documents(text: str) -> list[list[str]]:
+    """reST source -> sections of sentences: prose paragraphs only (no code, directives, tables)."""
+    documents: list[list[str]] = []
+    sentences: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = paragraph.split("\n")
+        if any(HEADING_LINE.match(line) for line in lines):
+            if len(sentences) > 1:
+                documents.append(sentences)
+            sentences = []
+            continue
+        first = lines[0]
+        if not first.strip() or first[0].isspace() or first.startswith((".. ", ">>>", "|", "+", "::")):
+            continue
+        prose = " ".join(line.strip() for line in lines)
+        prose = ROLE.sub(r"\1", prose).replace("``", "").replace("**", "").replace("*", "")
+        prose = re.sub(r"`([^`<]*?)\s*(?:<[^>]*>)?`_*", r"\1", prose).rstrip(":")
+        prose = re.sub(r"\s+", " ", prose).strip()
+        if len(prose.split()) >= 4:
+            sentences.extend(s.strip() for s in SENTENCE_END.sub("\\1\n", prose).split("\n") if s.strip())
+    if len(sentences) > 1:
+        documents.append(sentences)
+    return documents
+
+
+def ensure_pydoc_corpus(cache: Path) -> Path:
+    corpus = cache / "pydoc.txt"
+    if corpus.exists():
+        return corpus
+    if not PYDOC_SOURCES.is_dir():
+        fail("needs the Python manuals' sources: apt-get install python3.11-doc")
+    cache.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for source in sorted(PYDOC_SOURCES.rglob("*.rst.txt")):
+        parts.extend("\n".join(doc) + "\n" for doc in pydoc_documents(source.read_text(encoding="utf-8")))
+    partial = corpus.with_suffix(".partial")
+    partial.write_text("\n".join(parts), encoding="utf-8")
+    partial.replace(corpus)
+    return corpus
+
+
+# For the statistics: the Treasury's Psalm 119 alone is one 323,000-token document, and whether
+# it draws a short target moves either tool's instance count by about 5% from seed to seed; the
+# statistics corpus leaves the Treasury out so that a few seeds measure the distribution.
+STATISTICS_MODULES = ("Scofield", "engWEB2015eb", "engKJV2006eb")
+
+
+def ensure_corpus(cache: Path, modules: tuple[str, ...] = tuple(MODULES), name: str = "corpus.txt") -> Path:
+    corpus = cache / name
     if corpus.exists():
         return corpus
     if shutil.which("diatheke") is None:
@@ -103,7 +167,8 @@ def ensure_corpus(cache: Path) -> Path:
             ["diatheke"] + [package for package, _, _ in MODULES.values()]))  # fmt: skip
     cache.mkdir(parents=True, exist_ok=True)
     parts = []
-    for module, (package, keys, multiline) in MODULES.items():
+    for module in modules:
+        package, keys, multiline = MODULES[module]
         documents = to_documents(export_module(module, keys), multiline)
         print(f"  {module} ({package}): {len(documents)} documents", file=sys.stderr)
         parts.extend("\n".join(doc) + "\n" for doc in documents)
@@ -168,10 +233,10 @@ class Run:
     memory: TreeMemory
 
 
-def timed_run(command: list[str]) -> Run:
+def timed_run(command: list[str], cwd: Path = REPO) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     memory = TreeMemory(process.pid)
     stdout, stderr = process.communicate()
     seconds = time.perf_counter() - started
@@ -213,6 +278,152 @@ def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[s
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# Against the reference tool (NVIDIA DeepLearningExamples' create_pretraining_data.py, run from
+# its own folder with its tokenization.py; not part of this project)
+
+STATISTICS = (
+    ("instances per MB", "instances_per_mb"),
+    ("mean masked per instance", "mean_masked"),
+    ("max masked per instance", "max_masked"),
+    ("NSP random share", "nsp_random"),
+    ("fill (tokens / max_seq_len)", "fill"),
+    ("share of instances <= 64 tokens", "short_share"),
+    ("masked shown as [MASK]", "as_mask"),
+    ("masked left unchanged", "unchanged"),
+    ("masked replaced by another token", "replaced"),
+)
+
+
+def shard_statistics(paths: list[Path], input_bytes: int, mask_id: int) -> dict[str, float]:
+    """The sample-distribution figures of a set of shards (either tool's: the format is shared)."""
+    import h5py
+    import numpy as np
+
+    count = nsp = short = real_tokens = width = as_mask = unchanged = replaced = 0
+    masked_total, masked_max = 0, 0
+    for path in paths:
+        with h5py.File(path, "r") as handle:
+            ids, positions = handle["input_ids"][:], handle["masked_lm_positions"][:]
+            labels, lengths = handle["masked_lm_ids"][:], handle["input_mask"][:].sum(1)
+            nsp += int(handle["next_sentence_labels"][:].sum())
+        masked = (positions != 0).sum(1)
+        count, width = count + len(ids), ids.shape[1]
+        masked_total, masked_max = masked_total + int(masked.sum()), max(masked_max, int(masked.max()))
+        short += int((lengths <= 64).sum())
+        real_tokens += int(lengths.sum())
+        rows, slots = np.nonzero(positions)
+        shown, original = ids[rows, positions[rows, slots]], labels[rows, slots]
+        as_mask += int((shown == mask_id).sum())
+        unchanged += int(((shown != mask_id) & (shown == original)).sum())
+        replaced += int(((shown != mask_id) & (shown != original)).sum())
+    return {
+        "instances": count,
+        "instances_per_mb": count / (input_bytes / 1e6),
+        "mean_masked": masked_total / count,
+        "max_masked": masked_max,
+        "nsp_random": nsp / count,
+        "fill": real_tokens / (count * width),
+        "short_share": short / count,
+        "as_mask": as_mask / masked_total,
+        "unchanged": unchanged / masked_total,
+        "replaced": replaced / masked_total,
+    }
+
+
+def reference_command(reference: Path, corpus: Path, vocab: Path, out: Path, dupe: int, seed: int) -> list[str]:
+    return [sys.executable, str(reference), "--vocab_file", str(vocab), "--input_file", str(corpus),
+            "--output_file", str(out), "--dupe_factor", str(dupe), "--random_seed", str(seed)]  # fmt: skip
+
+
+def ours_command(corpus: Path, vocab: Path, out: Path, dupe: int, seed: int, workers: int) -> list[str]:
+    return [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
+            "--output_dir", str(out), "--dupe_factor", str(dupe), "--seed", str(seed), "--num_workers",
+            str(workers), "--overwrite", "--no_progress"]  # fmt: skip
+
+
+def compare_tokenizers(corpus: Path, vocab: Path) -> None:
+    """The data tool's WordPiece (flash-tokenizer for most lines) against ``tokenizers``' on
+    every line of the corpus."""
+    from training.vocab import WordPieceEncoder
+
+    encoder = WordPieceEncoder(vocab)
+    lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ours = encoder.encode(lines)
+    reference = [e.ids for e in encoder.reference.encode_batch_fast(lines, add_special_tokens=False)]
+    differ = sum(a != b for a, b in zip(ours, reference))
+    print(f"tokenization, {corpus.name}: {differ} of {len(lines):,} lines differ from tokenizers' BertWordPiece")
+
+
+def compare_statistics(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, seeds: list[int]) -> None:
+    """Both tools on the same corpus and vocab, once per seed; prints the mean of each figure,
+    our difference in percent, and the seed-to-seed spread of each mean."""
+    import numpy as np
+
+    mask_id = vocab.read_text(encoding="utf-8").splitlines().index("[MASK]")
+    size = corpus.stat().st_size
+    rows: dict[str, list[dict[str, float]]] = {"reference": [], "ours": []}
+    for seed in seeds:
+        ref_out = work / f"reference-{seed}.hdf5"
+        subprocess.run(reference_command(reference, corpus, vocab, ref_out, dupe, seed), check=True,
+                       cwd=reference.parent, capture_output=True)  # fmt: skip
+        rows["reference"].append(shard_statistics([ref_out], size, mask_id))
+        ref_out.unlink()
+        our_out = work / f"ours-{seed}"
+        timed_run(ours_command(corpus, vocab, our_out, dupe, seed, workers=1))
+        rows["ours"].append(shard_statistics(sorted(our_out.glob("*.hdf5")), size, mask_id))
+        shutil.rmtree(our_out)
+    print(f"\n{corpus.name} ({size / 1e6:.1f} MB), dupe factor {dupe}, seeds {' '.join(map(str, seeds))}, "
+          f"{np.mean([r['instances'] for r in rows['reference']]):,.0f} reference instances per seed:\n")  # fmt: skip
+    print("| statistic | reference | ours | ours vs reference | seed spread, std of the mean: reference / ours |")
+    print("|---|---|---|---|---|")
+
+    def spread(values: np.ndarray) -> str:
+        return f"{100 * values.std(ddof=1) / np.sqrt(len(values)) / values.mean():.2f}%" if len(values) > 1 else "-"
+
+    for label, key in STATISTICS:
+        ref = np.array([r[key] for r in rows["reference"]])
+        ours = np.array([r[key] for r in rows["ours"]])
+        print(f"| {label} | {ref.mean():.4f} | {ours.mean():.4f} | {100 * (ours.mean() / ref.mean() - 1):+.2f}% "
+              f"| {spread(ref)} / {spread(ours)} |")  # fmt: skip
+
+
+def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> None:
+    """Instances per second of the reference (1 process) and ours with 1 and 2 workers, the
+    three run in turn ``repeat`` times (so drifts of a shared machine hit all alike)."""
+    import numpy as np
+
+    runs: dict[str, list[tuple[float, float, int]]] = {"reference": [], "ours, 1 worker": [], "ours, 2 workers": []}
+    for _ in range(repeat):
+        ref_out = work / "reference.hdf5"
+        run = timed_run(reference_command(reference, corpus, vocab, ref_out, dupe, 12345), cwd=reference.parent)
+        import h5py
+
+        with h5py.File(ref_out, "r") as handle:
+            instances = len(handle["next_sentence_labels"])
+        ref_out.unlink()
+        runs["reference"].append((run.seconds, run.cpu_seconds, instances))
+        for workers in (1, 2):
+            out = work / f"ours-{workers}"
+            run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
+            instances = int(re.search(r"wrote (\d+) samples", run.stdout)[1])
+            runs[f"ours, {workers} worker{'s' if workers > 1 else ''}"].append((run.seconds, run.cpu_seconds, instances))
+            shutil.rmtree(out)
+    print(f"\nspeed on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
+          f"median of {repeat} runs taken in turn:\n")  # fmt: skip
+    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker "
+          "| instances per CPU-s | vs reference, per CPU-s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    rates = {name: float(np.median([n / wall for wall, _, n in values])) for name, values in runs.items()}
+    per_cpu = {name: float(np.median([n / cpu for _, cpu, n in values])) for name, values in runs.items()}
+    for name, values in runs.items():
+        walls = [wall for wall, _, _ in values]
+        print(f"| {name} | {np.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
+              f"| {np.median([cpu for _, cpu, _ in values]):.1f} | {values[0][2]:,} | {rates[name]:,.0f} "
+              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x "
+              f"| {per_cpu[name]:,.0f} | {per_cpu[name] / per_cpu['reference']:.2f}x |")  # fmt: skip
+
+
 def free_cores(processes: int) -> float:
     """How many cores ``processes`` busy loops actually get together: each would finish in the
     solo time on an idle core, so solo x processes / concurrent wall time estimates it."""
@@ -245,7 +456,17 @@ def main() -> None:
     parser.add_argument("--vocab_size", type=int, default=30522)
     parser.add_argument("--tokenizer_sample_mb", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3, help="runs per worker count (the machine may be shared)")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="path of the reference create_pretraining_data.py (NVIDIA DeepLearningExamples, with its "
+        "tokenization.py beside it): compare sample statistics and speed with it instead",
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the statistics runs")
     args = parser.parse_args()
+    if args.reference is not None:
+        compare_with_reference(args)
+        return
 
     print(f"machine: {machine()}")
     print(f"free cores now (probe with {os.cpu_count()} busy loops): {free_cores(os.cpu_count() or 1):.2f}")
@@ -287,6 +508,33 @@ def main() -> None:
     print("| tokenizer | MB/s | tokens/s |\n|---|---|---|")
     for row in tokenizer_comparison(corpus, vocab, int(args.tokenizer_sample_mb * 1e6)):
         print(row)
+
+
+def compare_with_reference(args: argparse.Namespace) -> None:
+    if not args.reference.is_file():
+        fail(f"--reference {args.reference}: no such file; give the path of create_pretraining_data.py")
+    print(f"machine: {machine()}")
+    print(f"free cores now (probe with {os.cpu_count()} busy loops): {free_cores(os.cpu_count() or 1):.2f}")
+    corpora = [ensure_corpus(args.cache_dir, STATISTICS_MODULES, "bible.txt"), ensure_pydoc_corpus(args.cache_dir)]
+    work = args.cache_dir / "versus-reference"
+    work.mkdir(parents=True, exist_ok=True)
+    vocabs = []
+    for corpus in corpora:
+        vocab = args.cache_dir / f"{corpus.stem}-vocab.txt"
+        if not vocab.exists():  # builds are not bit-identical: keep one per corpus
+            timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus), "--output", str(vocab),
+                       "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+        vocabs.append(vocab)
+        compare_tokenizers(corpus, vocab)
+        compare_statistics(args.reference, corpus, vocab, work, args.dupe_factor, args.seeds)
+    speed_corpus = ensure_corpus(args.cache_dir)
+    speed_vocab = args.cache_dir / "vocab.txt"
+    if not speed_vocab.exists():
+        timed_run([sys.executable, "-m", "training.vocab", "--input", str(speed_corpus), "--output",
+                   str(speed_vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+    compare_tokenizers(speed_corpus, speed_vocab)
+    compare_speed(args.reference, speed_corpus, speed_vocab, work, args.dupe_factor, args.repeat)
+    print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
 
 
 if __name__ == "__main__":

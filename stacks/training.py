@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_eks.config import PlatformConfig
+from trainium_eks.dataset_preparation import DatasetPreparation
 from trainium_eks.dataset_staging import DatasetStaging
 from trainium_eks.tensorboard import TensorBoard
 from trainium_eks.training_config import job_script_args, nproc_per_node
@@ -17,7 +18,7 @@ from trainium_eks.training_job import BertPretrainingJob, add_job_outputs
 class TrainingWorkload:
     images: TrainingImages
     job: BertPretrainingJob
-    staging: DatasetStaging
+    staging: DatasetStaging | DatasetPreparation  # preparation_enabled: made from your corpus
     tensorboard: TensorBoard
 
 
@@ -45,13 +46,28 @@ def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
     )
     if addons.etcd is not None and config.training_rdzv_backend != "c10d":
         job.manifest.node.add_dependency(addons.etcd)
-    staging = DatasetStaging(
-        stack, "DatasetStaging",
-        cluster=cluster, namespace=volume.namespace, image=images.training_image,
-        image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
-        service_account=job.service_account, source=config.training_dataset_source,
-        depends_on=[volume.volume_manifest, job.service_account_manifest, *images.copies],
-    )
+    dataset_needs = [volume.volume_manifest, job.service_account_manifest, *images.copies]
+    if config.preparation_enabled:
+        staging: DatasetStaging | DatasetPreparation = DatasetPreparation(
+            stack, "DatasetPreparation",
+            cluster=cluster, namespace=volume.namespace, image=images.training_image,
+            image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
+            service_account=job.service_account, corpus=config.preparation_corpus,
+            vocab=config.preparation_vocab, pods=config.preparation_pods,
+            cpus_per_pod=config.preparation_cpus_per_pod, args=dict(config.preparation_args),
+            facts=config.facts, nodes=config.desired_nodes, depends_on=dataset_needs,
+        )
+        # Applied first, its pods take their CPUs before the training gang (which waits for
+        # the marker anyway) holds whole nodes.
+        job.manifest.node.add_dependency(staging.manifest)
+    else:
+        staging = DatasetStaging(
+            stack, "DatasetStaging",
+            cluster=cluster, namespace=volume.namespace, image=images.training_image,
+            image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
+            service_account=job.service_account, source=config.training_dataset_source,
+            depends_on=dataset_needs,
+        )
     tensorboard = TensorBoard(
         stack, "TensorBoard", cluster=cluster, namespace=volume.namespace,
         image=images.tensorboard_image, claim_name=volume.claim_name,

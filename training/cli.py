@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = p.add_argument
     # The reference script's flags, with its defaults.
-    a("--data_dir", required=True, help="directory of *_training_*.hdf5 shards")
+    a("--data_dir", required=True,
+      help="a shard set (directory with manifest.json, see training.shard_format) or one HDF5 "
+           "file, such as the reference data tool's --output_file")  # fmt: skip
     a("--output_dir", default="./output", help="checkpoints, logs, metrics (shared by all nodes)")
     a("--batch_size", type=int, default=16, help="micro-batch per worker")
     a("--grad_accum_usteps", type=int, default=32, help="micro-batches per optimizer step")

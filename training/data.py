@@ -1,17 +1,6 @@
 """Pretraining data: HDF5 shards -> per-rank, resumable stream of batches.
 
-Shard format (see shared/BRIEF.md), every dataset checked on load:
-
-=====================  =======  =====
-key                    shape    dtype
-=====================  =======  =====
-input_ids              [N, S]   int32
-input_mask             [N, S]   int8
-segment_ids            [N, S]   int8
-masked_lm_positions    [N, P]   int32
-masked_lm_ids          [N, P]   int32
-next_sentence_labels   [N]      int8
-=====================  =======  =====
+Shard format and manifest: ``training.shard_format``; every dataset is checked on load.
 
 How samples are spread (all a pure function of seed, epoch, rank and world size):
 
@@ -32,7 +21,6 @@ background thread; int64 tensors are made per batch only.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,18 +31,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-SHARD_PATTERN = "*_training_*.hdf5"
-IGNORE_INDEX = -100
+# SHARD_PATTERN and ManifestError are re-exported for the data's users (pretrain, pre-flight).
+from training.shard_format import SHARD_FIELDS, SHARD_PATTERN, ManifestError, read_manifest  # noqa: F401
 
-# key -> (dtype, second dimension: "seq" = seq_len, "pred" = max_pred_len, None = 1-D)
-SHARD_FIELDS: dict[str, tuple[np.dtype, str | None]] = {
-    "input_ids": (np.dtype(np.int32), "seq"),
-    "input_mask": (np.dtype(np.int8), "seq"),
-    "segment_ids": (np.dtype(np.int8), "seq"),
-    "masked_lm_positions": (np.dtype(np.int32), "pred"),
-    "masked_lm_ids": (np.dtype(np.int32), "pred"),
-    "next_sentence_labels": (np.dtype(np.int8), None),
-}
+IGNORE_INDEX = -100
 
 
 class ShardFormatError(ValueError):
@@ -89,11 +69,21 @@ class Shard:
 
 
 def list_shards(data_dir: str) -> list[str]:
-    """Sorted ``*_training_*.hdf5`` files of ``data_dir`` (sorted so all ranks agree)."""
-    files = sorted(glob.glob(os.path.join(data_dir, SHARD_PATTERN)))
-    if not files:
-        raise FileNotFoundError(f"no shards matching {SHARD_PATTERN} in {data_dir}")
-    return files
+    """The shard files to train on, sorted so all ranks agree.
+
+    ``data_dir`` is a shard set (a directory with its ``manifest.json``: only a complete set
+    has one) or one HDF5 file, such as the single ``--output_file`` of the reference data tool.
+
+    Raises:
+        FileNotFoundError: nothing at ``data_dir``.
+        ManifestError: a directory without a valid manifest, or with listed shards missing.
+    """
+    if os.path.isfile(data_dir):
+        return [data_dir]
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"--data_dir {data_dir}: no such directory or file; give a shard set or an HDF5 file")
+    manifest = read_manifest(data_dir)
+    return sorted(os.path.join(data_dir, entry.name) for entry in manifest.shards)
 
 
 def _open(path: str) -> h5py.File:

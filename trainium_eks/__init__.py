@@ -6,6 +6,7 @@ The public API is what this module re-exports; submodules are implementation det
 from .addons import TrainiumAddons
 from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
 from .config import ConfigError, PlatformConfig, config_from_context
+from .dataset_preparation import DatasetPreparation
 from .dataset_staging import PUBLIC_BERT_SHARDS, DatasetStaging
 from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
@@ -28,6 +29,7 @@ __all__ = [
     "config_from_context",
     "ConfigError",
     "DATASET_PATH",
+    "DatasetPreparation",
     "DatasetStaging",
     "DEFAULT_KUBERNETES_VERSION",
     "efa_network_interfaces",

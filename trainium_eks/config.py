@@ -266,6 +266,18 @@ class PlatformConfig:
     training_max_retry: int = 3
     #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}.
     training_script_args: Mapping[str, str] = field(default_factory=dict)
+    #: Prepare the dataset from your own text corpus on FSx with an Indexed Job
+    #: (trainium_eks.dataset_preparation) instead of staging training_dataset_source.
+    preparation_enabled: bool = False
+    #: The corpus (a file or folder of text, one sentence per line) and the vocab.txt, on FSx:
+    #: under /dataset when fsx_s3_import_uri imports them from S3.
+    preparation_corpus: str = "fsx:/dataset/corpus"
+    preparation_vocab: str = "fsx:/dataset/vocab.txt"
+    #: Pods of the Indexed Job (all run at once, spread over the Trainium nodes) and CPUs of each.
+    preparation_pods: int = 4
+    preparation_cpus_per_pod: int = 16
+    #: More training.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
+    preparation_args: Mapping[str, str] = field(default_factory=dict)
     #: Tags applied to every taggable resource.
     tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
 

@@ -7,13 +7,17 @@ Sources:
 - ``fsx:/<path>``: already on the file system (e.g. the FSx S3 data repository association's
   ``/dataset``); the job only checks the shards are there and writes the marker.
 
-Idempotent: a marker file (``<data_dir>/.staged``) is written last; a job that finds it exits at
-once, so a re-deploy or a second job on the same dataset downloads nothing. A failed download
-leaves no marker, and the Job's retries start over in a fresh temporary directory.
+The shards are gathered in a temporary directory, given a manifest (``training.shard_format``:
+counts, shapes, SHA-256; the trainer takes a directory only with one), and renamed into the
+dataset directory as a whole. Idempotent: a marker file (``<data_dir>/.staged``) is written last;
+a job that finds it exits at once, so a re-deploy or a second job on the same dataset downloads
+nothing. A failed download leaves no marker, and the Job's retries start over in a fresh
+temporary directory (replacing whatever an interrupted attempt left).
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from typing import Any, Sequence
@@ -22,6 +26,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from training.job_spec import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
+from training.shard_format import SHARD_PATTERN
 
 from .config import ConfigError
 from .job_naming import hashed_name, spec_digest
@@ -47,26 +52,33 @@ def staging_script(source: str, paths: JobPaths) -> str:
     check_source(source)
     dest, marker = shlex.quote(paths.data_dir), shlex.quote(paths.dataset_marker)
     src = shlex.quote(source)
+    pattern = shlex.quote(SHARD_PATTERN)
     lines = [
         "set -euo pipefail",
         f"if [ -f {marker} ]; then echo 'dataset already staged'; exit 0; fi",
-        f"mkdir -p {dest}",
-        f'tmp=$(mktemp -d {shlex.quote(DATA_MOUNT)}/datasets/.staging-XXXXXX)',
+        f"mkdir -p {shlex.quote(posixpath.dirname(paths.data_dir))}",
+        f"tmp=$(mktemp -d {shlex.quote(posixpath.dirname(paths.data_dir))}/.staging-XXXXXX)",
         "trap 'rm -rf \"$tmp\"' EXIT",
+        'mkdir "$tmp/set" "$tmp/download"',
     ]
     if source.startswith("fsx:"):
         lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:'):])}")
-        lines.append("find \"$src\" -name '*_training_*.hdf5' -exec ln -sf -t " + dest + " {} +")
+        lines.append(f'find "$src" -name {pattern} -exec ln -sf -t "$tmp/set" {{}} +')
     elif source.endswith(".tar"):
         # No capabilities (CHOWN dropped): keep the archive's modes, not its owners.
-        lines.append(f"aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C \"$tmp\"")
-        lines.append("find \"$tmp\" -name '*_training_*.hdf5' -exec mv -t " + dest + " {} +")
+        lines.append(f'aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C "$tmp/download"')
+        lines.append(f'find "$tmp/download" -name {pattern} -exec mv -t "$tmp/set" {{}} +')
     else:
-        lines.append(f"aws s3 sync --no-sign-request --only-show-errors {src} \"$tmp\"")
-        lines.append("find \"$tmp\" -name '*_training_*.hdf5' -exec mv -t " + dest + " {} +")
+        lines.append(f'aws s3 sync --no-sign-request --only-show-errors {src} "$tmp/download"')
+        lines.append(f'find "$tmp/download" -name {pattern} -exec mv -t "$tmp/set" {{}} +')
     lines += [
-        f"count=$(find {dest} -maxdepth 1 -name '*_training_*.hdf5' | wc -l)",
-        "if [ \"$count\" -eq 0 ]; then echo 'no *_training_*.hdf5 shards found' >&2; exit 1; fi",
+        f'count=$(find "$tmp/set" -maxdepth 1 -name {pattern} | wc -l)',
+        f"if [ \"$count\" -eq 0 ]; then echo 'no {SHARD_PATTERN} shards found' >&2; exit 1; fi",
+        # The public shards come without a manifest: make one (counts, shapes, SHA-256).
+        f'python -m training.shard_format write "$tmp/set" --source {src}',
+        # An interrupted earlier attempt may have left a directory without the marker.
+        f'if [ -e {dest} ]; then mv {dest} "$tmp/replaced"; fi',
+        f'mv "$tmp/set" {dest}',
         f"echo \"$count shards\" > {marker}",
         "echo \"staged $count shards\"",
     ]

@@ -15,6 +15,7 @@ from training.cli import _validate as validate_parsed_args
 from training.launch import script_args_from_dict
 
 from .config import ConfigError
+from .dataset_preparation import validate_preparation_config
 from .dataset_staging import check_source
 from .job_naming import MAX_LABEL, is_dns1123_label
 from .training_job import MODELS, RDZV_BACKENDS, TrainingPlan, plan_training
@@ -154,6 +155,7 @@ def validate_training_config(c: "PlatformConfig") -> None:
             if flag not in c.training_script_args:  # the flag is a key of the job's own, e.g. training_max_steps
                 raise ConfigError(flag, getattr(c, flag, dict(c.training_script_args)), why)
             raise ConfigError("training_script_args", {flag: c.training_script_args[flag]}, why)
+    validate_preparation_config(c)
 
 
 def job_script_args(c: "PlatformConfig") -> dict[str, Any]:
@@ -203,6 +205,9 @@ def training_review(c: "PlatformConfig") -> list[str]:
         f"  schedule:     {c.training_max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {c.training_rdzv_backend}, checkpoint every {c.training_checkpoint_every} steps",
     ]
+    if c.preparation_enabled:
+        lines.append(f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
+                     f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{c.training_dataset_name}")
     per_node = PUBLISHED_SEQ_PER_S_PER_NODE.get(facts.name)
     price = facts.on_demand_usd_per_hour
     estimates = []

@@ -24,6 +24,7 @@ from training.data import (
     position_from_tensor,
     read_shard,
 )
+from training.shard_format import ManifestError, manifest_for_existing, write_manifest
 
 S, P = 128, 20
 
@@ -133,10 +134,40 @@ def test_given_bad_shard_then_error_names_file_and_key(tmp_path, key, mutate, me
     assert str(path) in str(err.value) and message in str(err.value) and key in str(err.value)
 
 
-def test_given_empty_dir_then_clear_error(tmp_path):
+def test_given_empty_dir_then_error_asks_for_a_manifest(tmp_path):
     (tmp_path / "notes_validation_0.hdf5").write_bytes(b"")
-    with pytest.raises(FileNotFoundError, match=r"\*_training_\*\.hdf5"):
+    with pytest.raises(ManifestError, match=r"no manifest\.json; a shard set is used only with its manifest"):
         list_shards(str(tmp_path))
+
+
+def test_given_shards_without_manifest_then_refused_and_told_how_to_make_one(tmp_path):
+    make_shards(tmp_path, 2, 4)
+    with pytest.raises(ManifestError) as err:
+        list_shards(str(tmp_path))
+    assert "2 *_training_*.hdf5 file(s) but no manifest.json" in str(err.value)
+    assert f"python -m training.shard_format write {tmp_path}" in str(err.value)
+
+
+def test_given_a_manifest_then_its_shards_are_listed_and_a_missing_one_is_named(tmp_path):
+    paths = make_shards(tmp_path, 3, 4)
+    write_manifest(tmp_path, manifest_for_existing(tmp_path))
+    (tmp_path / "stray_training_9.hdf5").write_bytes(b"not listed")  # only the manifest counts
+    assert list_shards(str(tmp_path)) == sorted(map(str, paths))
+    paths[1].unlink()
+    with pytest.raises(ManifestError, match=r"shard x_training_1\.hdf5 is missing; the set is incomplete"):
+        list_shards(str(tmp_path))
+
+
+def test_given_the_reference_tools_single_output_file_then_it_is_the_shard_list(tmp_path):
+    # NVIDIA's create_pretraining_data.py writes one --output_file of any name, no manifest.
+    single = write_shard(tmp_path / "books_wiki_en_corpus_seq128.hdf5", shard_arrays(5))
+    assert list_shards(str(single)) == [str(single)]
+    assert len(read_shard(list_shards(str(single))[0], S, P)) == 5
+
+
+def test_given_nothing_at_data_dir_then_error_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"--data_dir \S+nowhere: no such directory or file"):
+        list_shards(str(tmp_path / "nowhere"))
 
 
 # --- spreading over ranks -----------------------------------------------------------------

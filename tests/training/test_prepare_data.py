@@ -134,7 +134,8 @@ def test_sequence_length_and_prediction_count_set_the_shapes(corpus, tmp_path):
     real = data["input_mask"].sum(1)
     counts = (data["masked_lm_positions"] != 0).sum(1)
     assert real.max() == 64
-    assert all(c == min(10, max(1, round((n - 3) * 0.15))) for n, c in zip(real, counts))
+    # The reference's count: [CLS] and both [SEP] included, Python 3 rounding (half to even).
+    assert all(c == min(10, max(1, round(int(n) * 0.15))) for n, c in zip(real, counts))
 
 
 # --- labelling rules -----------------------------------------------------------------------
@@ -171,7 +172,7 @@ def test_masked_positions_are_sorted_real_non_special_and_counted_by_the_formula
         length = int(np.count_nonzero(row))
         assert listed.max() < length
         assert not np.isin(row[listed], specials).any()
-        assert count == min(20, max(1, round((length - 3) * 0.15)))
+        assert count == min(20, max(1, round(length * 0.15)))
 
 
 class TokenizedCorpus:
@@ -294,29 +295,48 @@ def _one_token_sentences(n_docs: int, sentences: int) -> TokenizedChunk:
     )
 
 
-def test_pairs_short_targets_and_random_next_rates():
-    """With one-token sentences a pair is exactly as long as its target, so short targets
-    are visible; the last pair of a document is cut by the document end, so it is excluded."""
-    chunk = _one_token_sentences(n_docs=20, sentences=20_000)
-    cfg = PrepConfig(short_seq_prob=0.3)
-    pairs = build_pairs(chunk, cfg, random.Random(1))
-    doc_of_a = pairs[:, 0] // 20_000
-    inner = np.append(doc_of_a[1:] == doc_of_a[:-1], False)
+def _targets_per_document(pairs: np.ndarray, sentences: int) -> list[set[int]]:
+    """With one-token sentences, an actual-next pair not cut by its document's end is exactly
+    as long as its target: the set of those lengths per document."""
+    doc_of_a = pairs[:, 0] // sentences
+    inner = np.append(doc_of_a[1:] == doc_of_a[:-1], False) & (pairs[:, 4] == 0)
     lengths = (pairs[:, 1] - pairs[:, 0]) + (pairs[:, 3] - pairs[:, 2])
-    n = int(inner.sum())
-    assert n > 3000
-    assert lengths.max() == 125
-    # randint(2, 125) is below 125 for 123 of its 124 values. A random B that hits the end of
-    # its document also comes out short: at most 125/20000 of pairs, far inside the tolerance.
-    assert within(int((lengths[inner] < 125).sum()), n, 0.3 * 123 / 124)
-    assert within(int(pairs[inner, 4].sum()), n, 0.5)
+    targets: dict[int, set[int]] = {}
+    for doc, length in zip(doc_of_a[inner].tolist(), lengths[inner].tolist()):
+        targets.setdefault(doc, set()).add(length)
+    return list(targets.values())
+
+
+def test_pairs_draw_one_target_per_document_and_half_random_next():
+    """The reference draws the (possibly short) target once per document and pass."""
+    # 1000 sentences: even a full-length target gives a document 8 groups, so nearly every
+    # document shows its target in an actual-next pair (else long targets would be undercounted).
+    chunk = _one_token_sentences(n_docs=1500, sentences=1000)
+    pairs = build_pairs(chunk, PrepConfig(short_seq_prob=0.3), random.Random(1))
+    targets = _targets_per_document(pairs, 1000)
+    assert len(targets) > 1450
+    assert all(len(t) == 1 for t in targets)  # one target for the whole document
+    short = sum(min(t) < 125 for t in targets)
+    # randint(2, 125) is below 125 for 123 of its 124 values.
+    assert within(short, len(targets), 0.3 * 123 / 124)
+    # A group of two or more sentences takes a random B half of the time.
+    doc_of_a = pairs[:, 0] // 1000
+    two_or_more = (pairs[:, 1] - pairs[:, 0] > 0) & np.append(doc_of_a[1:] == doc_of_a[:-1], False)
+    assert within(int(pairs[two_or_more, 4].sum()), int(two_or_more.sum()), 0.5, sigmas=8)
     is_random = pairs[:, 4] == 1
-    assert (pairs[is_random, 2] // 20_000 != doc_of_a[is_random]).all()  # B from another document
+    assert (pairs[is_random, 2] // 1000 != doc_of_a[is_random]).all()  # B from another document
     assert (pairs[~is_random, 2] == pairs[~is_random, 1]).all()  # B right after A
 
     no_short = build_pairs(chunk, PrepConfig(short_seq_prob=0.0), random.Random(1))
-    no_short_lengths = (no_short[:, 1] - no_short[:, 0]) + (no_short[:, 3] - no_short[:, 2])
-    assert (no_short_lengths < 125).mean() < 0.01
+    assert all(t == {125} for t in _targets_per_document(no_short, 1000))
+
+
+def test_target_per_sample_draws_a_target_for_every_pair():
+    chunk = _one_token_sentences(n_docs=200, sentences=3000)
+    pairs = build_pairs(chunk, PrepConfig(short_seq_prob=0.3, target_per_sample=True), random.Random(1))
+    targets = _targets_per_document(pairs, 3000)
+    # About 20 actual-next pairs per document: short and full targets inside nearly every one.
+    assert sum(len(t) > 1 for t in targets) > 0.95 * len(targets)
 
 
 def test_whole_word_masking_masks_whole_words(corpus, tmp_path, vocab):
@@ -360,6 +380,22 @@ def test_same_seed_same_samples_across_runs_and_worker_counts(base_run, corpus, 
             assert np.array_equal(one_shard[key], parallel[key]), key
 
 
+def test_a_sampled_pool_gives_the_same_samples_for_any_worker_count(corpus, tmp_path):
+    """Above --pool_tokens the random-next pool is a seeded sample of documents: it must not
+    depend on the workers either, and it must change the output (the pool is smaller)."""
+    text, vocab_path = corpus
+    cfg = PrepConfig(dupe_factor=1, seed=3)
+    runs = [
+        prepare_shards([text], vocab_path, tmp_path / f"w{workers}-{pool}", cfg, num_shards=2, chunk_bytes=CHUNK_BYTES,
+                       num_workers=workers, pool_tokens=pool)  # fmt: skip
+        for workers, pool in ((1, 3000), (2, 3000), (1, 10**9))
+    ]
+    one, two, whole = (load_shards(run.shards) for run in runs)
+    for key in KEYS:
+        assert np.array_equal(one[key], two[key]), key
+    assert not np.array_equal(one["input_ids"], whole["input_ids"])
+
+
 def test_another_seed_gives_other_samples(base_run, corpus, tmp_path):
     text, vocab_path = corpus
     _, data = base_run
@@ -400,13 +436,15 @@ def test_tokenize_documents_splits_on_blank_lines_and_drops_empty_text(vocab):
 def test_cli_writes_shards_quietly(corpus, tmp_path):
     text, vocab_path = corpus
     result = run_cli(
-        "--input", str(text), "--vocab", str(vocab_path), "--output_dir", str(tmp_path),
+        "--input", str(text), "--vocab", str(vocab_path), "--output_dir", str(tmp_path / "set"),
         "--output_prefix", "wiki", "--dupe_factor", "1", "--num_shards", "2", "--num_workers", "1", "--no_progress",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "wrote" in result.stdout and "2 shard(s)" in result.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["wiki_training_0.hdf5", "wiki_training_1.hdf5"]
+    assert [p.name for p in tmp_path.iterdir()] == ["set"]  # the staging directory is gone
+    names = sorted(p.name for p in (tmp_path / "set").iterdir())
+    assert names == ["manifest.json", "wiki_training_0.hdf5", "wiki_training_1.hdf5"]
 
 
 @pytest.fixture(scope="module")
@@ -475,3 +513,30 @@ def test_truncation_trims_the_longer_segment_at_random_ends():
                 fronts += (a0 - 1000) + (b0 - 5000)
                 drops += (len_a - a) + (len_b - b)
     assert drops > 10_000 and within(fronts, drops, 0.5)
+
+
+@pytest.mark.parametrize("samples", [1, 1023, 1024, 2500])
+def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
+    """write_hdf5 compresses each chunk itself (shuffle + deflate): h5py must read back every
+    value, through a partial last chunk too."""
+    from training.bert_samples import record_dtype
+    from training.prepare_data import write_hdf5
+
+    cfg = PrepConfig(max_seq_len=32, max_pred_len=5)
+    rng = np.random.default_rng(samples)
+    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
+    records["ids"] = rng.integers(0, 30522, size=(samples, 32))
+    records["length"] = rng.integers(5, 33, size=samples)
+    records["len_a"] = rng.integers(1, 3, size=samples)
+    records["positions"] = rng.integers(0, 32, size=(samples, 5))
+    records["labels"] = rng.integers(0, 30522, size=(samples, 5))
+    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    write_hdf5(tmp_path / "shard.hdf5", records, cfg)
+    data = load_shards([tmp_path / "shard.hdf5"])
+    assert np.array_equal(data["input_ids"], records["ids"].astype(np.int32))
+    assert np.array_equal(data["masked_lm_positions"], records["positions"].astype(np.int32))
+    assert np.array_equal(data["masked_lm_ids"], records["labels"].astype(np.int32))
+    assert np.array_equal(data["next_sentence_labels"], records["next_sentence"].astype(np.int8))
+    assert np.array_equal(data["input_mask"].sum(1), records["length"])
+    with h5py.File(tmp_path / "shard.hdf5", "r") as handle:
+        assert handle["input_ids"].compression == "gzip" and handle["input_ids"].shuffle

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
@@ -12,7 +13,15 @@ from tokenizers import BertWordPieceTokenizer
 from transformers import BertTokenizerFast
 
 from tests.training.corpus import write_corpus
-from training.vocab import SPECIAL_TOKENS, bert_tokenizer, expand_inputs, read_vocab, train_vocab
+from training.vocab import (
+    FAST_PATH_EXTRA_CHARACTERS,
+    SPECIAL_TOKENS,
+    WordPieceEncoder,
+    bert_tokenizer,
+    expand_inputs,
+    read_vocab,
+    train_vocab,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,3 +115,45 @@ def test_bad_input_fails_with_one_line(corpus: Path, tmp_path: Path, case: str, 
     assert len(lines) == 1 and lines[0].startswith("python -m training.vocab: error: "), lines
     assert re.search(expected, lines[0]), lines[0]
     assert not (tmp_path / "vocab.txt").exists()
+
+
+ODD_LINES = [
+    "Café naïve façade — “quoted” text",  # accents are stripped when lower-casing
+    "בּהגפי לעגי מעוג and σημει̑ον",  # Hebrew points and a combining mark
+    "tab\tinside and a bell \x07 control",
+    "中文字符 mixed with ASCII",
+    "\u00a0no-break\u2009spaces\u200b",
+]
+
+
+def _ascii_lines(seed: int, count: int) -> list[str]:
+    """Lines of random fast-path characters: words, digits, all punctuation, odd spacing."""
+    rng = random.Random(seed)
+    printable = [chr(c) for c in range(0x20, 0x7F)] + list(FAST_PATH_EXTRA_CHARACTERS)
+    words = ["river", "Mountain", "don't", "U.S.A.", "e-mail", "3.14", "C++", "x_y", "#tag", "@home"]
+    lines = []
+    for _ in range(count):
+        parts = [rng.choice(words) if rng.random() < 0.6 else "".join(rng.choices(printable, k=rng.randint(1, 8)))
+                 for _ in range(rng.randint(1, 30))]  # fmt: skip
+        lines.append(rng.choice([" ", "  ", ""]).join(parts).strip() or "x")
+    return lines
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_fast_encoder_gives_the_ids_of_tokenizers_on_every_line(corpus: Path, tmp_path: Path, lower_case: bool):
+    ascii_lines = _ascii_lines(seed=5, count=3000)
+    text = tmp_path / "mixed.txt"
+    text.write_text("\n".join(ascii_lines + ODD_LINES) + "\n", encoding="utf-8")
+    vocab_path = train_vocab([corpus, text], tmp_path / "vocab.txt", vocab_size=2000, lower_case=lower_case)
+    reference = bert_tokenizer(read_vocab(vocab_path), lower_case)
+    encoder = WordPieceEncoder(vocab_path, lower_case)
+    lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    singles = [chr(c) for c in range(0x20, 0x7F)] + list(FAST_PATH_EXTRA_CHARACTERS)
+    lines += ascii_lines + ODD_LINES + singles + [f"Word{c}word {c}x" for c in singles] + [" ".join(ascii_lines)[:200_000]]
+    expected = [e.ids for e in reference.encode_batch_fast(lines, add_special_tokens=False)]
+    got = encoder.encode(lines)
+    assert len(got) == len(expected)
+    mismatches = [line[:80] for line, a, b in zip(lines, got, expected) if a != b]
+    assert mismatches == []
+    assert len(expected[-1]) > 50_000  # the long line was not truncated
+    assert sum(map(len, expected)) > 100_000

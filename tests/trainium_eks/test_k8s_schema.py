@@ -158,6 +158,20 @@ def test_given_every_add_on_option_on_then_every_applied_object_is_valid():
     assert not failures, "\n".join(failures)
 
 
+def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
+    from tests.trainium_eks.test_dataset_preparation import PREPARATION_ON
+
+    objects = list(_objects({"Variant": synth_platform(**PREPARATION_ON)}))
+    assert any(o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed" for _, o in objects)
+    failures = []
+    for name, obj in objects:
+        try:
+            _assert_valid(obj)
+        except (AssertionError, kubernetes_validate.ValidationError) as err:
+            failures.append(f"{name}: {str(err).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
 def test_given_the_pinned_version_then_kubernetes_validate_has_its_schema():
     assert DEFAULT_KUBERNETES_VERSION == "1.36"
     # An unknown field in a core object must fail: strict validation is on.

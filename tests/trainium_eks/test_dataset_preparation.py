@@ -1,0 +1,147 @@
+"""DatasetPreparation: the Indexed Job, its configuration keys, and its command run for real.
+
+The Job's own container command (from the synthesized object) is run as local processes with
+``JOB_COMPLETION_INDEX`` set as Kubernetes sets it, ``/data`` (the FSx mount) being a temporary
+directory; the set it publishes must equal the single-machine tool's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_eks_v2 as eks
+
+from tests.support import k8s_manifests, synth_platform, validate_k8s
+from tests.training.corpus import build_vocab, write_corpus
+from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
+from trainium_eks.versions import KUBERNETES_RELEASES
+from training.job_spec import job_paths
+from training.prepare_data import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")
+#: The app with preparation on (the schema test synthesizes the same variant: one synth).
+PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
+ARGS = {"dupe_factor": "2", "seed": "5", "chunk_mb": "0.02", "samples_per_shard": "250", "whole_word_mask": "true"}
+
+
+def preparation(**overrides: Any) -> DatasetPreparation:
+    app = cdk.App()
+    stack = cdk.Stack(app, "T", env=cdk.Environment(region="us-west-2"))
+    release = KUBERNETES_RELEASES["1.36"]
+    cluster = eks.Cluster(stack, "C", version=release.eks_version, default_capacity=0,
+                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                          kubectl_provider_options=eks.KubectlProviderOptions(
+                              kubectl_layer=release.kubectl_layer(stack, "L")))  # fmt: skip
+    props: dict[str, Any] = dict(cluster=cluster, namespace="training", image="registry/training:abc",
+                                 image_key="abc", paths=PATHS, claim_name="fsx-claim", service_account="bert-trainer",
+                                 corpus="fsx:/dataset/corpus", vocab="fsx:/dataset/vocab.txt", pods=3, cpus_per_pod=1,
+                                 args=ARGS)  # fmt: skip
+    props.update(overrides)
+    return DatasetPreparation(stack, "Prep", **props)
+
+
+def test_given_the_setting_flags_then_each_is_a_prepare_data_flag_of_the_right_kind():
+    actions = build_parser()._option_string_actions
+    for flag, takes_value in SETTING_FLAGS.items():
+        assert f"--{flag}" in actions, flag
+        assert (actions[f"--{flag}"].nargs != 0) == takes_value, flag
+
+
+def test_given_a_preparation_then_the_job_is_an_indexed_job_valid_for_kubernetes_1_36():
+    prep = preparation()
+    job = prep.job
+    validate_k8s(job, "1.36")
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    assert spec["maxFailedIndexes"] == 0 and spec["backoffLimitPerIndex"] == 2
+    assert spec["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [2]  # usage errors: no retry
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"] == {
+        "batch.kubernetes.io/job-name": prep.job_name}
+    (container,) = pod["containers"]
+    assert container["command"][:3] == ["python", "-m", "training.prepare_indexed"]
+    assert container["resources"]["requests"] == container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    assert prep.job_name.startswith("prepare-dataset-")
+    assert preparation(pods=2).job_name != prep.job_name  # a changed spec is a new Job
+
+
+def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_single_machine_one(tmp_path):
+    root = tmp_path / "fsx"
+    (root / "dataset" / "corpus").mkdir(parents=True)
+    text = write_corpus(root / "dataset" / "corpus" / "part-0.txt", n_docs=120, seed=8)
+    write_corpus(root / "dataset" / "corpus" / "part-1.txt", n_docs=60, seed=9)
+    build_vocab([text], root / "dataset" / "vocab.txt", vocab_size=400)
+    command = [part.replace("/data/", f"{root}/") for part in preparation().job["spec"]["template"]["spec"]
+               ["containers"][0]["command"]]  # fmt: skip
+    assert command[0] == "python"  # the image's; here the test environment's
+    pods = [subprocess.Popen([sys.executable, *command[1:]], cwd=REPO,
+                             env={**os.environ, "JOB_COMPLETION_INDEX": str(i)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]  # fmt: skip
+    outputs = [pod.communicate(timeout=300) for pod in pods]
+    assert [pod.returncode for pod in pods] == [0, 0, 0], [err for _, err in outputs]
+    data_dir = Path(PATHS.data_dir.replace("/data/", f"{root}/"))
+    assert Path(PATHS.dataset_marker.replace("/data/", f"{root}/")).read_text().endswith(" shards\n")
+    flags = [f"--{k}" if v == "true" else f"--{k}={v}" for k, v in ARGS.items()]
+    single = subprocess.run([sys.executable, "-m", "training.prepare_data", "--input", str(root / "dataset" / "corpus"),
+                             "--vocab", str(root / "dataset" / "vocab.txt"), "--output_dir", str(tmp_path / "single"),
+                             "--num_workers", "1", "--no_progress", *flags],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    names = sorted(p.name for p in (tmp_path / "single").iterdir())
+    assert sorted(p.name for p in data_dir.iterdir() if p.name != ".staged") == names
+    assert len(names) >= 4  # manifest.json and several shards
+    for name in names:
+        assert (data_dir / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("context, field, fix", [
+    ({"preparation_enabled": "true", "preparation_pods": "40"}, "preparation_pods", r"all pods must run at once"),
+    ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"1 or more"),
+    ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
+    ({"preparation_vocab": "fsx:/../etc/passwd"}, "preparation_vocab", r"no '\.\.'"),
+    ({"preparation_args": '{"dupe": "5"}'}, "preparation_args", r"not a setting of training\.prepare_data"),
+    ({"preparation_args": '{"seed": "1; rm -rf /"}'}, "preparation_args", r"plain number or name"),
+    ({"preparation_args": '{"whole_word_mask": "yes"}'}, "preparation_args", r"a switch"),
+    ({"preparation_enabled": "maybe"}, "preparation_enabled", r"true or false"),
+    ({"preparation_enabled": "true", "training_enabled": "false"}, "preparation_enabled", r"training_enabled=true"),
+])  # fmt: skip
+def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix):
+    with pytest.raises(ConfigError) as err:
+        config_from_context(context)
+    assert err.value.field_name == field and re.search(fix, err.value.fix), str(err.value)
+
+
+def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_comes_from():
+    from trainium_eks.training_config import training_review
+
+    assert not any("prepared from" in line for line in training_review(config_from_context({})))
+    lines = training_review(config_from_context({"preparation_enabled": "true", "preparation_pods": "6"}))
+    assert ("  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
+            "/data/datasets/bert-wikicorpus-seq128") in lines
+
+
+def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_training():
+    template = synth_platform(**PREPARATION_ON)
+    jobs = {obj["metadata"]["name"].split("-")[0]: (logical_id, obj) for logical_id, obj in k8s_manifests(template)
+            if obj["kind"] == "Job"}  # fmt: skip
+    assert set(jobs) == {"prepare", "trn"}  # no staging Job
+    _, prep = jobs["prepare"]
+    validate_k8s(prep, "1.36")
+    command = prep["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--marker") + 1] == "/data/datasets/bert-wikicorpus-seq128/.staged"
+    assert command[command.index("--output_dir") + 1] == "/data/datasets/bert-wikicorpus-seq128"
+    assert command[command.index("--input") + 1] == "/data/dataset/corpus"
+    assert command[-2:] == ["--dupe_factor", "10"]
+    training_id, _ = jobs["trn"]
+    prep_id, _ = jobs["prepare"]
+    assert prep_id in template["Resources"][training_id].get("DependsOn", [])
