@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from training import checkpoint as ckpt
-from training.data import SHARD_PATTERN, ShardFormatError, check_shard, list_shards
+from training.data import ShardFormatError, check_shard, list_shards
+from training.shard_format import ShardSetError
 from training.resume import check_flags
 
 log = logging.getLogger(__name__)
@@ -61,14 +62,13 @@ def check_writable(path: Path, flag: str) -> None:
 
 
 def list_checked(data_dir: str) -> list[str]:
-    """The sorted shard list, or a PreflightError naming ``--data_dir``."""
+    """The sorted shard list, or a PreflightError naming ``--data_dir`` (no set, no manifest)."""
     try:
         return list_shards(data_dir)
-    except FileNotFoundError:
-        raise PreflightError(
-            f"--data_dir {data_dir}: no {SHARD_PATTERN} shards; point it at a prepared dataset "
-            "(python -m training.prepare_data writes them)"
-        ) from None
+    except FileNotFoundError as e:  # its message names --data_dir already
+        raise PreflightError(str(e)) from None
+    except ShardSetError as e:
+        raise PreflightError(f"--data_dir {e}") from None
 
 
 def check_shards(files: list[str], seq_len: int, max_pred_len: int, rank: int, world_size: int) -> None:

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -15,6 +16,7 @@ import pytest
 from tests.training.conftest import PYTHON, REPO, child_env
 from tests.training.test_pretrain import args_for
 from training import checkpoint as ckpt
+from training.shard_format import ShardEntry, read_manifest, sha256_of, write_manifest
 
 
 def pretrain(shards, out: Path, *extra: str, data_dir: Path | None = None) -> subprocess.CompletedProcess:
@@ -37,7 +39,12 @@ def data_with_last(shards, tmp_path: Path, make_bad) -> Path:
     """The good shards plus one bad shard that sorts last (reached late in a real run)."""
     data = tmp_path / "data"
     shutil.copytree(shards.dir, data)
-    make_bad(data / "zz_training_99.hdf5", shards.files[0])
+    bad = data / "zz_training_99.hdf5"
+    make_bad(bad, shards.files[0])
+    # In the set's manifest, as a damaged shard of a published set would be.
+    manifest = read_manifest(data)
+    entry = ShardEntry(bad.name, manifest.shards[0].samples, bad.stat().st_size, sha256_of(bad))
+    write_manifest(data, replace(manifest, shards=(*manifest.shards, entry)))
     return data
 
 
@@ -84,7 +91,16 @@ def test_given_debug_then_the_traceback_is_shown(shards, tmp_path):
 
 def test_given_no_shards_then_error_names_data_dir(shards, tmp_path):
     proc = pretrain(shards, tmp_path / "out", data_dir=tmp_path)
-    assert_one_line_error(proc, rf"--data_dir {tmp_path}: no \*_training_\*.hdf5 shards")
+    assert_one_line_error(proc, rf"--data_dir {tmp_path}: no manifest.json; a shard set is used only with its manifest")
+
+
+def test_given_shards_without_their_manifest_then_one_line_error_says_how_to_make_one(shards, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(shards.dir, data)
+    (data / "manifest.json").unlink()
+    proc = pretrain(shards, tmp_path / "out", data_dir=data)
+    line = assert_one_line_error(proc, rf"--data_dir {data}: \d+ \*_training_\*.hdf5 file\(s\) but no manifest.json")
+    assert f"python -m training.shard_format write {data}" in line
 
 
 @pytest.fixture
@@ -141,5 +157,6 @@ def test_given_shard_data_damaged_behind_a_good_header_then_one_line_error_when_
     data = tmp_path / "data"
     data.mkdir()
     damaged_data(data / "a_training_0.hdf5", shards.files[0])
-    proc = pretrain(shards, tmp_path / "out", "--num_workers", workers, data_dir=data)
+    # A single HDF5 file as --data_dir: a damaged file cannot come with a valid manifest.
+    proc = pretrain(shards, tmp_path / "out", "--num_workers", workers, data_dir=data / "a_training_0.hdf5")
     assert_one_line_error(proc, rf"{data}/a_training_0.hdf5: data unreadable \(.+\); re-create or remove it")
