@@ -14,15 +14,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import PYTHON, REPO, Shards, child_env, shards  # noqa: F401 (fixture)
+from tests.training.conftest import PYTHON, REPO, Shards, child_env, free_port, shards  # noqa: F401 (fixture)
 
 PROBE = REPO / "bench" / "xla_graph_probe.py"
+# Compile time dominates these tests (XLA:CPU's LLVM backend, ~20 s a graph on a busy 2-core
+# machine). Optimisation level 0 compiles ~3x faster; these tests check graphs, transfers and
+# numerics of the training code, not XLA:CPU's code quality. Set before the runtime starts.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def pjrt_cpu() -> None:
     if os.environ.get("PJRT_DEVICE") != "CPU":
         pytest.fail("the XLA tests run on torch-xla's CPU runtime: PJRT_DEVICE=CPU (make test-xla)", pytrace=False)
+    import torch_xla
+
+    # Start the runtime before any CPU backward in this process: autograd sizes its
+    # per-device queues when it first runs, and an XLA device added later fails its assert.
+    torch_xla.device()
 
 
 def tiny_args(shards: Shards, out: Path, *extra: str) -> list[str]:

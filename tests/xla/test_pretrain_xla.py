@@ -62,6 +62,6 @@ def test_given_neuron_precompile_env_then_no_checkpoint_or_metrics_and_real_run_
     assert ckpt.complete_checkpoints(out / "checkpoints") == []
     for name in ("metrics.json", "train_log.jsonl", "tensorboard", "param_digest"):
         assert not (out / name).exists(), name
-    run_pretrain(tiny_args(shards, out, "--steps_this_run", "2"))
+    run_pretrain(tiny_args(shards, out, "--steps_this_run", "2", "--log_every", "1"))
     assert json.loads((out / "metrics.json").read_text())["start_step"] == 0
     assert [r["step"] for r in step_log(out)] == [1, 2]
