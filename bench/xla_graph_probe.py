@@ -9,7 +9,10 @@ the counters just before and just after ``training.step.optimizer_step``:
 * ``compile_s``: CompileTime seconds so far;
 * ``transfers``: TransferFromDeviceTime samples (device-to-host copies: ``.item()``,
   ``.cpu()``, a Python branch on a device tensor);
-* ``executions``: ExecuteComputation (graphs run; counted when a run completes, so it lags).
+* ``executions``: ExecuteComputation (graphs run; counted when a run completes, so it lags);
+* ``time``: ``time.perf_counter()`` (seconds).
+
+With ``--device cpu`` the counters stay 0 and only ``time`` means something (the eager baseline).
 
 What happens between two steps (a checkpoint save, for one) falls between one step's
 ``after`` and the next one's ``before``. Run it in a fresh process: torch-xla's counters and
@@ -39,6 +42,7 @@ def counters() -> dict[str, float]:
         "compile_s": compile_data[1] / 1e9 if compile_data else 0.0,  # accumulator is in ns
         "transfers": transfer_data[0] if transfer_data else 0,
         "executions": met.counter_value("ExecuteComputation") or 0,
+        "time": time.perf_counter(),
     }
 
 
