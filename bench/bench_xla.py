@@ -14,8 +14,8 @@ It prints, per model:
 * steady-state steps/s (after the warm-up steps) on XLA:CPU and eager CPU, and their ratio.
   XLA:CPU is not Trainium: the ratio says what the lazy-tensor tracing costs on a CPU.
 
-The XLA process runs at XLA:CPU's default optimisation level (the tests lower it to compile
-faster). Median over rounds.
+XLA_FLAGS passes through (e.g. ``--xla_backend_optimization_level=0``, which the tests use to
+compile ~3x faster); the first line prints it. Median over rounds.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ def probe(device: str, model: str, shards: Path, vocab: int, out: Path, a: argpa
         "--device", device, "--seed", "1",
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("XLA_FLAGS", None)
     subprocess.run([sys.executable, str(PROBE), str(out / "probe.json"), "--", *flags],
                    check=True, cwd=REPO, env=env, capture_output=True)  # fmt: skip
     return json.loads((out / "probe.json").read_text())
@@ -99,7 +98,8 @@ def main() -> int:
         p.error("run with PJRT_DEVICE=CPU (torch-xla's CPU runtime)")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}; micro-batch {a.batch_size} x accumulation "
-          f"{a.grad_accum}, seq 128, {a.steps} steps ({a.warm_steps} warm-up), log every {a.log_every}")  # fmt: skip
+          f"{a.grad_accum}, seq 128, {a.steps} steps ({a.warm_steps} warm-up), log every {a.log_every}; "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         shards, vocab = make_shards(Path(tmp))
         for model in a.models:
