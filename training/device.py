@@ -309,10 +309,11 @@ class XlaBackend(Backend):
         yield from pl.MpDeviceLoader(loader, self.device)
 
     def reduce_gradients(self, params: list[torch.Tensor]) -> None:
-        # One functional all-reduce per gradient, assigned back. The in-place list form
-        # (xm.all_reduce on a list, and xm.reduce_gradients' buckets) left clip_grad_norm_
-        # reading a norm of 1.31 where the reduced gradients' norm was 0.92 on torch-xla 2.9
-        # (tests/xla/test_distributed_xla.py); a clip coefficient off per rank is ranks apart.
+        # One functional all-reduce per gradient, assigned back. With the in-place list form
+        # (xm.all_reduce on a list; xm.all_reduce_bucketized_gradients alike) clip_grad_norm_
+        # returned 1.31 where the reduced gradients' norm was 0.92 (torch-xla 2.9, PJRT CPU, one
+        # replica with XLA_ALWAYS_ALLREDUCE=1; tests/xla/test_distributed_xla.py): a wrong
+        # norm is a wrong clip coefficient. Not checked on Neuron.
         if self.world_size > 1:
             for p in params:
                 if p.grad is not None:
