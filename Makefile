@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+, network to PyPI/npm/Debian):
 #   make synth   - pinned environment, then synthesize the default platform into cdk.out/
 #   make test    - the same environment plus test dependencies, then the whole test suite
+#   make test-xla - a second environment (.venv-xla: torch + torch-xla), then tests/xla on PJRT CPU
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 .DEFAULT_GOAL := synth
@@ -51,6 +52,22 @@ etcd:
 test: $(VENV)/.dev node_modules/.installed etcd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The XLA path (what Trainium runs) on torch-xla's CPU runtime, in its own environment: torch-xla
+# needs its own torch build (training/neuron_stack.py), ~7 GB with the CUDA libraries it imports.
+# pyproject's addopts leave tests/xla out of `make test`; named here, it is collected.
+# --confcutdir: tests/conftest.py needs aws-cdk-lib, which this environment does not have.
+VENV_XLA := .venv-xla
+PY_XLA := $(VENV_XLA)/bin/python
+$(VENV_XLA)/.installed: requirements-xla.txt constraints-xla.txt training/requirements.txt
+	test -x $(PY_XLA) || $(PYTHON) -m venv $(VENV_XLA)
+	$(PY_XLA) -m pip install --quiet --disable-pip-version-check -r requirements-xla.txt \
+	  -c constraints-xla.txt $(QUIET_PIP)
+	touch $@
+
+.PHONY: test-xla
+test-xla: $(VENV_XLA)/.installed
+	PJRT_DEVICE=CPU $(PY_XLA) -m pytest tests/xla --confcutdir=tests/xla $(PYTEST_ARGS)
+
 # checkov on the synthesized template, from its own pinned environment (see requirements-checkov.txt).
 # The README's security section records the result and the reason for each remaining failure.
 CHECKOV_VENV := .venv-checkov
@@ -80,6 +97,11 @@ bench: $(VENV)/.dev
 	$(PY) bench/bench_loader.py
 	$(PY) bench/bench_step.py --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
 	$(PY) bench/bench_checkpoint.py
+
+.PHONY: bench-xla
+# Graph counts, compile seconds and host transfers of the XLA path (numbers, not tests).
+bench-xla: $(VENV_XLA)/.installed
+	PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py
 
 .PHONY: clean
 clean:

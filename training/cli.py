@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--tensorboard_dir", default=None, help="default: <output_dir>/tensorboard")
     a("--metrics_file", default=None, help="final JSON metrics; default: <output_dir>/metrics.json")
     a("--step_log", default=None, help="per-step JSONL; default: <output_dir>/train_log.jsonl")
+    a("--log_every", type=int, default=0,
+      help="optimizer steps between log lines (and the last step); 0: 10 on xla, else 1")  # fmt: skip
     a("--peak_tflops", type=float, default=None, help="device BF16 peak for MFU (overrides the table)")
     a(PRECOMPILE_FLAG, action="store_true",
       help="neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard")  # fmt: skip
@@ -99,6 +101,8 @@ def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--warmup_steps must be between 0 and --max_steps")
     if args.lr <= 0 or args.max_grad_norm <= 0 or args.weight_decay < 0:
         p.error("--lr and --max_grad_norm must be > 0, --weight_decay >= 0")
+    if args.log_every < 0:
+        p.error(f"--log_every {args.log_every}: must be >= 0 (0 picks the device's default)")
     if args.num_workers not in (0, 1):
         p.error("--num_workers must be 0 or 1")
     if args.seq_len > 512 or args.max_pred_len > args.seq_len:

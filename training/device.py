@@ -35,6 +35,9 @@ from training.metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
 log = logging.getLogger(__name__)
 
 DEFAULT_PRECISION = {"xla": "bf16", "cuda": "amp_bf16", "cpu": "fp32"}
+# Optimizer steps between log lines (``--log_every 0``). Logging reads the loss and grad norm
+# back to the host: on XLA the step waits for the device there instead of tracing the next one.
+DEFAULT_LOG_EVERY = {"xla": 10, "cuda": 1, "cpu": 1}
 
 
 def xla_available() -> bool:
@@ -72,6 +75,13 @@ def select_device(
     return requested
 
 
+def resolve_log_every(device: str, requested: int) -> int:
+    """``--log_every``: 0 means the device's default (``DEFAULT_LOG_EVERY``)."""
+    if requested < 0:
+        raise ValueError(f"log_every: {requested} must be >= 0 (0: {DEFAULT_LOG_EVERY[device]} on {device})")
+    return requested or DEFAULT_LOG_EVERY[device]
+
+
 def resolve_precision(device: str, requested: str, fp32_master_weights: bool = False) -> str:
     if requested not in PRECISIONS:
         raise ValueError(f"precision: {requested!r} is not one of {', '.join(PRECISIONS)}")
@@ -79,6 +89,28 @@ def resolve_precision(device: str, requested: str, fp32_master_weights: bool = F
     if fp32_master_weights and precision != "bf16":
         raise ValueError("--fp32_master_weights only applies to --precision bf16")
     return precision
+
+
+def move_keeping_ties(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model.to(device)``, then the parameters shared before (tied weights) shared again.
+
+    ``Module.to`` swaps the tensor inside each Parameter where it can (CPU <-> CUDA, dtype
+    casts), but moving to an XLA device makes a new Parameter per module attribute: BERT's MLM
+    decoder weight and bias would become copies of the word embeddings and the head's bias,
+    trained apart from them (found on torch-xla 2.9: the head's bias got no gradient).
+    """
+    first: dict[int, str] = {}
+    ties: list[tuple[str, str]] = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            ties.append((name, first[id(p)]))
+        else:
+            first[id(p)] = name
+    model = model.to(device)
+    for name, source in ties:
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, model.get_parameter(source))
+    return model
 
 
 class Backend:
@@ -110,7 +142,7 @@ class Backend:
             dist.destroy_process_group()
 
     def prepare_model(self, model: nn.Module, precision: str) -> nn.Module:
-        model = model.to(self.device)
+        model = move_keeping_ties(model, self.device)
         return model.to(torch.bfloat16) if precision == "bf16" else model
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
@@ -210,12 +242,12 @@ class CudaBackend(Backend):
 
 
 class XlaBackend(Backend):
-    """torch-xla / torch-neuronx. Not exercised by the CPU tests: keep it thin.
+    """torch-xla / torch-neuronx; run on torch-xla's CPU runtime by ``make test-xla``.
 
     Differences: the ``xla`` process group; no DDP — gradients are all-reduced once per
     optimizer step after accumulation (as the Neuron BERT tutorial does); batches go through
-    ``MpDeviceLoader``, which also cuts the graph after each micro-batch; ``mark_step`` after
-    the optimizer step; logging runs in a step closure so it never stalls the device.
+    ``MpDeviceLoader``, which also cuts the graph after each micro-batch; ``torch_xla.sync``
+    after the optimizer step; logging runs in a step closure, after the step's graph ran.
     """
 
     name = "xla"
@@ -254,6 +286,16 @@ class XlaBackend(Backend):
             import torch_xla.distributed.xla_backend  # noqa: F401 - registers the 'xla' backend
 
             dist.init_process_group("xla", init_method="xla://")
+            # xla:// takes the world from the XLA runtime, not from torchrun. Where the runtime
+            # does not span the processes (PJRT_DEVICE=CPU: one client per process, no
+            # coordinator), every collective would silently reduce over this process alone.
+            if dist.get_world_size() != self.world_size:
+                raise RuntimeError(
+                    f"WORLD_SIZE={self.world_size} (torchrun) but the XLA runtime "
+                    f"(PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'unset')}) joins "
+                    f"{dist.get_world_size()} device(s): its collectives would not span the "
+                    "processes. Run one process per device on Neuron/TPU, or a single process"
+                )
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         if self.world_size > 1:
@@ -267,9 +309,15 @@ class XlaBackend(Backend):
         yield from pl.MpDeviceLoader(loader, self.device)
 
     def reduce_gradients(self, params: list[torch.Tensor]) -> None:
+        # One functional all-reduce per gradient, assigned back. With the in-place list form
+        # (xm.all_reduce on a list; xm.all_reduce_bucketized_gradients alike) clip_grad_norm_
+        # returned 1.31 where the reduced gradients' norm was 0.92 (torch-xla 2.9, PJRT CPU, one
+        # replica with XLA_ALWAYS_ALLREDUCE=1; tests/xla/test_distributed_xla.py): a wrong
+        # norm is a wrong clip coefficient. Not checked on Neuron.
         if self.world_size > 1:
-            grads = [p.grad for p in params if p.grad is not None]
-            self.xm.all_reduce(self.xm.REDUCE_SUM, grads, scale=1.0 / self.world_size)
+            for p in params:
+                if p.grad is not None:
+                    p.grad = self.xm.all_reduce(self.xm.REDUCE_SUM, p.grad, scale=1.0 / self.world_size)
 
     def all_reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
@@ -277,7 +325,9 @@ class XlaBackend(Backend):
         return self.xm.all_reduce(self.xm.REDUCE_SUM, t, scale=1.0 / self.world_size)
 
     def mark_step(self) -> None:
-        self.xm.mark_step()
+        import torch_xla  # xm.mark_step is deprecated since torch-xla 2.8
+
+        torch_xla.sync()
 
     def defer(self, fn, *args) -> None:
         self.xm.add_step_closure(fn, args=args)

@@ -37,6 +37,17 @@ def load_config(name: str, *, vocab_size: int | None = None, attn: str | None = 
     return config
 
 
+def additive_attention_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, S] 1/0 padding mask -> [B, 1, 1, S] additive bias (0 keep, dtype's min drop).
+
+    Hugging Face takes a 4-D mask as it is. Given the 2-D one, transformers 5.x tests
+    ``padding_mask.all()`` on the host every forward to drop the mask when nothing is padded:
+    on XLA a device-to-host transfer per micro-batch, and a second graph for batches without
+    padding that a short precompile run may never meet.
+    """
+    return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of distinct parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in model.parameters())
@@ -60,10 +71,13 @@ class PretrainingModule(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Total loss = mean masked-LM cross-entropy + next-sentence cross-entropy."""
         model = self.bert_pretraining
+        # In the weights' dtype, as the attention scores are (autocast casts it with them).
+        dtype = model.bert.embeddings.word_embeddings.weight.dtype
+        attention_mask = additive_attention_mask(batch["attention_mask"], dtype)
         if self.mlm_head == "dense":
             out = model(
                 input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
+                attention_mask=attention_mask,
                 token_type_ids=batch["token_type_ids"],
                 labels=batch["labels"],
                 next_sentence_label=batch["next_sentence_label"],
@@ -71,7 +85,7 @@ class PretrainingModule(nn.Module):
             return out.loss
         hidden = model.bert(
             input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
+            attention_mask=attention_mask,
             token_type_ids=batch["token_type_ids"],
         )
         positions = batch["mlm_positions"]  # [B, P]; padding entries point at [CLS] (0)

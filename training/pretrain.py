@@ -29,7 +29,7 @@ import torch
 from training import checkpoint as ckpt
 from training.cli import parse_args
 from training.data import DataPosition, ShardFormatError, ShardStream, make_loader, position_from_tensor
-from training.device import Backend, make_backend, resolve_precision, select_device
+from training.device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
 from training.launch import launch_env
 from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
 from training.model import PretrainingModule, build_model, count_parameters
@@ -96,11 +96,13 @@ class StepReporter:
         self.last = time.perf_counter()
         # (checkpoint, its recorded loss) until the first step after resuming is checked.
         self.resumed: tuple[Path, float | None] | None = None
+        self.last_step = 0
 
     def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        # Throughput over the steps since the last report (--log_every may skip some).
         now = time.perf_counter()
-        seq_per_s = self.global_batch / max(now - self.last, 1e-9)
-        self.last = now
+        seq_per_s = self.global_batch * (step - self.last_step) / max(now - self.last, 1e-9)
+        self.last, self.last_step = now, step
         loss_v = float(loss.item())
         if self.resumed is not None:  # the one extra check after a resume; the value is on the host
             path, recorded = self.resumed
@@ -240,10 +242,12 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
 
     start_step = step
     t0 = time.perf_counter()
-    reporter.last = t0
+    reporter.last, reporter.last_step = t0, step
+    log_every = resolve_log_every(device, args.log_every)
     stopped = False
     while step < end_step:
-        report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if rank == 0 else None
+        logs = rank == 0 and ((step + 1) % log_every == 0 or step + 1 == end_step)
+        report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
         last_position = optimizer_step(trainer, batches, report).position
         step += 1
         saved = not args.precompile and (step % args.checkpoint_every == 0 or step == end_step)

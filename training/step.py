@@ -87,7 +87,9 @@ def optimizer_step(
     step's graph ran on XLA (a step closure, registered before the step is cut).
     """
     b = t.backend
-    running = torch.zeros((), device=b.device)
+    # Started from the first loss, not a zeros tensor made before the first batch: on XLA that
+    # tensor would be cut into a graph of its own by the loader's sync (one more execution).
+    running: torch.Tensor | None = None
     position = None
     for micro in range(t.grad_accum):
         batch = next(batches)
@@ -96,7 +98,8 @@ def optimizer_step(
         with b.no_sync(t.model, micro == t.grad_accum - 1), b.autocast(t.precision):
             loss = t.model(batch) / t.grad_accum
         loss.backward()
-        running += loss.detach().float()
+        running = loss.detach().float() if running is None else running + loss.detach().float()
+    assert running is not None  # grad_accum >= 1
     b.reduce_gradients(t.model_params)  # XLA: one all-reduce after accumulation
     if t.master:
         t.master.grads_to_master()

@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from tests.training.conftest import child_env
-from training.device import Backend, XlaBackend, make_backend, resolve_precision, select_device
+from training.device import (
+    Backend,
+    XlaBackend,
+    make_backend,
+    move_keeping_ties,
+    resolve_log_every,
+    resolve_precision,
+    select_device,
+)
+from training.model import build_model
 from training.metrics import cuda_peak_flops, mfu, model_flops_per_seq
 
 YES, NO = (lambda: True), (lambda: False)
@@ -120,3 +129,23 @@ def test_given_device_names_then_peaks_and_mfu():
     # Published trn1.32xlarge figure: 3,826.6 seq/s on 32 NeuronCores at 95 TFLOP/s each.
     assert mfu(3826.6, model_flops_per_seq(24, 1024, 128), 95e12, 32) == pytest.approx(0.298, abs=1e-3)
     assert mfu(100.0, 1e9, None, 1) is None
+
+
+def test_given_tied_bert_when_moved_to_a_device_that_makes_new_parameters_then_ties_are_kept():
+    # "meta", like an XLA device, makes Module.to create a new Parameter per attribute.
+    hf = build_model("tiny", vocab_size=100).to("meta").hf_model
+    assert hf.cls.predictions.decoder.weight is not hf.bert.embeddings.word_embeddings.weight
+    module = build_model("tiny", vocab_size=100)
+    count = len(list(module.parameters()))
+    hf = move_keeping_ties(module, torch.device("meta")).hf_model
+    assert hf.cls.predictions.decoder.weight is hf.bert.embeddings.word_embeddings.weight
+    assert hf.cls.predictions.decoder.bias is hf.cls.predictions.bias
+    assert hf.bert.embeddings.word_embeddings.weight.device.type == "meta"
+    assert len(list(hf.parameters())) == count
+
+
+def test_given_log_every_zero_then_device_default_else_as_given():
+    assert resolve_log_every("xla", 0) == 10 and resolve_log_every("cpu", 0) == 1
+    assert resolve_log_every("xla", 3) == 3
+    with pytest.raises(ValueError, match="log_every: -1"):
+        resolve_log_every("cpu", -1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from training.data import make_batch, read_shard
-from training.model import build_model, count_parameters, load_config
+from training.model import additive_attention_mask, build_model, count_parameters, load_config
 
 
 @pytest.mark.parametrize(
@@ -58,3 +58,27 @@ def test_given_attention_choice_then_model_uses_it():
     for attn in ("eager", "sdpa"):
         model = build_model("tiny", vocab_size=100, attn=attn)
         assert model.hf_model.config._attn_implementation == attn
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_given_padded_batch_then_4d_additive_mask_gives_hugging_faces_2d_mask_result(shards, attn):
+    shard = read_shard(str(shards.files[0]), 128, 20, vocab_size=shards.vocab_size)
+    batch = make_batch(shard, np.arange(6))
+    mask = batch["attention_mask"]
+    assert (mask == 0).any() and (mask == 1).all(dim=1).logical_not().any()  # there is padding
+    model = build_model("tiny", vocab_size=shards.vocab_size, attn=attn).eval().hf_model.bert
+    inputs = dict(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
+    hf = model(**inputs, attention_mask=mask).last_hidden_state
+    ours = model(**inputs, attention_mask=additive_attention_mask(mask, torch.float32)).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(ours[keep], hf[keep], rtol=1e-5, atol=1e-5)
+    # Padded keys are really dropped: changing the tokens there changes no kept position.
+    changed = dict(inputs, input_ids=torch.where(keep, batch["input_ids"], 7))
+    again = model(**changed, attention_mask=additive_attention_mask(mask, torch.float32)).last_hidden_state
+    torch.testing.assert_close(again[keep], ours[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_given_mask_then_additive_bias_is_zero_kept_and_dtype_min_dropped():
+    bias = additive_attention_mask(torch.tensor([[1, 1, 0]]), torch.bfloat16)
+    assert bias.shape == (1, 1, 1, 3) and bias.dtype == torch.bfloat16
+    assert bias.flatten().tolist() == [0.0, 0.0, torch.finfo(torch.bfloat16).min]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from trainium_eks.training_image import DOCKER_DIR, build_context
+from training.neuron_stack import NEURON_STACK
 
-BASE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
+BASE = NEURON_STACK.base_image
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile", "tensorboard.Dockerfile"])
