@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT, JobPaths, compute_resources
+from training.job_spec import DATA_MOUNT, JobPaths, compute_resources, container_security_context, pod_security_context
 
 from .config import ConfigError
 from .instance_types import InstanceFacts
@@ -134,6 +134,7 @@ def preparation_job(*, name: str, namespace: str, image: str, command: list[str]
                     "serviceAccountName": service_account,
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
+                    "securityContext": pod_security_context(),
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
                     "tolerations": [dict(TRAINIUM_TOLERATION)],
                     "topologySpreadConstraints": [{
@@ -146,10 +147,15 @@ def preparation_job(*, name: str, namespace: str, image: str, command: list[str]
                         "image": image,
                         "command": command,
                         "resources": {"requests": dict(resources), "limits": dict(resources)},
-                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
-                        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                        # Read-only root: work files go to FSx beside the output; Python's and
+                        # the tools' scratch files to an emptyDir /tmp (HOME too).
+                        "env": [{"name": "HOME", "value": "/tmp"}],
+                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT},
+                                         {"name": "tmp", "mountPath": "/tmp"}],
+                        "securityContext": container_security_context(read_only_root=True),
                     }],  # fmt: skip
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                 },
             },
         },

@@ -71,6 +71,11 @@ def test_given_a_preparation_then_the_job_is_an_indexed_job_valid_for_kubernetes
     (container,) = pod["containers"]
     assert container["command"][:3] == ["python", "-m", "training.prepare_indexed"]
     assert container["resources"]["requests"] == container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    # Hardened like the staging pod: no capabilities, read-only root with a scratch /tmp.
+    sc = container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True and {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert prep.job_name.startswith("prepare-dataset-")
     assert preparation(pods=2).job_name != prep.job_name  # a changed spec is a new Job
 
