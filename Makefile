@@ -100,8 +100,11 @@ bench: $(VENV)/.dev
 
 .PHONY: bench-xla
 # Graph counts, compile seconds and host transfers of the XLA path (numbers, not tests).
+# base compiles at XLA:CPU's optimisation level 0 (~70 s a graph at it on 2 shared cores).
 bench-xla: $(VENV_XLA)/.installed
-	PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py
+	PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py --models tiny --rounds 2 --steps 20 --log_every 10
+	XLA_FLAGS=--xla_backend_optimization_level=0 PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py \
+	  --models base tiny --rounds 1
 
 .PHONY: clean
 clean:
