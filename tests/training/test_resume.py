@@ -17,6 +17,7 @@ from training import checkpoint as ckpt
 from training.optim import warmup_linear_decay
 from training.pretrain import parse_args, train
 from training.resume import APPLIED, REFUSED, RESUME_FLAGS, ResumeError
+from training.shard_format import manifest_for_existing, write_manifest
 
 
 def records(out: Path) -> list[dict]:
@@ -92,6 +93,7 @@ def test_given_fewer_shards_then_resume_refused(shards, four_steps, tmp_path):
     data.mkdir()
     for f in shards.files[:5]:
         shutil.copy(f, data)
+    write_manifest(data, manifest_for_existing(data))  # a complete set, just a smaller one
     argv = args_for(shards, four_steps)
     argv[argv.index("--data_dir") + 1] = str(data)
     with pytest.raises(ResumeError, match=rf"^--data_dir {data} holds 5 shards, the run of checkpoint .* read 6: "):
