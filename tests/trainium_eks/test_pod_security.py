@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support import k8s_manifests, synth_platform
+from tests.support import k8s_manifests, resources, synth_platform
 from tests.trainium_eks.training_support import baseline_violations
 
 LEVELS = ("privileged", "baseline", "restricted")
@@ -28,7 +28,7 @@ def _pod_specs() -> dict[str, list[dict]]:
 
 def test_given_default_platform_then_every_namespace_it_creates_enforces_a_pod_security_level():
     namespaces = _objects("Namespace")
-    assert {ns["metadata"]["name"] for ns in namespaces} >= {"training", "etcd"}
+    assert {ns["metadata"]["name"] for ns in namespaces} >= {"training", "etcd", "volcano-system"}
     for ns in namespaces:
         labels = ns["metadata"].get("labels", {})
         assert labels.get("pod-security.kubernetes.io/enforce") in LEVELS, ns["metadata"]["name"]
@@ -54,3 +54,15 @@ def test_given_staging_job_then_no_capabilities_read_only_root_and_runtime_defau
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "tar -x --no-same-owner" in container["command"][-1]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_given_volcano_then_its_namespace_is_ours_enforces_baseline_and_the_chart_installs_into_it():
+    (ns,) = [n for n in _objects("Namespace") if n["metadata"]["name"] == "volcano-system"]
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+    (chart,) = [r for r in resources(synth_platform(), "Custom::AWSCDK-EKS-HelmChart").values()
+                if r["Properties"]["Release"] == "volcano"]
+    assert chart["Properties"]["Namespace"] == "volcano-system"
+    assert chart["Properties"].get("CreateNamespace") in (None, False)
+    assert any("Namespace" in dep for dep in chart.get("DependsOn", []))

@@ -26,6 +26,17 @@ NEURON_RESOURCE = "aws.amazon.com/neuron"
 NEURONCORE_RESOURCE = "aws.amazon.com/neuroncore"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
+VOLCANO_NAMESPACE = "volcano-system"
+#: Pod Security Admission for Volcano's namespace. The chart's scheduler, controller and admission
+#: pods (volcano-sh/volcano installer/helm/chart/volcano/templates) use no host namespaces, no
+#: hostPath volumes, no privileged mode and add no capabilities: they meet ``baseline``. They do
+#: not all set the ``restricted`` fields (seccomp, runAsNonRoot), so that level warns and audits.
+#: The chart's node agent (colocation, off by default) would not meet baseline.
+VOLCANO_POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
 
 
 def volcano_chart_values() -> dict:
@@ -101,19 +112,27 @@ class VolcanoScheduler(Construct):
         """
         super().__init__(scope, id)
         self.queue_name = queue_name
+        # The namespace is ours, not the chart's (create_namespace), so it carries PSA labels.
+        self.namespace = eks.KubernetesManifest(
+            self, "Namespace",
+            cluster=cluster,
+            manifest=[{"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": VOLCANO_NAMESPACE, "labels": dict(VOLCANO_POD_SECURITY)}}],
+        )  # fmt: skip
         self.chart = eks.HelmChart(
             self, "Chart",
             cluster=cluster,
             **pin.chart_props(),
             release="volcano",
-            namespace="volcano-system",
-            create_namespace=True,
+            namespace=VOLCANO_NAMESPACE,
+            create_namespace=False,
             values=volcano_chart_values(),
             # The Queue below needs the CRDs and the admission webhook serving. The wait runs
             # inside the kubectl handler, a Lambda function capped at 15 minutes in all.
             wait=True,
             timeout=Duration.minutes(10),
         )
+        self.chart.node.add_dependency(self.namespace)
         self.queue = eks.KubernetesManifest(
             self, "TrainingQueue",
             cluster=cluster,

@@ -24,7 +24,7 @@ def test_given_default_config_then_the_pinned_chart_is_installed_and_awaited(pla
     assert props["Chart"] == "volcano"
     assert props["Version"] == "1.15.2"
     assert props["Namespace"] == "volcano-system"
-    assert props["CreateNamespace"] is True
+    assert "CreateNamespace" not in props  # the namespace is ours, with Pod Security labels
     assert props["Wait"] is True
     assert props["Timeout"] == "600s"  # within the kubectl handler's 15-minute limit
 
