@@ -897,10 +897,9 @@ class PhaseLog(logging.StreamHandler):
         super().handleError(record)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    cfg = PrepConfig(
+def prep_config(args: argparse.Namespace) -> PrepConfig:
+    """The sample settings of a parsed command line (this tool's or ``prepare_indexed``'s)."""
+    return PrepConfig(
         max_seq_len=args.max_seq_len,
         max_pred_len=args.max_pred_len,
         masked_lm_prob=args.masked_lm_prob,
@@ -911,6 +910,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         whole_word_mask=args.whole_word_mask,
         target_per_sample=args.target_per_sample,
     )
+
+
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """The run settings (shards, work units, input decoding) of a parsed command line."""
+    return RunSettings(
+        num_shards=args.num_shards,
+        samples_per_shard=args.samples_per_shard,
+        output_prefix=args.output_prefix,
+        chunk_bytes=int(args.chunk_mb * (1 << 20)),
+        pool_tokens=args.pool_tokens,
+        encoding=args.encoding,
+        errors=args.errors,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cfg = prep_config(args)
     log.addHandler(PhaseLog(sys.stdout))
     log.setLevel(logging.INFO)
     try:

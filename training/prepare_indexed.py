@@ -39,18 +39,18 @@ import numpy as np
 
 from training import interrupt
 from training.prepare_data import (
-    PrepConfig,
-    RunPlan,
-    RunSettings,
-    WorkerMap,
     PhaseLog,
+    RunPlan,
+    WorkerMap,
     build_parser,
     build_pool,
     finish_set,
     log,
     open_output,
     plan_run,
+    prep_config,
     publish_set,
+    run_settings,
     tokenize_unit,
     unit_records,
 )
@@ -231,26 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if marker is not None and marker.exists():
         print(f"{output_dir}: already prepared ({marker} exists)")
         return 0
-    cfg = PrepConfig(
-        max_seq_len=args.max_seq_len,
-        max_pred_len=args.max_pred_len,
-        masked_lm_prob=args.masked_lm_prob,
-        short_seq_prob=args.short_seq_prob,
-        dupe_factor=args.dupe_factor,
-        seed=args.seed,
-        lower_case=args.lower_case,
-        whole_word_mask=args.whole_word_mask,
-        target_per_sample=args.target_per_sample,
-    )
-    run = RunSettings(
-        num_shards=args.num_shards,
-        samples_per_shard=args.samples_per_shard,
-        output_prefix=args.output_prefix,
-        chunk_bytes=int(args.chunk_mb * (1 << 20)),
-        pool_tokens=args.pool_tokens,
-        encoding=args.encoding,
-        errors=args.errors,
-    )
+    cfg = prep_config(args)
+    run = run_settings(args)
     log.addHandler(PhaseLog(sys.stdout))
     log.setLevel("INFO")
     work = WorkFolder(Path(args.work_dir))
