@@ -10,7 +10,9 @@ import codecs
 import os
 from pathlib import Path
 
-from training.vocab import UsageError
+
+class UsageError(ValueError):
+    """A user error the CLIs report as one line (exit code 2) instead of a traceback."""
 
 ERROR_MODES = ("strict", "replace")
 _SNIFF_BYTES = 8192

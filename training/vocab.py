@@ -32,13 +32,11 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.trainers import WordPieceTrainer
 
+from training.text_input import UsageError, check_text_files  # noqa: F401  (UsageError re-exported)
+
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNK_TOKEN = "[UNK]"
 CONTINUATION_PREFIX = "##"
-
-
-class UsageError(ValueError):
-    """A user error the CLIs report as one line (exit code 2) instead of a traceback."""
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -229,8 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = expand_inputs(args.input)
-        from training.text_input import check_text_files  # (it imports this module)
-
         check_text_files(files)  # the trainer would read a binary file's bytes as words
         if not corpus_has_text(files):
             raise UsageError(f"--input {' '.join(args.input)}: corpus is empty (only blank lines)")

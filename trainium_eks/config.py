@@ -28,6 +28,7 @@ from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .job_naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
 from .network import subnet_layout_problem
 from .versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+from .errors import ConfigError  # noqa: F401  (re-exported: part of the public API)
 
 
 #: Options that install an EKS managed add-on -> its ADDON_PINS key.
@@ -40,16 +41,6 @@ def unverified_addons(kubernetes_version: str) -> list[str]:
     """Always-on managed add-on pins with no published evidence for ``kubernetes_version``."""
     return [f"{ADDON_PINS[k].name} {ADDON_PINS[k].version}" for k in ALWAYS_ON_ADDONS
             if kubernetes_version not in ADDON_EVIDENCE[k]]
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be deployed; the message is meant for the user."""
-
-    def __init__(self, field_name: str, value: Any, fix: str) -> None:
-        self.field_name = field_name
-        self.value = value
-        self.fix = fix
-        super().__init__(f"config '{field_name}' = {value!r} is invalid: {fix}")
 
 
 EFA_LAYOUTS = ("efa", "efa-only")

@@ -25,7 +25,7 @@ from constructs import Construct, IConstruct
 
 from training.job_spec import DATA_MOUNT, JobPaths, compute_resources, container_security_context, pod_security_context
 
-from .config import ConfigError
+from .errors import ConfigError
 from .instance_types import InstanceFacts
 from .job_naming import hashed_name, spec_digest
 from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION

@@ -28,7 +28,7 @@ from constructs import Construct, IConstruct
 from training.job_spec import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
 from training.shard_format import SHARD_PATTERN
 
-from .config import ConfigError
+from .errors import ConfigError
 from .job_naming import hashed_name, spec_digest
 from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 

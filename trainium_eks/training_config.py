@@ -14,7 +14,7 @@ from training.cli import build_parser
 from training.cli import _validate as validate_parsed_args
 from training.launch import script_args_from_dict
 
-from .config import ConfigError
+from .errors import ConfigError
 from .dataset_preparation import validate_preparation_config
 from .dataset_staging import check_source
 from .job_naming import MAX_LABEL, is_dns1123_label

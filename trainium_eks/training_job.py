@@ -16,7 +16,7 @@ from training.job_spec import (
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
-from .config import ConfigError
+from .errors import ConfigError
 from .instance_types import InstanceFacts
 from .job_naming import MAX_LABEL, hashed_name, is_dns1123_label, spec_digest
 from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
