@@ -42,11 +42,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import torch
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _STEP_RE = re.compile(r"^step_(\d{8})$")
@@ -417,34 +418,31 @@ def first_verified(candidates: list[Path]) -> tuple[list[Path], dict[str, Any] |
     candidates (a fresh start); CheckpointError when there were some and none passed: starting
     from scratch would throw away the run, so that is for the user to decide.
     """
-    errors = []
-    for i, path in enumerate(candidates):
-        try:
-            return candidates[i:], verify(path)
-        except CheckpointError as e:
-            log.warning("checkpoint %s skipped: %s", path.name, e)
-            errors.append(str(e))
-    if errors:
-        raise CheckpointError(
-            f"none of the {len(errors)} checkpoints is usable (newest: {errors[0]}); move the damaged "
-            "ones out of the checkpoint directory to fall back further or start over"
-        )
-    return [], None
+    found = _first_that_works(candidates, lambda i, path: (candidates[i:], verify(path)), "is usable")
+    return found if found is not None else ([], None)
 
 
 def load_first_usable(candidates: list[Path], rank: int, world_size: int) -> Loaded | None:
     """Load the first of ``candidates`` that loads (the first is taken as verified: see
     ``first_verified``); the others are verified first. Same skipping and errors."""
+    return _first_that_works(
+        candidates, lambda i, path: load_checkpoint(path, rank, world_size, verified=i == 0), "could be loaded"
+    )
+
+
+def _first_that_works(candidates: list[Path], attempt: Callable[[int, Path], T], failing: str) -> T | None:
+    """``attempt(i, candidates[i])`` for each candidate until one raises no CheckpointError; each
+    failure is a one-line warning naming the checkpoint. None when there are no candidates."""
     errors = []
     for i, path in enumerate(candidates):
         try:
-            return load_checkpoint(path, rank, world_size, verified=i == 0)
+            return attempt(i, path)
         except CheckpointError as e:
             log.warning("checkpoint %s skipped: %s", path.name, e)
             errors.append(str(e))
     if errors:
         raise CheckpointError(
-            f"none of the {len(errors)} checkpoints could be loaded (newest: {errors[0]}); move the "
-            "damaged ones out of the checkpoint directory to fall back further or start over"
+            f"none of the {len(errors)} checkpoints {failing} (newest: {errors[0]}); move the damaged "
+            "ones out of the checkpoint directory to fall back further or start over"
         )
     return None
