@@ -33,6 +33,15 @@ def save(root: Path, step: int, keep: int = 3, comm: ckpt.Comm | None = None, va
     )  # fmt: skip
 
 
+
+def on_two_ranks(run) -> None:
+    """``run(rank)`` for ranks 0 and 1 at once (threads: the save's barrier needs both)."""
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
 def test_given_saves_then_only_last_k_kept_and_newest_loadable(tmp_path):
     for step in range(1, 6):
         save(tmp_path, step * 10, keep=2)
@@ -83,11 +92,7 @@ def test_given_two_ranks_then_each_writes_its_file_and_world_change_drops_rank_s
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    on_two_ranks(run)
     assert not errors
     path = tmp_path / "step_00000004"
     assert sorted(p.name for p in path.iterdir()) == ["meta.json", "rank_00000.pt", "rank_00001.pt", "state.pt"]
@@ -208,11 +213,7 @@ def save2(root: Path, step: int, keep: int = 3) -> Path:
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    on_two_ranks(run)
     assert not errors, errors
     return root / ckpt.step_dir_name(step)
 

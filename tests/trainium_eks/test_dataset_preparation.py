@@ -14,15 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import Stack
 
 from tests.support import k8s_manifests, synth_platform, validate_k8s
+from tests.trainium_eks.training_support import bare_cluster
 from tests.training.corpus import build_vocab, write_corpus
 from trainium_eks.config import ConfigError, config_from_context
 from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
-from trainium_eks.versions import KUBERNETES_RELEASES
 from training.job_spec import job_paths
 from training.prepare_data import build_parser
 
@@ -34,19 +33,13 @@ ARGS = {"dupe_factor": "2", "seed": "5", "chunk_mb": "0.02", "samples_per_shard"
 
 
 def preparation(**overrides: Any) -> DatasetPreparation:
-    app = cdk.App()
-    stack = cdk.Stack(app, "T", env=cdk.Environment(region="us-west-2"))
-    release = KUBERNETES_RELEASES["1.36"]
-    cluster = eks.Cluster(stack, "C", version=release.eks_version, default_capacity=0,
-                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
-                          kubectl_provider_options=eks.KubectlProviderOptions(
-                              kubectl_layer=release.kubectl_layer(stack, "L")))  # fmt: skip
+    cluster = bare_cluster()
     props: dict[str, Any] = dict(cluster=cluster, namespace="training", image="registry/training:abc",
                                  image_key="abc", paths=PATHS, claim_name="fsx-claim", service_account="bert-trainer",
                                  corpus="fsx:/dataset/corpus", vocab="fsx:/dataset/vocab.txt", pods=3, cpus_per_pod=1,
                                  args=ARGS)  # fmt: skip
     props.update(overrides)
-    return DatasetPreparation(stack, "Prep", **props)
+    return DatasetPreparation(Stack.of(cluster), "Prep", **props)
 
 
 def test_given_the_setting_flags_then_each_is_a_prepare_data_flag_of_the_right_kind():

@@ -136,9 +136,8 @@ def _assert_valid(obj: dict[str, Any]) -> None:
         check_custom_resource(obj)
 
 
-def test_given_default_app_then_every_applied_object_is_valid_for_kubernetes_1_36(default_synth):
-    objects = list(_objects(default_synth.templates))
-    assert len(objects) >= 5  # the Queue and etcd's objects at least
+def _assert_all_valid(objects) -> None:
+    """Every (name, object) valid; the failures all listed, first line of each."""
     failures = []
     for name, obj in objects:
         try:
@@ -148,14 +147,14 @@ def test_given_default_app_then_every_applied_object_is_valid_for_kubernetes_1_3
     assert not failures, "\n".join(failures)
 
 
+def test_given_default_app_then_every_applied_object_is_valid_for_kubernetes_1_36(default_synth):
+    objects = list(_objects(default_synth.templates))
+    assert len(objects) >= 5  # the Queue and etcd's objects at least
+    _assert_all_valid(objects)
+
+
 def test_given_every_add_on_option_on_then_every_applied_object_is_valid():
-    failures = []
-    for name, obj in _objects({"Variant": synth_platform(**ALL_OPTIONS)}):
-        try:
-            _assert_valid(obj)
-        except (AssertionError, kubernetes_validate.ValidationError) as err:
-            failures.append(f"{name}: {str(err).splitlines()[0]}")
-    assert not failures, "\n".join(failures)
+    _assert_all_valid(_objects({"Variant": synth_platform(**ALL_OPTIONS)}))
 
 
 def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
@@ -163,13 +162,7 @@ def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
 
     objects = list(_objects({"Variant": synth_platform(**PREPARATION_ON)}))
     assert any(o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed" for _, o in objects)
-    failures = []
-    for name, obj in objects:
-        try:
-            _assert_valid(obj)
-        except (AssertionError, kubernetes_validate.ValidationError) as err:
-            failures.append(f"{name}: {str(err).splitlines()[0]}")
-    assert not failures, "\n".join(failures)
+    _assert_all_valid(objects)
 
 
 def test_given_the_pinned_version_then_kubernetes_validate_has_its_schema():

@@ -22,21 +22,26 @@ VOLCANO_EVENTS = {"*", "PodPending", "PodRunning", "PodFailed", "PodEvicted", "U
                   "OutOfSync", "CommandIssued", "JobUpdated", "TaskFailed"}
 
 
-def job_stack(**overrides: Any) -> BertPretrainingJob:
+def bare_cluster() -> eks.Cluster:
+    """A bare Kubernetes 1.36 cluster with its kubectl provider, in a stack of its own."""
     app = cdk.App()
     stack = cdk.Stack(app, "T", env=cdk.Environment(region="us-west-2"))
     release = KUBERNETES_RELEASES["1.36"]
-    cluster = eks.Cluster(stack, "C", version=release.eks_version, default_capacity=0,
-                          default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
-                          kubectl_provider_options=eks.KubectlProviderOptions(
-                              kubectl_layer=release.kubectl_layer(stack, "L")))
+    return eks.Cluster(stack, "C", version=release.eks_version, default_capacity=0,
+                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+                       kubectl_provider_options=eks.KubectlProviderOptions(
+                           kubectl_layer=release.kubectl_layer(stack, "L")))  # fmt: skip
+
+
+def job_stack(**overrides: Any) -> BertPretrainingJob:
+    cluster = bare_cluster()
     props: dict[str, Any] = dict(
         cluster=cluster, facts=instance_facts("trn1.32xlarge"), nodes=2, max_nodes=2,
         image="123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc",
         namespace="training", claim_name="fsx-claim",
     )
     props.update(overrides)
-    return BertPretrainingJob(stack, "Job", **props)
+    return BertPretrainingJob(cdk.Stack.of(cluster), "Job", **props)
 
 
 def baseline_violations(pod_spec: dict[str, Any]) -> list[str]:
