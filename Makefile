@@ -48,8 +48,21 @@ etcd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
 
+# Formatter, linter (ruff: pycodestyle, pyflakes, isort, pyupgrade, bugbear) and type checker (mypy;
+# strict on the contract package). Settings: pyproject.toml.
+.PHONY: lint
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/mypy
+
+.PHONY: format
+format: $(VENV)/.dev
+	$(VENV)/bin/ruff format --quiet .
+	$(VENV)/bin/ruff check --quiet --fix .
+
 .PHONY: test
-test: $(VENV)/.dev node_modules/.installed etcd
+test: lint $(VENV)/.dev node_modules/.installed etcd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The XLA path (what Trainium runs) on torch-xla's CPU runtime, in its own environment: torch-xla

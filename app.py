@@ -15,8 +15,15 @@ from trainium_eks.nag import PlatformChecks, StaleAcknowledgement
 from trainium_eks.review import platform_review
 
 #: What a cloud assembly consists of (the CLI's lock files are left alone).
-ASSEMBLY_PATTERNS = ("manifest.json", "tree.json", "cdk.out", "*.template.json", "*.assets.json",
-                     "*.metadata.json", "asset.*")
+ASSEMBLY_PATTERNS = (
+    "manifest.json",
+    "tree.json",
+    "cdk.out",
+    "*.template.json",
+    "*.assets.json",
+    "*.metadata.json",
+    "asset.*",
+)
 
 
 def remove_stale_assembly(outdir: str) -> None:

@@ -60,8 +60,10 @@ def bert_large_state() -> dict:
     torch.manual_seed(0)
     make = lambda: {n: torch.empty(s).uniform_(-0.05, 0.05) for n, s in shapes.items()}  # noqa: E731
     weights = make()
-    moments = {i: {"step": torch.tensor(200.0), "exp_avg": t, "exp_avg_sq": make_sq}
-               for i, (t, make_sq) in enumerate(zip(make().values(), make().values(), strict=True))}  # fmt: skip
+    moments = {
+        i: {"step": torch.tensor(200.0), "exp_avg": t, "exp_avg_sq": make_sq}
+        for i, (t, make_sq) in enumerate(zip(make().values(), make().values(), strict=True))
+    }
     return {"model": weights, "optimizer": {"state": moments, "param_groups": []}}
 
 

@@ -41,8 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mlm_head", default="sparse", choices=["sparse", "dense"])
     p.add_argument("--peak_tflops", type=float, default=None, help="override the GPU's BF16 peak")
     p.add_argument("--json", help="also write the result here")
-    p.add_argument("--dry-run", action="store_true",
-                   help="no GPU needed: tiny model, 2 small steps on CPU, same code path")  # fmt: skip
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU needed: tiny model, 2 small steps on CPU, same code path",
+    )
     args = p.parse_args(argv)
     if args.dry_run:
         args.model, args.batch_size, args.grad_accum, args.steps, args.warmup = "tiny", 4, 2, 2, 1
@@ -56,18 +59,31 @@ def run(args: argparse.Namespace) -> dict:
         try:
             device = select_device("cuda")
         except RuntimeError as e:
-            raise SystemExit(f"bench_gpu: {e}. Run it on a CUDA machine, or pass --dry-run to check it on CPU.")
+            raise SystemExit(
+                f"bench_gpu: {e}. Run it on a CUDA machine, or pass --dry-run to check it on CPU."
+            ) from e
         precision = "amp_bf16"
     backend = make_backend(device, 0, 0, 1)
     torch.manual_seed(0)
     module = backend.prepare_model(build_model(args.model, mlm_head=args.mlm_head), precision)
-    trainer = make_trainer(backend, module, precision=precision, optimizer="adamw", lr=1e-4,
-                           weight_decay=0.01, warmup_steps=1, max_steps=100_000,
-                           grad_accum=args.grad_accum, max_grad_norm=1.0)  # fmt: skip
+    trainer = make_trainer(
+        backend,
+        module,
+        precision=precision,
+        optimizer="adamw",
+        lr=1e-4,
+        weight_decay=0.01,
+        warmup_steps=1,
+        max_steps=100_000,
+        grad_accum=args.grad_accum,
+        max_grad_norm=1.0,
+    )
     module.train()
     shard = random_shard(args.batch_size * args.grad_accum, vocab=module.hf_model.config.vocab_size)
-    host = [make_batch(shard, np.arange(i * args.batch_size, (i + 1) * args.batch_size))
-            for i in range(args.grad_accum)]  # fmt: skip
+    host = [
+        make_batch(shard, np.arange(i * args.batch_size, (i + 1) * args.batch_size))
+        for i in range(args.grad_accum)
+    ]
     on_device = [{k: v.to(backend.device) for k, v in b.items()} for b in host]
 
     def one_step() -> float:
@@ -87,14 +103,28 @@ def run(args: argparse.Namespace) -> dict:
     peak = args.peak_tflops * 1e12 if args.peak_tflops else backend.peak_flops()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
     result = {
-        "device": name, "model": args.model, "precision": precision, "batch_size": args.batch_size,
-        "grad_accum": args.grad_accum, "steps": args.steps, "seq_per_s": seq_per_s,
-        "mfu": mfu(seq_per_s, flops, peak, 1), "peak_flops": peak, "model_flops_per_seq": flops,
-        "final_loss": loss, "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-    }  # fmt: skip
-    mfu_text = f"{result['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s" if result["mfu"] is not None else "n/a (peak unknown)"
-    print(f"{name}: BERT-{args.model} seq 128 {precision}, batch {args.batch_size} x {args.grad_accum}: "
-          f"{seq_per_s:.1f} seq/s, MFU {mfu_text}, loss {loss:.3f}")  # fmt: skip
+        "device": name,
+        "model": args.model,
+        "precision": precision,
+        "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
+        "steps": args.steps,
+        "seq_per_s": seq_per_s,
+        "mfu": mfu(seq_per_s, flops, peak, 1),
+        "peak_flops": peak,
+        "model_flops_per_seq": flops,
+        "final_loss": loss,
+        "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
+    }
+    mfu_text = (
+        f"{result['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s"
+        if result["mfu"] is not None
+        else "n/a (peak unknown)"
+    )
+    print(
+        f"{name}: BERT-{args.model} seq 128 {precision}, batch {args.batch_size} x {args.grad_accum}: "
+        f"{seq_per_s:.1f} seq/s, MFU {mfu_text}, loss {loss:.3f}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

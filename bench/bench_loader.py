@@ -37,10 +37,25 @@ def make_shards(out: Path, docs: int, shards: int) -> Path:
     corpus = write_corpus(out / "corpus.txt", n_docs=docs, seed=1)
     vocab = build_vocab([corpus], out / "vocab.txt", vocab_size=2000)
     subprocess.run(
-        [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
-         "--output_dir", str(out / "shards"), "--num_shards", str(shards), "--dupe_factor", "5"],
-        check=True, cwd=REPO, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(corpus),
+            "--vocab",
+            str(vocab),
+            "--output_dir",
+            str(out / "shards"),
+            "--num_shards",
+            str(shards),
+            "--dupe_factor",
+            "5",
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     return out / "shards"
 
 
@@ -106,22 +121,43 @@ def main() -> None:
                 sizes.append(len(h["next_sentence_labels"]))
         mem_per_sample = 128 * (4 + 1 + 1) + 20 * (4 + 4) + 1
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus")
-        print(f"shards: {len(files)} in {data_dir}, {sum(sizes)} samples, {min(sizes)}-{max(sizes)} per shard, "
-              f"{mem_per_sample} B/sample in memory -> {max(sizes) * mem_per_sample / 2**20:.1f} MiB per shard")  # fmt: skip
+        print(
+            f"shards: {len(files)} in {data_dir}, {sum(sizes)} samples, {min(sizes)}-{max(sizes)} per shard, "
+            f"{mem_per_sample} B/sample in memory -> {max(sizes) * mem_per_sample / 2**20:.1f} MiB per shard"
+        )
         demand = PUBLISHED_NODE_SEQ_PER_S / WORKERS_PER_NODE
         for workers in (0, 1):
             out = subprocess.run(
-                [sys.executable, __file__, "--child", str(workers), "--data_dir", data_dir,
-                 "--batch_size", str(args.batch_size), "--batches", str(args.batches)],
-                check=True, capture_output=True, text=True, cwd=REPO,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(workers),
+                    "--data_dir",
+                    data_dir,
+                    "--batch_size",
+                    str(args.batch_size),
+                    "--batches",
+                    str(args.batches),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+            )
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"num_workers={workers}: {r['seq_per_s']:9.0f} seq/s per training worker "
-                  f"({r['seq_per_s'] / demand:5.0f}x the {demand:.0f} seq/s a trn1 worker needs), "
-                  f"first batch {r['first_batch_s']:.2f}s, {r['pieces_crossed']} shard(s) crossed, "
-                  f"peak RSS {r['peak_rss_mib']:.0f} MiB (after imports {r['rss_after_imports_mib']:.0f})"
-                  + (f", loader process {r['peak_rss_loader_process_mib']:.0f} MiB"
-                     if r["peak_rss_loader_process_mib"] else ""), flush=True)  # fmt: skip
+            print(
+                f"num_workers={workers}: {r['seq_per_s']:9.0f} seq/s per training worker "
+                f"({r['seq_per_s'] / demand:5.0f}x the {demand:.0f} seq/s a trn1 worker needs), "
+                f"first batch {r['first_batch_s']:.2f}s, {r['pieces_crossed']} shard(s) crossed, "
+                f"peak RSS {r['peak_rss_mib']:.0f} MiB (after imports {r['rss_after_imports_mib']:.0f})"
+                + (
+                    f", loader process {r['peak_rss_loader_process_mib']:.0f} MiB"
+                    if r["peak_rss_loader_process_mib"]
+                    else ""
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ def fail(message: str) -> None:
 
 
 def export_module(module: str, keys: str) -> str:
-    result = subprocess.run(["diatheke", "-b", module, "-f", "plain", "-k", keys], capture_output=True, text=True)
+    result = subprocess.run(
+        ["diatheke", "-b", module, "-f", "plain", "-k", keys], capture_output=True, text=True
+    )
     if result.returncode != 0 or len(result.stdout) < 1_000_000:
         fail(f"diatheke could not read module {module}: {result.stderr.strip()[:200]}")
     return result.stdout
@@ -163,8 +165,10 @@ def ensure_corpus(cache: Path, modules: tuple[str, ...] = tuple(MODULES), name: 
     if corpus.exists():
         return corpus
     if shutil.which("diatheke") is None:
-        fail("needs the diatheke tool and SWORD modules: apt-get install " + " ".join(
-            ["diatheke"] + [package for package, _, _ in MODULES.values()]))  # fmt: skip
+        fail(
+            "needs the diatheke tool and SWORD modules: apt-get install "
+            + " ".join(["diatheke"] + [package for package, _, _ in MODULES.values()])
+        )
     cache.mkdir(parents=True, exist_ok=True)
     parts = []
     for module in modules:
@@ -264,7 +268,9 @@ def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[s
         tokens = sum(len(e.ids) for e in fast.encode_batch_fast(lines, add_special_tokens=False))
         seconds = time.perf_counter() - started
         label = "1 thread" if threads == "false" else f"{os.cpu_count()} threads"
-        rows.append(f"| tokenizers `encode_batch_fast` ({label}) | {size_mb / seconds:.2f} | {tokens / seconds:,.0f} |")
+        rows.append(
+            f"| tokenizers `encode_batch_fast` ({label}) | {size_mb / seconds:.2f} | {tokens / seconds:,.0f} |"
+        )
     slow = BertTokenizerLegacy(str(vocab), do_lower_case=True)
     started = time.perf_counter()
     slow_tokens = sum(len(slow.tokenize(line)) for line in lines)
@@ -331,15 +337,45 @@ def shard_statistics(paths: list[Path], input_bytes: int, mask_id: int) -> dict[
     }
 
 
-def reference_command(reference: Path, corpus: Path, vocab: Path, out: Path, dupe: int, seed: int) -> list[str]:
-    return [sys.executable, str(reference), "--vocab_file", str(vocab), "--input_file", str(corpus),
-            "--output_file", str(out), "--dupe_factor", str(dupe), "--random_seed", str(seed)]  # fmt: skip
+def reference_command(
+    reference: Path, corpus: Path, vocab: Path, out: Path, dupe: int, seed: int
+) -> list[str]:
+    return [
+        sys.executable,
+        str(reference),
+        "--vocab_file",
+        str(vocab),
+        "--input_file",
+        str(corpus),
+        "--output_file",
+        str(out),
+        "--dupe_factor",
+        str(dupe),
+        "--random_seed",
+        str(seed),
+    ]
 
 
 def ours_command(corpus: Path, vocab: Path, out: Path, dupe: int, seed: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
-            "--output_dir", str(out), "--dupe_factor", str(dupe), "--seed", str(seed), "--num_workers",
-            str(workers), "--overwrite", "--no_progress"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "training.prepare_data",
+        "--input",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--output_dir",
+        str(out),
+        "--dupe_factor",
+        str(dupe),
+        "--seed",
+        str(seed),
+        "--num_workers",
+        str(workers),
+        "--overwrite",
+        "--no_progress",
+    ]
 
 
 def compare_tokenizers(corpus: Path, vocab: Path) -> None:
@@ -351,11 +387,15 @@ def compare_tokenizers(corpus: Path, vocab: Path) -> None:
     lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     ours = encoder.encode(lines)
     reference = [e.ids for e in encoder.reference.encode_batch_fast(lines, add_special_tokens=False)]
-    differ = sum(a != b for a, b in zip(ours, reference))
-    print(f"tokenization, {corpus.name}: {differ} of {len(lines):,} lines differ from tokenizers' BertWordPiece")
+    differ = sum(a != b for a, b in zip(ours, reference, strict=True))
+    print(
+        f"tokenization, {corpus.name}: {differ} of {len(lines):,} lines differ from tokenizers' BertWordPiece"
+    )
 
 
-def compare_statistics(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, seeds: list[int]) -> None:
+def compare_statistics(
+    reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, seeds: list[int]
+) -> None:
     """Both tools on the same corpus and vocab, once per seed; prints the mean of each figure,
     our difference in percent, and the seed-to-seed spread of each mean."""
     import numpy as np
@@ -365,27 +405,41 @@ def compare_statistics(reference: Path, corpus: Path, vocab: Path, work: Path, d
     rows: dict[str, list[dict[str, float]]] = {"reference": [], "ours": []}
     for seed in seeds:
         ref_out = work / f"reference-{seed}.hdf5"
-        subprocess.run(reference_command(reference, corpus, vocab, ref_out, dupe, seed), check=True,
-                       cwd=reference.parent, capture_output=True)  # fmt: skip
+        subprocess.run(
+            reference_command(reference, corpus, vocab, ref_out, dupe, seed),
+            check=True,
+            cwd=reference.parent,
+            capture_output=True,
+        )
         rows["reference"].append(shard_statistics([ref_out], size, mask_id))
         ref_out.unlink()
         our_out = work / f"ours-{seed}"
         timed_run(ours_command(corpus, vocab, our_out, dupe, seed, workers=1))
         rows["ours"].append(shard_statistics(sorted(our_out.glob("*.hdf5")), size, mask_id))
         shutil.rmtree(our_out)
-    print(f"\n{corpus.name} ({size / 1e6:.1f} MB), dupe factor {dupe}, seeds {' '.join(map(str, seeds))}, "
-          f"{np.mean([r['instances'] for r in rows['reference']]):,.0f} reference instances per seed:\n")  # fmt: skip
-    print("| statistic | reference | ours | ours vs reference | seed spread, std of the mean: reference / ours |")
+    print(
+        f"\n{corpus.name} ({size / 1e6:.1f} MB), dupe factor {dupe}, seeds {' '.join(map(str, seeds))}, "
+        f"{np.mean([r['instances'] for r in rows['reference']]):,.0f} reference instances per seed:\n"
+    )
+    print(
+        "| statistic | reference | ours | ours vs reference | seed spread, std of the mean: reference / ours |"
+    )
     print("|---|---|---|---|---|")
 
     def spread(values: np.ndarray) -> str:
-        return f"{100 * values.std(ddof=1) / np.sqrt(len(values)) / values.mean():.2f}%" if len(values) > 1 else "-"
+        return (
+            f"{100 * values.std(ddof=1) / np.sqrt(len(values)) / values.mean():.2f}%"
+            if len(values) > 1
+            else "-"
+        )
 
     for label, key in STATISTICS:
         ref = np.array([r[key] for r in rows["reference"]])
         ours = np.array([r[key] for r in rows["ours"]])
-        print(f"| {label} | {ref.mean():.4f} | {ours.mean():.4f} | {100 * (ours.mean() / ref.mean() - 1):+.2f}% "
-              f"| {spread(ref)} / {spread(ours)} |")  # fmt: skip
+        print(
+            f"| {label} | {ref.mean():.4f} | {ours.mean():.4f} | {100 * (ours.mean() / ref.mean() - 1):+.2f}% "
+            f"| {spread(ref)} / {spread(ours)} |"
+        )
 
 
 def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> None:
@@ -393,10 +447,16 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
     three run in turn ``repeat`` times (so drifts of a shared machine hit all alike)."""
     import numpy as np
 
-    runs: dict[str, list[tuple[float, float, int]]] = {"reference": [], "ours, 1 worker": [], "ours, 2 workers": []}
+    runs: dict[str, list[tuple[float, float, int]]] = {
+        "reference": [],
+        "ours, 1 worker": [],
+        "ours, 2 workers": [],
+    }
     for _ in range(repeat):
         ref_out = work / "reference.hdf5"
-        run = timed_run(reference_command(reference, corpus, vocab, ref_out, dupe, 12345), cwd=reference.parent)
+        run = timed_run(
+            reference_command(reference, corpus, vocab, ref_out, dupe, 12345), cwd=reference.parent
+        )
         import h5py
 
         with h5py.File(ref_out, "r") as handle:
@@ -407,21 +467,29 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
             out = work / f"ours-{workers}"
             run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
             instances = int(re.search(r"wrote (\d+) samples", run.stdout)[1])
-            runs[f"ours, {workers} worker{'s' if workers > 1 else ''}"].append((run.seconds, run.cpu_seconds, instances))
+            runs[f"ours, {workers} worker{'s' if workers > 1 else ''}"].append(
+                (run.seconds, run.cpu_seconds, instances)
+            )
             shutil.rmtree(out)
-    print(f"\nspeed on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
-          f"median of {repeat} runs taken in turn:\n")  # fmt: skip
-    print("| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker "
-          "| instances per CPU-s | vs reference, per CPU-s |")  # fmt: skip
+    print(
+        f"\nspeed on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
+        f"median of {repeat} runs taken in turn:\n"
+    )
+    print(
+        "| tool | wall s (all runs) | CPU s | instances | instances/s | vs reference | vs 1 worker "
+        "| instances per CPU-s | vs reference, per CPU-s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     rates = {name: float(np.median([n / wall for wall, _, n in values])) for name, values in runs.items()}
     per_cpu = {name: float(np.median([n / cpu for _, cpu, n in values])) for name, values in runs.items()}
     for name, values in runs.items():
         walls = [wall for wall, _, _ in values]
-        print(f"| {name} | {np.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
-              f"| {np.median([cpu for _, cpu, _ in values]):.1f} | {values[0][2]:,} | {rates[name]:,.0f} "
-              f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x "
-              f"| {per_cpu[name]:,.0f} | {per_cpu[name] / per_cpu['reference']:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {np.median(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
+            f"| {np.median([cpu for _, cpu, _ in values]):.1f} | {values[0][2]:,} | {rates[name]:,.0f} "
+            f"| {rates[name] / rates['reference']:.2f}x | {rates[name] / rates['ours, 1 worker']:.2f}x "
+            f"| {per_cpu[name]:,.0f} | {per_cpu[name] / per_cpu['reference']:.2f}x |"
+        )
 
 
 def free_cores(processes: int) -> float:
@@ -455,14 +523,18 @@ def main() -> None:
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--vocab_size", type=int, default=30522)
     parser.add_argument("--tokenizer_sample_mb", type=float, default=2.0)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per worker count (the machine may be shared)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per worker count (the machine may be shared)"
+    )
     parser.add_argument(
         "--reference",
         type=Path,
         help="path of the reference create_pretraining_data.py (NVIDIA DeepLearningExamples, with its "
         "tokenization.py beside it): compare sample statistics and speed with it instead",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the statistics runs")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the statistics runs"
+    )
     args = parser.parse_args()
     if args.reference is not None:
         compare_with_reference(args)
@@ -475,11 +547,25 @@ def main() -> None:
     print(f"corpus: {corpus} ({corpus_mb:.1f} MB)")
 
     vocab = args.cache_dir / "vocab.txt"
-    run = timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus),
-                     "--output", str(vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+    run = timed_run(
+        [
+            sys.executable,
+            "-m",
+            "training.vocab",
+            "--input",
+            str(corpus),
+            "--output",
+            str(vocab),
+            "--vocab_size",
+            str(args.vocab_size),
+            "--no_progress",
+        ]
+    )
     tokens = len(vocab.read_text(encoding="utf-8").splitlines())
-    print(f"vocab: {tokens} tokens in {run.seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU "
-          f"({corpus_mb / run.seconds:.1f} MB/s), peak RSS {run.memory.peak_total_kib / 1024:.0f} MiB")  # fmt: skip
+    print(
+        f"vocab: {tokens} tokens in {run.seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU "
+        f"({corpus_mb / run.seconds:.1f} MB/s), peak RSS {run.memory.peak_total_kib / 1024:.0f} MiB"
+    )
 
     print(f"\nprepare_data, dupe_factor {args.dupe_factor}, best wall time of {args.repeat} runs per row:\n")
     print(
@@ -488,9 +574,23 @@ def main() -> None:
     )
     for workers in args.workers:
         out = args.cache_dir / f"shards-{workers}"
-        command = [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
-                   "--output_dir", str(out), "--dupe_factor", str(args.dupe_factor), "--num_workers", str(workers),
-                   "--overwrite", "--no_progress"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(corpus),
+            "--vocab",
+            str(vocab),
+            "--output_dir",
+            str(out),
+            "--dupe_factor",
+            str(args.dupe_factor),
+            "--num_workers",
+            str(workers),
+            "--overwrite",
+            "--no_progress",
+        ]
         runs = [timed_run(command) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r.seconds)
         samples = int(re.search(r"wrote (\d+) samples", best.stdout)[1])
@@ -515,23 +615,50 @@ def compare_with_reference(args: argparse.Namespace) -> None:
         fail(f"--reference {args.reference}: no such file; give the path of create_pretraining_data.py")
     print(f"machine: {machine()}")
     print(f"free cores now (probe with {os.cpu_count()} busy loops): {free_cores(os.cpu_count() or 1):.2f}")
-    corpora = [ensure_corpus(args.cache_dir, STATISTICS_MODULES, "bible.txt"), ensure_pydoc_corpus(args.cache_dir)]
+    corpora = [
+        ensure_corpus(args.cache_dir, STATISTICS_MODULES, "bible.txt"),
+        ensure_pydoc_corpus(args.cache_dir),
+    ]
     work = args.cache_dir / "versus-reference"
     work.mkdir(parents=True, exist_ok=True)
     vocabs = []
     for corpus in corpora:
         vocab = args.cache_dir / f"{corpus.stem}-vocab.txt"
         if not vocab.exists():  # builds are not bit-identical: keep one per corpus
-            timed_run([sys.executable, "-m", "training.vocab", "--input", str(corpus), "--output", str(vocab),
-                       "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+            timed_run(
+                [
+                    sys.executable,
+                    "-m",
+                    "training.vocab",
+                    "--input",
+                    str(corpus),
+                    "--output",
+                    str(vocab),
+                    "--vocab_size",
+                    str(args.vocab_size),
+                    "--no_progress",
+                ]
+            )
         vocabs.append(vocab)
         compare_tokenizers(corpus, vocab)
         compare_statistics(args.reference, corpus, vocab, work, args.dupe_factor, args.seeds)
     speed_corpus = ensure_corpus(args.cache_dir)
     speed_vocab = args.cache_dir / "vocab.txt"
     if not speed_vocab.exists():
-        timed_run([sys.executable, "-m", "training.vocab", "--input", str(speed_corpus), "--output",
-                   str(speed_vocab), "--vocab_size", str(args.vocab_size), "--no_progress"])  # fmt: skip
+        timed_run(
+            [
+                sys.executable,
+                "-m",
+                "training.vocab",
+                "--input",
+                str(speed_corpus),
+                "--output",
+                str(speed_vocab),
+                "--vocab_size",
+                str(args.vocab_size),
+                "--no_progress",
+            ]
+        )
     compare_tokenizers(speed_corpus, speed_vocab)
     compare_speed(args.reference, speed_corpus, speed_vocab, work, args.dupe_factor, args.repeat)
     print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")

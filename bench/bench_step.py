@@ -53,8 +53,14 @@ def random_shard(n: int, vocab: int, seed: int = 0) -> Shard:
         k = min(PRED, max(1, round(0.15 * length)))
         pos[i, :k] = np.sort(rng.choice(np.arange(1, length - 1), k, replace=False))
         mids[i, :k] = rng.integers(1000, vocab, size=k)
-    arrays = {"input_ids": ids, "input_mask": mask, "segment_ids": seg, "masked_lm_positions": pos,
-              "masked_lm_ids": mids, "next_sentence_labels": rng.integers(0, 2, n).astype(np.int8)}  # fmt: skip
+    arrays = {
+        "input_ids": ids,
+        "input_mask": mask,
+        "segment_ids": seg,
+        "masked_lm_positions": pos,
+        "masked_lm_ids": mids,
+        "next_sentence_labels": rng.integers(0, 2, n).astype(np.int8),
+    }
     return Shard("<random>", arrays)
 
 
@@ -62,8 +68,18 @@ def our_loop(model_name: str, mlm_head: str, accum: int, seed: int):
     torch.manual_seed(seed)
     backend = make_backend("cpu", 0, 0, 1)
     module = build_model(model_name, mlm_head=mlm_head)
-    trainer = make_trainer(backend, module, precision="fp32", optimizer="adamw", lr=1e-4, weight_decay=0.01,
-                           warmup_steps=1, max_steps=10_000, grad_accum=accum, max_grad_norm=1.0)  # fmt: skip
+    trainer = make_trainer(
+        backend,
+        module,
+        precision="fp32",
+        optimizer="adamw",
+        lr=1e-4,
+        weight_decay=0.01,
+        warmup_steps=1,
+        max_steps=10_000,
+        grad_accum=accum,
+        max_grad_norm=1.0,
+    )
     module.train()
 
     def step(batches):
@@ -83,9 +99,13 @@ def plain_hf_loop(model_name: str, accum: int, seed: int):
         total = 0.0
         for _ in range(accum):
             b = next(batches)
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                        token_type_ids=b["token_type_ids"], labels=b["labels"],
-                        next_sentence_label=b["next_sentence_label"])  # fmt: skip
+            out = model(
+                input_ids=b["input_ids"],
+                attention_mask=b["attention_mask"],
+                token_type_ids=b["token_type_ids"],
+                labels=b["labels"],
+                next_sentence_label=b["next_sentence_label"],
+            )
             (out.loss / accum).backward()
             total += out.loss.item() / accum
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -105,7 +125,7 @@ def bench_model(name: str, batch_size: int, accum: int, rounds: int, steps: int)
         "plain-hf": plain_hf_loop(name, accum, 0),
     }
     results: dict[str, list[float]] = {k: [] for k in loops}
-    for name_, step in loops.items():  # warm-up: allocator, first-call overheads
+    for step in loops.values():  # warm-up: allocator, first-call overheads
         step(iter([dict(b) for b in batches[:accum]]))
     for _ in range(rounds):
         for name_, step in loops.items():
@@ -115,8 +135,10 @@ def bench_model(name: str, batch_size: int, accum: int, rounds: int, steps: int)
                 step(stream)
             results[name_].append(steps * accum * batch_size / (time.perf_counter() - t0))
     # Median and best round: on a shared machine the best round is the least disturbed one.
-    return {**{k: statistics.median(v) for k, v in results.items()},
-            **{f"{k}:best": max(v) for k, v in results.items()}}
+    return {
+        **{k: statistics.median(v) for k, v in results.items()},
+        **{f"{k}:best": max(v) for k, v in results.items()},
+    }
 
 
 def main() -> None:
@@ -129,16 +151,23 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")  # fmt: skip
-    print(f"batch {args.batch_size} x accum {args.grad_accum}, seq {SEQ}, {args.rounds} rounds x {args.steps} steps")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
+    print(
+        f"batch {args.batch_size} x accum {args.grad_accum}, seq {SEQ}, {args.rounds} rounds x {args.steps} steps"
+    )
     for name in args.models:
         r = bench_model(name, args.batch_size, args.grad_accum, args.rounds, args.steps)
         for kind, suffix in (("median", ""), ("best", ":best")):
             ours, dense, plain = (r[k + suffix] for k in ("ours", "ours-dense", "plain-hf"))
-            print(f"{name:5s} {kind:6s} ours {ours:8.2f} seq/s | ours-dense {dense:8.2f} seq/s | "
-                  f"plain-hf {plain:8.2f} seq/s | ours/plain {ours / plain:.2f}x | "
-                  f"ours-dense/plain {dense / plain:.2f}x", flush=True)  # fmt: skip
+            print(
+                f"{name:5s} {kind:6s} ours {ours:8.2f} seq/s | ours-dense {dense:8.2f} seq/s | "
+                f"plain-hf {plain:8.2f} seq/s | ours/plain {ours / plain:.2f}x | "
+                f"ours-dense/plain {dense / plain:.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

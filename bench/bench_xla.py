@@ -41,25 +41,71 @@ def make_shards(root: Path) -> tuple[Path, int]:
     corpus = write_corpus(root / "corpus.txt", n_docs=120, seed=0)
     vocab = build_vocab([corpus], root / "vocab.txt", vocab_size=400)
     subprocess.run(
-        [sys.executable, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
-         "--output_dir", str(root / "shards"), "--num_shards", "4", "--dupe_factor", "2",
-         "--num_workers", "1", "--max_seq_len", "128", "--max_pred_len", "20", "--seed", "7"],
-        check=True, cwd=REPO, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(corpus),
+            "--vocab",
+            str(vocab),
+            "--output_dir",
+            str(root / "shards"),
+            "--num_shards",
+            "4",
+            "--dupe_factor",
+            "2",
+            "--num_workers",
+            "1",
+            "--max_seq_len",
+            "128",
+            "--max_pred_len",
+            "20",
+            "--seed",
+            "7",
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     return root / "shards", sum(1 for _ in open(vocab, encoding="utf-8"))
 
 
 def probe(device: str, model: str, shards: Path, vocab: int, out: Path, a: argparse.Namespace) -> dict:
     flags = [
-        "--data_dir", str(shards), "--output_dir", str(out / "run"), "--model", model,
-        "--vocab_size", str(vocab), "--batch_size", str(a.batch_size),
-        "--grad_accum_usteps", str(a.grad_accum), "--max_steps", str(a.steps),
-        "--warmup_steps", "2", "--checkpoint_every", str(a.steps), "--log_every", str(a.log_every),
-        "--device", device, "--seed", "1",
-    ]  # fmt: skip
+        "--data_dir",
+        str(shards),
+        "--output_dir",
+        str(out / "run"),
+        "--model",
+        model,
+        "--vocab_size",
+        str(vocab),
+        "--batch_size",
+        str(a.batch_size),
+        "--grad_accum_usteps",
+        str(a.grad_accum),
+        "--max_steps",
+        str(a.steps),
+        "--warmup_steps",
+        "2",
+        "--checkpoint_every",
+        str(a.steps),
+        "--log_every",
+        str(a.log_every),
+        "--device",
+        device,
+        "--seed",
+        "1",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    subprocess.run([sys.executable, str(PROBE), str(out / "probe.json"), "--", *flags],
-                   check=True, cwd=REPO, env=env, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(PROBE), str(out / "probe.json"), "--", *flags],
+        check=True,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+    )
     return json.loads((out / "probe.json").read_text())
 
 
@@ -76,7 +122,9 @@ def figures(xla: dict, cpu: dict, a: argparse.Namespace) -> dict:
         "graphs": xla["end"]["compiles"],
         "compile_s_per_graph": xla["end"]["compile_s"] / max(xla["end"]["compiles"], 1),
         "transfers_at_logging_steps": max(per_step[n - 1] for n in logged),
-        "transfers_at_other_steps": max((per_step[n - 1] for n in range(1, a.steps + 1) if n not in logged), default=0),
+        "transfers_at_other_steps": max(
+            (per_step[n - 1] for n in range(1, a.steps + 1) if n not in logged), default=0
+        ),
         "compiles_after_warmup": xla["end"]["compiles"] - xla["steps"][a.warm_steps]["before"]["compiles"],
         "xla_steps_per_s": steps_per_s(xla),
         "cpu_steps_per_s": steps_per_s(cpu),
@@ -96,24 +144,32 @@ def main() -> int:
     a = p.parse_args()
     if os.environ.get("PJRT_DEVICE") != "CPU":
         p.error("run with PJRT_DEVICE=CPU (torch-xla's CPU runtime)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}; micro-batch {a.batch_size} x accumulation "
-          f"{a.grad_accum}, seq 128, {a.steps} steps ({a.warm_steps} warm-up), log every {a.log_every}; "
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"python {platform.python_version()}; micro-batch {a.batch_size} x accumulation "
+        f"{a.grad_accum}, seq 128, {a.steps} steps ({a.warm_steps} warm-up), log every {a.log_every}; "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         shards, vocab = make_shards(Path(tmp))
         for model in a.models:
             rows = []
             for r in range(a.rounds):
-                runs = {d: probe(d, model, shards, vocab, Path(tmp) / f"{model}-{d}-{r}", a) for d in ("xla", "cpu")}
+                runs = {
+                    d: probe(d, model, shards, vocab, Path(tmp) / f"{model}-{d}-{r}", a)
+                    for d in ("xla", "cpu")
+                }
                 rows.append(figures(runs["xla"], runs["cpu"], a))
             med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
-            print(f"{model}: graphs {med['graphs']:.0f} (new after warm-up: {med['compiles_after_warmup']:.0f}), "
-                  f"{med['compile_s_per_graph']:.1f} s compile per graph (XLA:CPU); host transfers per step: "
-                  f"{med['transfers_at_logging_steps']:.0f} at logging steps, {med['transfers_at_other_steps']:.0f} "
-                  f"at others; steps/s XLA:CPU {med['xla_steps_per_s']:.3g}, eager CPU "
-                  f"{med['cpu_steps_per_s']:.3g}, ratio XLA/eager {med['ratio']:.2f} "
-                  f"(median of {a.rounds} rounds)", flush=True)  # fmt: skip
+            print(
+                f"{model}: graphs {med['graphs']:.0f} (new after warm-up: {med['compiles_after_warmup']:.0f}), "
+                f"{med['compile_s_per_graph']:.1f} s compile per graph (XLA:CPU); host transfers per step: "
+                f"{med['transfers_at_logging_steps']:.0f} at logging steps, {med['transfers_at_other_steps']:.0f} "
+                f"at others; steps/s XLA:CPU {med['xla_steps_per_s']:.3g}, eager CPU "
+                f"{med['cpu_steps_per_s']:.3g}, ratio XLA/eager {med['ratio']:.2f} "
+                f"(median of {a.rounds} rounds)",
+                flush=True,
+            )
     return 0
 
 

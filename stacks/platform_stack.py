@@ -29,7 +29,8 @@ class TrainiumPlatformStack(Stack):
 
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
         super().__init__(
-            scope, id,
+            scope,
+            id,
             env=Environment(region=config.region),
             stack_name=f"{config.name_prefix}-platform",
             description=f"Trainium EKS platform ({config.instance_type} x {config.desired_nodes})",
@@ -37,7 +38,8 @@ class TrainiumPlatformStack(Stack):
         )
         self.config = config
         self.network = TrainiumNetwork(
-            self, "Network",
+            self,
+            "Network",
             az_ids=(config.trainium_az_id, config.second_az_id),
             cidr=config.vpc_cidr,
             nat_gateways=config.nat_gateways,
@@ -45,7 +47,8 @@ class TrainiumPlatformStack(Stack):
             existing_private_subnet_ids=config.existing_private_subnet_ids,
         )
         self.cluster = TrainiumCluster(
-            self, "Cluster",
+            self,
+            "Cluster",
             vpc=self.network.vpc,
             subnets=self.network.private_subnets,
             kubernetes_version=config.kubernetes_version,
@@ -54,7 +57,8 @@ class TrainiumPlatformStack(Stack):
             system_nodes=config.system_nodes,
         )
         self.trainium = NeuronNodegroup(
-            self, "Trainium",
+            self,
+            "Trainium",
             cluster=self.cluster.cluster,
             facts=config.facts,
             subnet=self.network.trainium_subnet,
@@ -69,7 +73,8 @@ class TrainiumPlatformStack(Stack):
         )
         # [storage] FSx for Lustre, its CSI driver and volume, the ECR repository (issue 3a).
         self.storage = TrainingFileSystem(
-            self, "Storage",
+            self,
+            "Storage",
             vpc=self.network.vpc,
             subnet=self.network.trainium_subnet,
             # Both nodegroups are EKS managed nodegroups: their nodes carry the cluster group.
@@ -82,16 +87,21 @@ class TrainiumPlatformStack(Stack):
             s3_export_uri=config.fsx_s3_export_uri,
         )
         self.storage_volume = FsxCsiVolume(
-            self, "StorageVolume", cluster=self.cluster.cluster, file_system=self.storage,
+            self,
+            "StorageVolume",
+            cluster=self.cluster.cluster,
+            file_system=self.storage,
         )
         self.registry = TrainingImageRepository(
-            self, "Registry",
+            self,
+            "Registry",
             repository_name=f"{config.name_prefix}/training",
             keep_images=config.ecr_keep_images,
         )
         # [addons] Neuron, EFA, Volcano, etcd and observability add-ons (issue 3b).
         self.addons = TrainiumAddons(
-            self, "Addons",
+            self,
+            "Addons",
             cluster=self.cluster,
             trainium=self.trainium,
             max_nodes=config.max_nodes,
@@ -110,4 +120,6 @@ class TrainiumPlatformStack(Stack):
         self.training = add_training(self, config) if config.training_enabled else None
         for key, value in sorted(config.tags.items()):
             Tags.of(self).add(key, value)
-        suppress_platform_findings(self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS})
+        suppress_platform_findings(
+            self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
+        )

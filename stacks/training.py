@@ -31,49 +31,82 @@ def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
     # Volcano's CRDs and queue, the claim, and the images before any job is applied.
     before = [addons.volcano.chart, addons.volcano.queue, volume.volume_manifest, *images.copies]
     job = BertPretrainingJob(
-        stack, "Training",
-        cluster=cluster, facts=config.facts, nodes=config.desired_nodes, max_nodes=config.max_nodes,
-        image=images.training_image, image_key=images.training_tag,
-        namespace=volume.namespace, claim_name=volume.claim_name, queue=addons.queue_name,
-        model=config.training_model, batch_size=config.training_batch_size,
-        global_batch=config.training_global_batch, max_steps=config.training_max_steps,
-        nproc_per_node=nproc_per_node(config), script_args=job_script_args(config),
-        rdzv_backend=config.training_rdzv_backend, etcd_endpoint=addons.etcd_endpoint,
-        dataset_name=config.training_dataset_name, cache_set=config.training_cache_set,
-        run_name=config.training_run_name, checkpoint_every=config.training_checkpoint_every,
-        max_restarts=config.training_max_restarts, max_retry=config.training_max_retry,
-        name_prefix=config.name_prefix, depends_on=before,
+        stack,
+        "Training",
+        cluster=cluster,
+        facts=config.facts,
+        nodes=config.desired_nodes,
+        max_nodes=config.max_nodes,
+        image=images.training_image,
+        image_key=images.training_tag,
+        namespace=volume.namespace,
+        claim_name=volume.claim_name,
+        queue=addons.queue_name,
+        model=config.training_model,
+        batch_size=config.training_batch_size,
+        global_batch=config.training_global_batch,
+        max_steps=config.training_max_steps,
+        nproc_per_node=nproc_per_node(config),
+        script_args=job_script_args(config),
+        rdzv_backend=config.training_rdzv_backend,
+        etcd_endpoint=addons.etcd_endpoint,
+        dataset_name=config.training_dataset_name,
+        cache_set=config.training_cache_set,
+        run_name=config.training_run_name,
+        checkpoint_every=config.training_checkpoint_every,
+        max_restarts=config.training_max_restarts,
+        max_retry=config.training_max_retry,
+        name_prefix=config.name_prefix,
+        depends_on=before,
     )
     if addons.etcd is not None and config.training_rdzv_backend != "c10d":
         job.manifest.node.add_dependency(addons.etcd)
     dataset_needs = [volume.volume_manifest, job.service_account_manifest, *images.copies]
     if config.preparation_enabled:
         staging: DatasetStaging | DatasetPreparation = DatasetPreparation(
-            stack, "DatasetPreparation",
-            cluster=cluster, namespace=volume.namespace, image=images.training_image,
-            image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
-            service_account=job.service_account, corpus=config.preparation_corpus,
-            vocab=config.preparation_vocab, pods=config.preparation_pods,
-            cpus_per_pod=config.preparation_cpus_per_pod, args=dict(config.preparation_args),
-            facts=config.facts, nodes=config.desired_nodes, depends_on=dataset_needs,
+            stack,
+            "DatasetPreparation",
+            cluster=cluster,
+            namespace=volume.namespace,
+            image=images.training_image,
+            image_key=images.training_tag,
+            paths=job.paths,
+            claim_name=volume.claim_name,
+            service_account=job.service_account,
+            corpus=config.preparation_corpus,
+            vocab=config.preparation_vocab,
+            pods=config.preparation_pods,
+            cpus_per_pod=config.preparation_cpus_per_pod,
+            args=dict(config.preparation_args),
+            facts=config.facts,
+            nodes=config.desired_nodes,
+            depends_on=dataset_needs,
         )
         # Applied first, its pods take their CPUs before the training gang (which waits for
         # the marker anyway) holds whole nodes.
         job.manifest.node.add_dependency(staging.manifest)
     else:
         staging = DatasetStaging(
-            stack, "DatasetStaging",
-            cluster=cluster, namespace=volume.namespace, image=images.training_image,
-            image_key=images.training_tag, paths=job.paths, claim_name=volume.claim_name,
-            service_account=job.service_account, source=config.training_dataset_source,
+            stack,
+            "DatasetStaging",
+            cluster=cluster,
+            namespace=volume.namespace,
+            image=images.training_image,
+            image_key=images.training_tag,
+            paths=job.paths,
+            claim_name=volume.claim_name,
+            service_account=job.service_account,
+            source=config.training_dataset_source,
             depends_on=dataset_needs,
         )
     tensorboard = TensorBoard(
-        stack, "TensorBoard", cluster=cluster, namespace=volume.namespace,
-        image=images.tensorboard_image, claim_name=volume.claim_name,
+        stack,
+        "TensorBoard",
+        cluster=cluster,
+        namespace=volume.namespace,
+        image=images.tensorboard_image,
+        claim_name=volume.claim_name,
         depends_on=[volume.volume_manifest, *images.copies],
     )
     add_job_outputs(stack, job=job, namespace=volume.namespace)
     return TrainingWorkload(images, job, staging, tensorboard)
-
-

@@ -6,10 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any
 
 from aws_cdk.assertions import Template
 
@@ -47,7 +48,7 @@ class Synth:
         return Template.from_json(self.templates[stack])
 
 
-def run_cdk_synth(outdir: Path, context: Optional[Mapping[str, str]] = None) -> Synth:
+def run_cdk_synth(outdir: Path, context: Mapping[str, str] | None = None) -> Synth:
     """Synthesize the app with the real CDK CLI, as ``make synth`` does."""
     args = [str(CDK_CLI), "synth", "--quiet", "--output", str(outdir)]
     for key, value in (context or {}).items():
@@ -65,11 +66,12 @@ def run_app(context: Mapping[str, Any], outdir: Path) -> subprocess.CompletedPro
     env = cli_env()
     env["CDK_CONTEXT_JSON"] = json.dumps(dict(context))
     env["CDK_OUTDIR"] = str(outdir)
-    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _synth_variant(items: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     import aws_cdk as cdk
 
@@ -95,7 +97,7 @@ def _detokenize(value: Any) -> Any:
     """Replace CloudFormation intrinsics by placeholder strings so manifests parse as JSON."""
     if isinstance(value, dict):
         if len(value) == 1:
-            (key, arg), = value.items()
+            ((key, arg),) = value.items()
             if key == "Fn::Join":
                 sep, parts = arg
                 return sep.join(str(_detokenize(p)) for p in parts)

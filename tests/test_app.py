@@ -5,10 +5,16 @@ import pytest
 from tests.support import run_app, run_cdk_synth
 
 
-@pytest.mark.parametrize("context,expected", [
-    ({"instance_type": "trn1.2xlarge"}, "config 'max_nodes' = 2 is invalid: trn1.2xlarge has no EFA"),
-    ({"trainium_az_id": "us-west-2a"}, "config 'trainium_az_id' = 'us-west-2a' is invalid: this is an AZ name"),
-])
+@pytest.mark.parametrize(
+    "context,expected",
+    [
+        ({"instance_type": "trn1.2xlarge"}, "config 'max_nodes' = 2 is invalid: trn1.2xlarge has no EFA"),
+        (
+            {"trainium_az_id": "us-west-2a"},
+            "config 'trainium_az_id' = 'us-west-2a' is invalid: this is an AZ name",
+        ),
+    ],
+)
 def test_given_bad_context_when_app_runs_then_one_line_error_and_no_assembly(context, expected, tmp_path):
     proc = run_app(context, tmp_path)
     assert proc.returncode == 2
@@ -21,25 +27,36 @@ def test_given_bad_context_when_app_runs_then_one_line_error_and_no_assembly(con
 def test_given_bad_value_on_cdk_command_line_then_cli_shows_the_line_without_a_stack_trace(tmp_path):
     synth = run_cdk_synth(tmp_path / "out", {"kubernetes_version": "1.20"})
     assert synth.returncode != 0
-    assert "error: config 'kubernetes_version' = '1.20' is invalid: supported: 1.34, 1.35, 1.36" in synth.stderr
+    assert (
+        "error: config 'kubernetes_version' = '1.20' is invalid: supported: 1.34, 1.35, 1.36" in synth.stderr
+    )
     assert "Traceback" not in synth.stderr and "JavaScriptError" not in synth.stderr
     assert not list((tmp_path / "out").glob("*.template.json"))
 
 
-@pytest.mark.parametrize("context,expected", [
-    ({"vpc_cidr": "10.0.0.0/17"}, "config 'vpc_cidr' = '10.0.0.0/17' is invalid: the 2 public /24"),
-    ({"name_prefix": "trn-"}, "config 'name_prefix' = 'trn-' is invalid: the ECR repository name"),
-    ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "config 'endpoint_public_cidrs'"),
-    ({"tags": '{"aws:team": "ml"}'}, "config 'tags'"),
-    ({"training_script_args": '{"lr": "fast"}'}, "config 'training_script_args' = {'lr': 'fast'}"),
-])
+@pytest.mark.parametrize(
+    "context,expected",
+    [
+        ({"vpc_cidr": "10.0.0.0/17"}, "config 'vpc_cidr' = '10.0.0.0/17' is invalid: the 2 public /24"),
+        ({"name_prefix": "trn-"}, "config 'name_prefix' = 'trn-' is invalid: the ECR repository name"),
+        ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "config 'endpoint_public_cidrs'"),
+        ({"tags": '{"aws:team": "ml"}'}, "config 'tags'"),
+        ({"training_script_args": '{"lr": "fast"}'}, "config 'training_script_args' = {'lr': 'fast'}"),
+    ],
+)
 def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_over_an_old_one(
-        context, expected, tmp_path):
+    context, expected, tmp_path
+):
     out = tmp_path / "out"
     out.mkdir()
     # What an earlier, successful synth leaves in the output directory.
-    for name in ("manifest.json", "tree.json", "cdk.out", "TrainiumPlatform.template.json",
-                 "TrainiumPlatform.assets.json"):
+    for name in (
+        "manifest.json",
+        "tree.json",
+        "cdk.out",
+        "TrainiumPlatform.template.json",
+        "TrainiumPlatform.assets.json",
+    ):
         (out / name).write_text("{}")
     (out / "asset.0123abcd").mkdir()
     (out / "asset.0123abcd" / "Dockerfile").write_text("FROM scratch\n")
@@ -50,11 +67,14 @@ def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_
     assert "Traceback" not in synth.stderr and "JavaScriptError" not in synth.stderr
     assert "jsii" not in synth.stderr
     left = sorted(p.name for p in out.iterdir())
-    assert not [name for name in left if name.endswith(".json") or name.startswith("asset.") or name == "cdk.out"], left
+    assert not [
+        name for name in left if name.endswith(".json") or name.startswith("asset.") or name == "cdk.out"
+    ], left
 
 
 def test_given_output_dir_without_an_assembly_when_synth_fails_then_its_files_are_left_alone(tmp_path):
     from app import remove_stale_assembly
+
     (tmp_path / "notes.template.json").write_text("mine")
     remove_stale_assembly(str(tmp_path))
     assert (tmp_path / "notes.template.json").read_text() == "mine"

@@ -32,19 +32,29 @@ def test_given_a_fresh_virtualenv_when_the_project_is_installed_then_another_app
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (tmp_path / "venv" / site.split(str(env_dir) + "/", 1)[1] / "deps.pth").write_text(
-        sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps",
-                    str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+        sysconfig.get_paths()["purelib"] + "\n"
+    )
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", str(REPO)],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     app_dir = tmp_path / "external"
     app_dir.mkdir()
     (app_dir / "app.py").write_text(EXTERNAL_APP)
 
     # when: the external app synthesizes, far from the repository
-    proc = subprocess.run([python, "app.py", str(tmp_path / "out")], cwd=app_dir,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [python, "app.py", str(tmp_path / "out")], cwd=app_dir, capture_output=True, text=True, timeout=300
+    )
 
     # then: the installed copy was used and the constructs built the cluster pieces
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,6 +62,10 @@ def test_given_a_fresh_virtualenv_when_the_project_is_installed_then_another_app
     template = json.loads((tmp_path / "out" / "External.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
     assert types.count("AWS::EKS::Nodegroup") == 2 and "AWS::EKS::Cluster" in types
-    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"
-             and "NetworkInterfaces" in r["Properties"]["LaunchTemplateData"]]
+    (lt,) = [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EC2::LaunchTemplate"
+        and "NetworkInterfaces" in r["Properties"]["LaunchTemplateData"]
+    ]
     assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16

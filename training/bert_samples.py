@@ -178,8 +178,12 @@ def concatenate(parts: list[TokenizedChunk]) -> TokenizedChunk:
     sentence_offsets = np.cumsum([0] + [len(p.sentence_starts) - 1 for p in parts])
     return TokenizedChunk(
         tokens=np.concatenate([p.tokens for p in parts]) if parts else np.zeros(0, np.int32),
-        sentence_starts=np.concatenate([[0]] + [p.sentence_starts[1:] + o for p, o in zip(parts, token_offsets)]),
-        document_starts=np.concatenate([[0]] + [p.document_starts[1:] + o for p, o in zip(parts, sentence_offsets)]),
+        sentence_starts=np.concatenate(
+            [[0]] + [p.sentence_starts[1:] + o for p, o in zip(parts, token_offsets[:-1], strict=True)]
+        ),
+        document_starts=np.concatenate(
+            [[0]] + [p.document_starts[1:] + o for p, o in zip(parts, sentence_offsets[:-1], strict=True)]
+        ),
         document_ids=np.concatenate([np.zeros(0, np.int64)] + [p.document_ids for p in parts]),
     )
 
@@ -285,7 +289,9 @@ def _pairs(unit: _Boundaries, pool: _Boundaries, cfg: PrepConfig, rng: random.Ra
                 else:
                     b_begin, b_end, is_random = a_end, starts[i + 1], 0
                 if (a_end - a_begin) + (b_end - b_begin) > max_tokens:
-                    a_begin, a_end, b_begin, b_end = truncate_pair(a_begin, a_end, b_begin, b_end, max_tokens, rng)
+                    a_begin, a_end, b_begin, b_end = truncate_pair(
+                        a_begin, a_end, b_begin, b_end, max_tokens, rng
+                    )
                 pairs.append((a_begin, a_end, b_begin, b_end, is_random))
                 group_start = i + 1
                 if per_sample:
@@ -342,7 +348,9 @@ def assemble(
     flat[_ranges(row_start + 1, row_start + 1 + len_a)] = unit_tokens[_ranges(a_begin, a_end)]
     b_start = row_start + len_a + 2
     for source, rows in ((unit_tokens, is_random == 0), (pool_tokens, is_random == 1)):
-        flat[_ranges(b_start[rows], b_start[rows] + len_b[rows])] = source[_ranges(b_begin[rows], b_end[rows])]
+        flat[_ranges(b_start[rows], b_start[rows] + len_b[rows])] = source[
+            _ranges(b_begin[rows], b_end[rows])
+        ]
     flat[row_start] = vocab.cls_id
     flat[row_start + len_a + 1] = vocab.sep_id
     flat[row_start + length - 1] = vocab.sep_id
@@ -399,7 +407,9 @@ def mask_samples(
     action = rng.random(rows.size)
     random_tokens = vocab.replacement_ids[rng.integers(vocab.replacement_ids.size, size=rows.size)]
     masked = ids.copy()
-    masked[rows, cols] = np.where(action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols]))
+    masked[rows, cols] = np.where(
+        action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols])
+    )
     first_chosen = np.argsort(~chosen, axis=1, kind="stable")[:, : cfg.max_pred_len]
     valid = np.take_along_axis(chosen, first_chosen, axis=1)
     positions = np.where(valid, first_chosen, 0)
@@ -423,7 +433,9 @@ def _mask_pieces(
     k = min(cfg.max_pred_len, width)
     keys[~candidate] = 2.0  # after every candidate
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.tile(np.arange(width), (n, 1))
-    by_key = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
+    by_key = np.take_along_axis(
+        smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1
+    )
     take = (np.arange(k)[None, :] < count[:, None]) & (np.take_along_axis(keys, by_key, axis=1) < 2.0)
     positions = np.where(take, by_key, width)
     positions.sort(axis=1)
@@ -435,7 +447,9 @@ def _mask_pieces(
     action = rng.random(rows.size)
     random_tokens = vocab.replacement_ids[rng.integers(vocab.replacement_ids.size, size=rows.size)]
     masked = ids.copy()
-    masked[rows, cols] = np.where(action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols]))
+    masked[rows, cols] = np.where(
+        action < 0.8, vocab.mask_id, np.where(action < 0.9, random_tokens, ids[rows, cols])
+    )
     return masked, positions, labels
 
 

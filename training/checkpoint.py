@@ -173,7 +173,9 @@ def verify(path: Path) -> dict[str, Any]:
     for name in expected:
         file = path / name
         if not file.is_file():
-            raise CheckpointError(f"{file}: missing (meta.json says {meta['world_size']} ranks wrote this checkpoint)")
+            raise CheckpointError(
+                f"{file}: missing (meta.json says {meta['world_size']} ranks wrote this checkpoint)"
+            )
         if recorded is None:
             continue
         want = recorded.get(name)
@@ -300,8 +302,9 @@ def save_checkpoint(
             files[rank_file(r)] = json.loads(side.read_text())
             side.unlink()
         extra = meta() if meta is not None else {}
-        write_json_durably(partial / META_FILE,
-                           {**extra, "step": step, "world_size": comm.world_size, "files": files})
+        write_json_durably(
+            partial / META_FILE, {**extra, "step": step, "world_size": comm.world_size, "files": files}
+        )
         fsync_dir(partial)
         _commit(partial, final)
         if verify_and_prune:
@@ -381,8 +384,10 @@ def load_checkpoint(path: Path, rank: int, world_size: int, *, verified: bool = 
         log.warning(
             "checkpoint %s was written by %s ranks, this run has %s: data positions and RNG "
             "states cannot be mapped; each rank starts its data stream at a fresh epoch",
-            path, meta["world_size"], world_size,
-        )  # fmt: skip
+            path,
+            meta["world_size"],
+            world_size,
+        )
     return Loaded(path, int(meta["step"]), int(meta["world_size"]), state, rank_state, meta)
 
 
@@ -405,7 +410,9 @@ def resume_candidates(root: Path, requested: str) -> list[Path]:
         return found
     path = Path(requested)
     if not path.is_dir():
-        raise CheckpointError(f"--resume_ckpt {path}: no such checkpoint directory; give a step_* directory or 'auto'")
+        raise CheckpointError(
+            f"--resume_ckpt {path}: no such checkpoint directory; give a step_* directory or 'auto'"
+        )
     step = int(read_meta(path)["step"])
     newer = [p for p in found if int(p.name.split("_")[1]) > step and p.resolve() != path.resolve()]
     return [*newer, path]
@@ -426,7 +433,9 @@ def load_first_usable(candidates: list[Path], rank: int, world_size: int) -> Loa
     """Load the first of ``candidates`` that loads (the first is taken as verified: see
     ``first_verified``); the others are verified first. Same skipping and errors."""
     return _first_that_works(
-        candidates, lambda i, path: load_checkpoint(path, rank, world_size, verified=i == 0), "could be loaded"
+        candidates,
+        lambda i, path: load_checkpoint(path, rank, world_size, verified=i == 0),
+        "could be loaded",
     )
 
 

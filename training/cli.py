@@ -33,9 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = p.add_argument
     # The reference script's flags, with its defaults.
-    a("--data_dir", required=True,
-      help="a shard set (directory with manifest.json, see training.shard_format) or one HDF5 "
-           "file, such as the reference data tool's --output_file")  # fmt: skip
+    a(
+        "--data_dir",
+        required=True,
+        help="a shard set (directory with manifest.json, see training.shard_format) or one HDF5 "
+        "file, such as the reference data tool's --output_file",
+    )
     a("--output_dir", default="./output", help="checkpoints, logs, metrics (shared by all nodes)")
     a("--batch_size", type=int, default=16, help="micro-batch per worker")
     a("--grad_accum_usteps", type=int, default=32, help="micro-batches per optimizer step")
@@ -47,36 +50,65 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max_pred_len", type=int, default=20)
     a("--optimizer", choices=OPTIMIZERS, default="adamw")
     a("--seed", type=int, default=12349)
-    a("--resume_ckpt", nargs="?", const="auto", default="auto",
-      help="'auto' (default, also the bare flag): newest complete checkpoint in output_dir; "
-           "or a checkpoint directory, used unless output_dir holds a newer one")  # fmt: skip
+    a(
+        "--resume_ckpt",
+        nargs="?",
+        const="auto",
+        default="auto",
+        help="'auto' (default, also the bare flag): newest complete checkpoint in output_dir; "
+        "or a checkpoint directory, used unless output_dir holds a newer one",
+    )
     # Ours.
     a("--model", choices=MODEL_NAMES, default="large", help="model_configs/<name>.json")
     a("--vocab_size", type=int, default=None, help="override the config's vocabulary size")
-    a("--mlm_head", choices=MLM_HEADS, default="sparse",
-      help="sparse: LM head on the masked positions only; dense: Hugging Face's forward")  # fmt: skip
+    a(
+        "--mlm_head",
+        choices=MLM_HEADS,
+        default="sparse",
+        help="sparse: LM head on the masked positions only; dense: Hugging Face's forward",
+    )
     a("--checkpoint_every", type=int, default=200, help="optimizer steps between checkpoints")
     a("--keep_checkpoints", type=int, default=3)
     a("--weight_decay", type=float, default=0.01)
     a("--max_grad_norm", type=float, default=1.0)
     a("--device", choices=DEVICES, default="auto")
-    a("--precision", choices=PRECISIONS, default="auto",
-      help="auto: xla->bf16 (+stochastic rounding), cuda->amp_bf16, cpu->fp32")  # fmt: skip
-    a("--fp32_master_weights", action="store_true",
-      help="with bf16: optimizer updates fp32 copies (no stochastic rounding)")  # fmt: skip
+    a(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto: xla->bf16 (+stochastic rounding), cuda->amp_bf16, cpu->fp32",
+    )
+    a(
+        "--fp32_master_weights",
+        action="store_true",
+        help="with bf16: optimizer updates fp32 copies (no stochastic rounding)",
+    )
     a("--num_workers", type=int, default=0, help="loader processes: 0 or 1")
     a("--tensorboard_dir", default=None, help="default: <output_dir>/tensorboard")
     a("--metrics_file", default=None, help="final JSON metrics; default: <output_dir>/metrics.json")
     a("--step_log", default=None, help="per-step JSONL; default: <output_dir>/train_log.jsonl")
-    a("--log_every", type=int, default=0,
-      help="optimizer steps between log lines (and the last step); 0: 10 on xla, else 1")  # fmt: skip
+    a(
+        "--log_every",
+        type=int,
+        default=0,
+        help="optimizer steps between log lines (and the last step); 0: 10 on xla, else 1",
+    )
     a("--peak_tflops", type=float, default=None, help="device BF16 peak for MFU (overrides the table)")
-    a(PRECOMPILE_FLAG, action="store_true",
-      help="neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard")  # fmt: skip
-    a("--debug", action="store_true",
-      help="show the traceback of input errors (by default: one line and exit code 2)")  # fmt: skip
-    a("--param_digest", action="store_true",
-      help="debug: each rank writes a hash of its final weights to <output_dir>/param_digest/")  # fmt: skip
+    a(
+        PRECOMPILE_FLAG,
+        action="store_true",
+        help="neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard",
+    )
+    a(
+        "--debug",
+        action="store_true",
+        help="show the traceback of input errors (by default: one line and exit code 2)",
+    )
+    a(
+        "--param_digest",
+        action="store_true",
+        help="debug: each rank writes a hash of its final weights to <output_dir>/param_digest/",
+    )
     return p
 
 
@@ -88,8 +120,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    positive = ("batch_size", "grad_accum_usteps", "max_steps", "seq_len", "max_pred_len",
-                "checkpoint_every", "keep_checkpoints")  # fmt: skip
+    positive = (
+        "batch_size",
+        "grad_accum_usteps",
+        "max_steps",
+        "seq_len",
+        "max_pred_len",
+        "checkpoint_every",
+        "keep_checkpoints",
+    )
     for name in positive:
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")

@@ -81,7 +81,9 @@ def list_shards(data_dir: str) -> list[str]:
     if os.path.isfile(data_dir):
         return [data_dir]
     if not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"--data_dir {data_dir}: no such directory or file; give a shard set or an HDF5 file")
+        raise FileNotFoundError(
+            f"--data_dir {data_dir}: no such directory or file; give a shard set or an HDF5 file"
+        )
     manifest = read_manifest(data_dir)
     return sorted(os.path.join(data_dir, entry.name) for entry in manifest.shards)
 

@@ -67,9 +67,7 @@ def select_device(
             return "xla"
         return "cuda" if has_cuda() else "cpu"
     if requested == "xla" and not has_xla():
-        raise RuntimeError(
-            "device xla: torch_xla is not installed (on Trainium use the torch-neuronx image)"
-        )
+        raise RuntimeError("device xla: torch_xla is not installed (on Trainium use the torch-neuronx image)")
     if requested == "cuda" and not has_cuda():
         raise RuntimeError("device cuda: no CUDA device is visible to PyTorch")
     return requested
@@ -166,8 +164,7 @@ class Backend:
 
     def batches(self, loader: Iterable[dict[str, torch.Tensor]]) -> Iterator[dict[str, torch.Tensor]]:
         """Device-resident batches from a CPU loader."""
-        for batch in loader:
-            yield batch  # already on the CPU
+        yield from loader  # already on the CPU
 
     # --- per optimizer step ---------------------------------------------------------------
     def reduce_gradients(self, params: list[torch.Tensor]) -> None:

@@ -59,9 +59,13 @@ STOP_HEADROOM = 2.0
 AGENT_EXIT_MARGIN_S = 15
 
 
-def stop_budget_s(*, state_bytes: float = BERT_LARGE_PARAMETERS * STATE_BYTES_PER_PARAMETER,
-                  storage_gib: int = DEFAULT_FSX_STORAGE_GIB, mb_s_per_tib: int = DEFAULT_FSX_MB_S_PER_TIB,
-                  step_s: float = STEP_S) -> int:  # fmt: skip
+def stop_budget_s(
+    *,
+    state_bytes: float = BERT_LARGE_PARAMETERS * STATE_BYTES_PER_PARAMETER,
+    storage_gib: int = DEFAULT_FSX_STORAGE_GIB,
+    mb_s_per_tib: int = DEFAULT_FSX_MB_S_PER_TIB,
+    step_s: float = STEP_S,
+) -> int:
     """Seconds a worker needs after SIGTERM: ``ceil(headroom x (step + state / FSx throughput))``.
 
     Defaults: 4,034,713,296 bytes / (1200/1024 TiB x 125 MB/s/TiB = 146.5 MB/s) = 27.5 s, plus
@@ -242,6 +246,8 @@ def worker_script(spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = 
     return "\n".join(lines) + "\n"
 
 
-def container_command(spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = PRECOMPILE_STEPS) -> list[str]:
+def container_command(
+    spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = PRECOMPILE_STEPS
+) -> list[str]:
     """``bash -c <worker_script>``: the container command of every training pod."""
     return ["bash", "-c", worker_script(spec, paths, precompile_steps=precompile_steps)]

@@ -77,9 +77,7 @@ class LaunchSpec:
         _check_int("nproc_per_node", self.nproc_per_node, minimum=1)
         _check_int("max_restarts", self.max_restarts, minimum=0)
         if self.rdzv_backend not in RDZV_BACKENDS:
-            raise ValueError(
-                f"rdzv_backend: {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}"
-            )
+            raise ValueError(f"rdzv_backend: {self.rdzv_backend!r} is not one of {', '.join(RDZV_BACKENDS)}")
         _check_endpoint(self.rdzv_endpoint)
         if not isinstance(self.rdzv_id, str) or not _ID_RE.match(self.rdzv_id):
             raise ValueError(
@@ -92,9 +90,11 @@ class LaunchSpec:
         if not isinstance(self.module, str) or not _MODULE_RE.match(self.module):
             raise ValueError(f"module: {self.module!r} is not a dotted Python module name")
         if self.monitor_interval is not None:
-            if isinstance(self.monitor_interval, bool) or not isinstance(
-                self.monitor_interval, int | float
-            ) or not self.monitor_interval > 0:
+            if (
+                isinstance(self.monitor_interval, bool)
+                or not isinstance(self.monitor_interval, int | float)
+                or not self.monitor_interval > 0
+            ):
                 raise ValueError(
                     f"monitor_interval: {self.monitor_interval!r} must be a positive number of seconds"
                 )
@@ -111,13 +111,19 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
     """The argv list that starts one node of the job: ``torchrun ... -m MODULE ARGS``."""
     argv = [
         spec.torchrun,
-        "--nnodes", str(spec.nnodes),
-        "--nproc_per_node", str(spec.nproc_per_node),
-        "--rdzv_backend", spec.rdzv_backend,
-        "--rdzv_endpoint", spec.rdzv_endpoint,
-        "--rdzv_id", spec.rdzv_id,
-        "--max_restarts", str(spec.max_restarts),
-    ]  # fmt: skip
+        "--nnodes",
+        str(spec.nnodes),
+        "--nproc_per_node",
+        str(spec.nproc_per_node),
+        "--rdzv_backend",
+        spec.rdzv_backend,
+        "--rdzv_endpoint",
+        spec.rdzv_endpoint,
+        "--rdzv_id",
+        spec.rdzv_id,
+        "--max_restarts",
+        str(spec.max_restarts),
+    ]
     if spec.node_rank is not None:
         argv += ["--node_rank", str(spec.node_rank)]
     if spec.monitor_interval is not None:
@@ -161,9 +167,7 @@ def precompile_args(spec: LaunchSpec, steps: int = DEFAULT_PRECOMPILE_STEPS) -> 
     args = _drop_flag(list(spec.script_args), "--steps_this_run")
     args = _drop_flag(args, PRECOMPILE_FLAG, takes_value=False)
     args += ["--steps_this_run", str(steps), PRECOMPILE_FLAG]
-    trial = replace(
-        spec, script_args=tuple(args), rdzv_id=f"{spec.rdzv_id}-precompile", max_restarts=0
-    )
+    trial = replace(spec, script_args=tuple(args), rdzv_id=f"{spec.rdzv_id}-precompile", max_restarts=0)
     return ["neuron_parallel_compile", *torchrun_args(trial)]
 
 

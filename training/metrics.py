@@ -85,8 +85,14 @@ class RunStats:
 class StepLogger:
     """Rank 0's per-step output: one stdout line, a JSONL record, TensorBoard scalars."""
 
-    def __init__(self, enabled: bool, jsonl_path: Path | None, tb_dir: str | None, restart: int,
-                 purge_step: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        enabled: bool,
+        jsonl_path: Path | None,
+        tb_dir: str | None,
+        restart: int,
+        purge_step: int | None = None,
+    ) -> None:
         """``purge_step``: on resume, the first step of this run; TensorBoard then hides events
         of that step and later that an interrupted earlier attempt wrote (no duplicate steps)."""
         self.enabled = enabled
@@ -109,7 +115,13 @@ class StepLogger:
         print(" | ".join(parts), flush=True)
         if self.jsonl_path is not None:
             # pid tells restarts apart (torchrun's restart count is per node agent).
-            record = {"step": step, "restart": self.restart, "pid": os.getpid(), "time": time.time(), **values}
+            record = {
+                "step": step,
+                "restart": self.restart,
+                "pid": os.getpid(),
+                "time": time.time(),
+                **values,
+            }
             with open(self.jsonl_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.writer is not None:

@@ -34,14 +34,13 @@ class NeuronStack:
     def base_image(self) -> str:
         """The Neuron PyTorch training DLC of this release (``docker/Dockerfile``'s default)."""
         py = self.python.replace(".", "")
-        return (
-            f"{self.image_repository}:{self.torch}-neuronx-py{py}"
-            f"-sdk{self.neuron_sdk}-ubuntu{self.ubuntu}"
-        )
+        return f"{self.image_repository}:{self.torch}-neuronx-py{py}-sdk{self.neuron_sdk}-ubuntu{self.ubuntu}"
 
     def pins(self) -> dict[str, str]:
         """Package -> version that ``requirements-xla.txt`` and ``constraints-xla.txt`` pin."""
         return {"torch": self.torch, "torch-xla": self.torch_xla}
 
 
-NEURON_STACK = NeuronStack(neuron_sdk="2.28.0", torch="2.9.0", torch_xla="2.9.0", python="3.12", ubuntu="24.04")
+NEURON_STACK = NeuronStack(
+    neuron_sdk="2.28.0", torch="2.9.0", torch_xla="2.9.0", python="3.12", ubuntu="24.04"
+)

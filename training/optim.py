@@ -139,7 +139,9 @@ def build_scheduler(optimizer: Optimizer, warmup_steps: int, total_steps: int) -
     return LambdaLR(optimizer, lambda s: warmup_linear_decay(s, warmup_steps, total_steps))
 
 
-def apply_hyperparameters(optimizer: Optimizer, scheduler: LambdaLR, *, lr: float, weight_decay: float) -> None:
+def apply_hyperparameters(
+    optimizer: Optimizer, scheduler: LambdaLR, *, lr: float, weight_decay: float
+) -> None:
     """Make a restored optimizer and schedule follow this run's flags (see ``training.resume``).
 
     A checkpoint's optimizer state carries the old peak LR (``initial_lr``, the scheduler's

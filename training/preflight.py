@@ -28,8 +28,8 @@ from typing import Any
 
 from training import checkpoint as ckpt
 from training.data import ShardFormatError, check_shard, list_shards
-from training.shard_format import ShardSetError
 from training.resume import check_flags
+from training.shard_format import ShardSetError
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,18 @@ def preflight(args: argparse.Namespace, rank: int, world_size: int) -> Ready:
     output = Path(args.output_dir)
     outputs = [(output, "--output_dir")]
     if not args.precompile:  # the trial run writes nothing, so it creates none of these
-        outputs += [(ckpt.checkpoint_root(output), "--output_dir"), (Path(args.tensorboard_dir), "--tensorboard_dir"),
-                    (Path(args.metrics_file).parent, "--metrics_file"), (Path(args.step_log).parent, "--step_log")]
+        outputs += [
+            (ckpt.checkpoint_root(output), "--output_dir"),
+            (Path(args.tensorboard_dir), "--tensorboard_dir"),
+            (Path(args.metrics_file).parent, "--metrics_file"),
+            (Path(args.step_log).parent, "--step_log"),
+        ]
     for path, flag in outputs:
         check_writable(path, flag)
     # The checkpoint before the shards: a refused flag (say --seq_len) is the clearer message.
-    candidates, meta = ckpt.first_verified(ckpt.resume_candidates(ckpt.checkpoint_root(output), args.resume_ckpt))
+    candidates, meta = ckpt.first_verified(
+        ckpt.resume_candidates(ckpt.checkpoint_root(output), args.resume_ckpt)
+    )
     applied = check_flags(meta, args, len(files), candidates[0]) if meta is not None else []
     check_shards(files, args.seq_len, args.max_pred_len, rank, world_size)
     return Ready(files, candidates, meta, applied)

@@ -142,7 +142,9 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
     try:
         vocab = read_vocab(path)
     except UnicodeDecodeError:
-        raise UsageError(f"--vocab {path}: not a UTF-8 text file; a vocab.txt has one token per line") from None
+        raise UsageError(
+            f"--vocab {path}: not a UTF-8 text file; a vocab.txt has one token per line"
+        ) from None
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise UsageError(
@@ -160,7 +162,9 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
         tokens[index] = token
     info = VocabInfo.from_tokens(tokens, CONTINUATION_PREFIX)
     if info.replacement_ids.size == 0:
-        raise UsageError(f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`")
+        raise UsageError(
+            f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`"
+        )
     return vocab, info
 
 
@@ -230,7 +234,9 @@ def tokenize_documents(text: str, tokenizer: Tokenizer | WordPieceEncoder) -> To
         if isinstance(tokenizer, WordPieceEncoder):
             id_lists.extend(tokenizer.encode(batch))
         else:
-            id_lists.extend(encoding.ids for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
+            id_lists.extend(
+                encoding.ids for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+            )
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
     tokens = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
     keep = lengths > 0
@@ -272,7 +278,11 @@ def _init_forked_worker() -> None:
 
 
 def _init_worker(
-    vocab_path: str, cfg: PrepConfig, single_threaded_tokenizer: bool, encoding: str = "utf-8", errors: str = "strict"
+    vocab_path: str,
+    cfg: PrepConfig,
+    single_threaded_tokenizer: bool,
+    encoding: str = "utf-8",
+    errors: str = "strict",
 ) -> None:
     global _STATE
     if single_threaded_tokenizer:
@@ -280,9 +290,13 @@ def _init_worker(
         interrupt.ignore_interactive_interrupt()
     _, info = load_vocab(vocab_path)
     _STATE = _WorkerState(
-        cfg, info, WordPieceEncoder(vocab_path, cfg.lower_case), record_dtype(cfg, info.size),
-        encoding=encoding, errors=errors,
-    )  # fmt: skip
+        cfg,
+        info,
+        WordPieceEncoder(vocab_path, cfg.lower_case),
+        record_dtype(cfg, info.size),
+        encoding=encoding,
+        errors=errors,
+    )
 
 
 def _token_type(vocab_size: int) -> type:
@@ -326,7 +340,9 @@ def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
     unknown = int(np.count_nonzero(tokenized.tokens == _STATE.vocab.unk_id))
     tokenized.tokens = tokenized.tokens.astype(_token_type(_STATE.vocab.size))
     save_documents(Path(folder), tokenized)
-    return _TokenizeResult(tokenized.num_documents, int(tokenized.tokens.size), unknown, chunk.end - chunk.start)
+    return _TokenizeResult(
+        tokenized.num_documents, int(tokenized.tokens.size), unknown, chunk.end - chunk.start
+    )
 
 
 def _build_unit(job: tuple[int, str, int, str]) -> int:
@@ -419,7 +435,9 @@ def _write_gzip_dataset(handle: h5py.File, name: str, array: np.ndarray) -> None
         if len(block) < rows:  # an edge chunk is stored whole; rows past the end are never read
             block = np.concatenate([block, np.zeros((rows - len(block), *array.shape[1:]), array.dtype)])
         planes = np.ascontiguousarray(block).view(np.uint8).reshape(-1, width).T
-        dataset.id.write_direct_chunk((start,) + (0,) * (array.ndim - 1), isal_zlib.compress(planes.tobytes(), 1))
+        dataset.id.write_direct_chunk(
+            (start,) + (0,) * (array.ndim - 1), isal_zlib.compress(planes.tobytes(), 1)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,14 +503,21 @@ def prepare_shards(
             nothing is published then.
     """
     started = time.monotonic()
-    run = RunSettings(num_shards, samples_per_shard, output_prefix, chunk_bytes, pool_tokens, encoding, errors)
+    run = RunSettings(
+        num_shards, samples_per_shard, output_prefix, chunk_bytes, pool_tokens, encoding, errors
+    )
     plan = plan_run(inputs, vocab_path, output_dir, cfg, run, num_workers)
     staging = open_output(output_dir, overwrite)
     try:
         work_dir = staging / ".work"
         work_dir.mkdir()
         workers = min(num_workers, len(plan.chunks))
-        log.info("tokenize+mask: %d unit(s) of %d file(s), %d worker(s)", len(plan.chunks), len(plan.files), workers)
+        log.info(
+            "tokenize+mask: %d unit(s) of %d file(s), %d worker(s)",
+            len(plan.chunks),
+            len(plan.files),
+            workers,
+        )
         with _WorkerMap(workers, str(vocab_path), cfg, encoding, errors) as parallel_map:
             totals, spool = _build_all(
                 parallel_map, plan.chunks, work_dir, plan.input_bytes, pool_tokens, cfg, progress
@@ -555,7 +580,9 @@ def plan_run(
     cfg.validate()
     _check_run_args(num_workers, run.num_shards, run.samples_per_shard, run.output_prefix, run.chunk_bytes)
     if run.pool_tokens < 1:
-        raise UsageError(f"--pool_tokens {run.pool_tokens}: must be at least 1; the default is {DEFAULT_POOL_TOKENS}")
+        raise UsageError(
+            f"--pool_tokens {run.pool_tokens}: must be at least 1; the default is {DEFAULT_POOL_TOKENS}"
+        )
     check_encoding(run.encoding, run.errors)
     files = expand_inputs(inputs)
     out_dir = Path(output_dir)
@@ -614,7 +641,12 @@ def finish_set(
     if sum(count for _, count in spool) != samples:
         raise RuntimeError(f"the spool holds {sum(count for _, count in spool)} samples, expected {samples}")
     jobs = [
-        (list(spool), str(labels), str(staging / SHARD_NAME.format(prefix=plan.run.output_prefix, index=k)), k)
+        (
+            list(spool),
+            str(labels),
+            str(staging / SHARD_NAME.format(prefix=plan.run.output_prefix, index=k)),
+            k,
+        )
         for k in range(num_shards)
     ]
     log.info("write: %d shard(s)", num_shards)
@@ -654,7 +686,11 @@ def publish_set(staging: Path, output_dir: str | os.PathLike[str]) -> None:
 
 
 def _check_run_args(
-    num_workers: int, num_shards: int | None, samples_per_shard: int | None, output_prefix: str, chunk_bytes: int
+    num_workers: int,
+    num_shards: int | None,
+    samples_per_shard: int | None,
+    output_prefix: str,
+    chunk_bytes: int,
 ) -> None:
     if num_workers < 1:
         raise UsageError(f"--num_workers {num_workers}: must be at least 1")
@@ -665,7 +701,9 @@ def _check_run_args(
     if samples_per_shard is not None and samples_per_shard < 1:
         raise UsageError(f"--samples_per_shard {samples_per_shard}: must be at least 1")
     if not output_prefix or "/" in output_prefix or os.sep in output_prefix:
-        raise UsageError(f"--output_prefix {output_prefix!r}: must be a non-empty file-name prefix without '/'")
+        raise UsageError(
+            f"--output_prefix {output_prefix!r}: must be a non-empty file-name prefix without '/'"
+        )
     if chunk_bytes < 1:
         raise UsageError(
             f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be at least 1 byte; "
@@ -713,7 +751,9 @@ class _WorkerMap:
             context, initializer, initargs = mp.get_context("fork"), _init_forked_worker, ()
         else:
             context, initializer, initargs = mp.get_context("spawn"), _init_worker, self.init_args
-        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=initializer, initargs=initargs)
+        self.pool = ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=initializer, initargs=initargs
+        )
         # A stop signal raised inside the fork hooks (logging's) would be swallowed: hold it
         # until the workers exist, then stop with them shut down.
         with interrupt.deferred_signals():
@@ -756,7 +796,7 @@ def _build_all(
     bar = tqdm(total=total_bytes, desc="tokenize", unit="B", unit_scale=True, disable=_disabled(progress))
     documents = []
     with bar:
-        for result in parallel_map(_tokenize_chunk, zip(chunks, folders)):
+        for result in parallel_map(_tokenize_chunk, zip(chunks, folders, strict=True)):
             interrupt.check()
             documents.append(result.documents)
             totals.tokens += result.tokens
@@ -769,7 +809,7 @@ def _build_all(
     bar = tqdm(total=len(jobs), desc="pairs+masks", unit="unit", disable=_disabled(progress))
     spool = []
     with bar:
-        for (_, folder, _, _), count in zip(jobs, parallel_map(_build_unit, jobs)):
+        for (_, folder, _, _), count in zip(jobs, parallel_map(_build_unit, jobs), strict=True):
             interrupt.check()
             spool.append((str(Path(folder) / "records.bin"), count))
             totals.records += count
@@ -779,7 +819,12 @@ def _build_all(
 
 
 def build_pool(
-    folders: Sequence[str], documents: Sequence[int], tokens: int, pool_tokens: int, seed: int, pool_folder: Path
+    folders: Sequence[str],
+    documents: Sequence[int],
+    tokens: int,
+    pool_tokens: int,
+    seed: int,
+    pool_folder: Path,
 ) -> np.ndarray:
     """Gather the random-next pool from the tokenized units (``documents`` per unit, ``tokens``
     in all) into ``pool_folder``; returns each unit's first document number."""
@@ -828,9 +873,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", required=True, help="directory for <prefix>_training_<k>.hdf5")
     parser.add_argument("--output_prefix", default="corpus", help="shard name prefix (default: corpus)")
     parser.add_argument("--max_seq_len", type=int, default=128, help="tokens per sample (default: 128)")
-    parser.add_argument("--max_pred_len", type=int, default=20, help="most masked tokens per sample (default: 20)")
-    parser.add_argument("--masked_lm_prob", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
-    parser.add_argument("--short_seq_prob", type=float, default=0.1, help="share of short targets (default: 0.1)")
+    parser.add_argument(
+        "--max_pred_len", type=int, default=20, help="most masked tokens per sample (default: 20)"
+    )
+    parser.add_argument(
+        "--masked_lm_prob", type=float, default=0.15, help="share of tokens masked (default: 0.15)"
+    )
+    parser.add_argument(
+        "--short_seq_prob", type=float, default=0.1, help="share of short targets (default: 0.1)"
+    )
     parser.add_argument("--dupe_factor", type=int, default=5, help="passes with different masks (default: 5)")
     parser.add_argument("--seed", type=int, default=12345, help="random seed (default: 12345)")
     parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
@@ -854,7 +905,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="lower-case and strip accents (default; for uncased vocabs)",
     )
-    parser.add_argument("--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)")
+    parser.add_argument(
+        "--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)"
+    )
     parser.add_argument(
         "--num_workers",
         type=int,
@@ -874,7 +927,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"changes the output (default: {DEFAULT_CHUNK_MB:g})",
     )
     parser.add_argument(
-        "--encoding", default="utf-8", help="of the corpus files, ASCII-compatible (default: utf-8; e.g. latin-1)"
+        "--encoding",
+        default="utf-8",
+        help="of the corpus files, ASCII-compatible (default: utf-8; e.g. latin-1)",
     )
     parser.add_argument(
         "--errors",
@@ -956,7 +1011,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if interrupt.received() is None:
             raise
         stopped = interrupt.Interrupted(interrupt.received())
-        print(f"{parser.prog}: {stopped}: stopped; nothing published, {args.output_dir} unchanged", file=sys.stderr)
+        print(
+            f"{parser.prog}: {stopped}: stopped; nothing published, {args.output_dir} unchanged",
+            file=sys.stderr,
+        )
         return stopped.exit_code
     if interrupt.received() is not None:  # arrived while publishing: the complete set is in place
         stopped = interrupt.Interrupted(interrupt.received())

@@ -123,7 +123,9 @@ def _wait_for(paths: Sequence[Path], what: str, work: WorkFolder, poll: float, t
             return
         failed = sorted(work.root.glob("failed-*.txt"))
         if failed:
-            raise UsageError(f"stopped: {failed[0].stem} reported: {failed[0].read_text(encoding='utf-8').strip()}")
+            raise UsageError(
+                f"stopped: {failed[0].stem} reported: {failed[0].read_text(encoding='utf-8').strip()}"
+            )
         if time.monotonic() - started > timeout:
             raise UsageError(
                 f"waited {timeout:.0f} s for {len(pending)} {what} (e.g. {pending[0].name}) from the other "
@@ -154,7 +156,11 @@ def run_index(
     with WorkerMap(workers, vocab_path, cfg, run.encoding, run.errors) as parallel_map:
         todo = [k for k in mine if not work.tokenized(k).exists()]
         log.info("tokenize: %d of %d unit(s) on pod %d of %d", len(todo), len(units), index, completions)
-        for k, result in zip(todo, parallel_map(tokenize_unit, [(plan.chunks[k], str(work.unit(k))) for k in todo])):
+        for k, result in zip(
+            todo,
+            parallel_map(tokenize_unit, [(plan.chunks[k], str(work.unit(k))) for k in todo]),
+            strict=False,
+        ):
             interrupt.check()
             _write_atomically(work.tokenized(k), json.dumps(result.__dict__))
         _wait_for([work.tokenized(k) for k in units], "tokenized unit(s)", work, poll, timeout)
@@ -166,13 +172,15 @@ def run_index(
             partial = work.root / f".pool.{os.getpid()}.partial"
             shutil.rmtree(partial, ignore_errors=True)
             tokens = sum(r["tokens"] for r in results)
-            build_pool([str(work.unit(k)) for k in units], documents, tokens, run.pool_tokens, cfg.seed, partial)
+            build_pool(
+                [str(work.unit(k)) for k in units], documents, tokens, run.pool_tokens, cfg.seed, partial
+            )
             partial.replace(work.pool)
         _wait_for([work.pool], "random-next pool", work, poll, timeout)
         todo = [k for k in mine if not work.spooled(k).exists()]
         log.info("samples: %d unit(s)", len(todo))
         jobs = [(k, str(work.unit(k)), int(first_document[k]), str(work.pool)) for k in todo]
-        for k, count in zip(todo, parallel_map(unit_records, jobs)):
+        for k, count in zip(todo, parallel_map(unit_records, jobs), strict=True):
             interrupt.check()
             _write_atomically(work.spooled(k), json.dumps({"records": count}))
         if index != 0:
@@ -208,7 +216,10 @@ def _parser():
     parser.add_argument("--work_dir", required=True, help="shared folder for intermediate results")
     parser.add_argument("--marker", default=None, help="file written by pod 0 once the set is published")
     parser.add_argument(
-        "--poll_seconds", type=float, default=DEFAULT_POLL_SECONDS, help="how often a waiting pod looks (default: 10)"
+        "--poll_seconds",
+        type=float,
+        default=DEFAULT_POLL_SECONDS,
+        help="how often a waiting pod looks (default: 10)",
     )
     parser.add_argument(
         "--barrier_timeout",
@@ -224,7 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     index = args.index if args.index is not None else os.environ.get("JOB_COMPLETION_INDEX")
     if index is None or not str(index).isdigit() or not 0 <= int(index) < args.completions:
-        parser.error(f"--index {index}: give 0 to --completions - 1, or run in an Indexed Job ($JOB_COMPLETION_INDEX)")
+        parser.error(
+            f"--index {index}: give 0 to --completions - 1, or run in an Indexed Job ($JOB_COMPLETION_INDEX)"
+        )
     index = int(index)
     output_dir = Path(args.output_dir)
     marker = Path(args.marker) if args.marker else None
@@ -249,10 +262,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             _check_settings(work, plan.settings, args.completions)
             try:
                 done = run_index(
-                    plan, args.vocab, output_dir, work, index=index, completions=args.completions,
-                    num_workers=args.num_workers, overwrite=args.overwrite, marker=marker,
-                    poll=args.poll_seconds, timeout=args.barrier_timeout,
-                )  # fmt: skip
+                    plan,
+                    args.vocab,
+                    output_dir,
+                    work,
+                    index=index,
+                    completions=args.completions,
+                    num_workers=args.num_workers,
+                    overwrite=args.overwrite,
+                    marker=marker,
+                    poll=args.poll_seconds,
+                    timeout=args.barrier_timeout,
+                )
             except UsageError as err:
                 if not str(err).startswith("stopped: "):  # the others learn of it from the folder
                     _write_atomically(work.failure(index), str(err))

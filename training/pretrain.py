@@ -31,13 +31,13 @@ from training.cli import parse_args
 from training.data import DataPosition, ShardFormatError, ShardStream, make_loader, position_from_tensor
 from training.device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
 from training.launch import launch_env
-from training.metrics import RunStats, StepLogger, model_flops_per_seq, mfu, summary
+from training.metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
 from training.model import PretrainingModule, build_model, count_parameters
 from training.optim import MasterWeights, apply_hyperparameters
 from training.preflight import PreflightError, preflight
 from training.resume import ResumeError, check_flags, check_resumed_loss, saved_flags
-from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from training.step import make_trainer, optimizer_step
+from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 
 log = logging.getLogger("training.pretrain")
 
@@ -85,8 +85,9 @@ def param_digest(module: PretrainingModule) -> str:
 class StepReporter:
     """Rank 0's per-step bookkeeping, run when the step's values are on the host."""
 
-    def __init__(self, logger: StepLogger, global_batch: int, flops_per_seq: float,
-                 peak: float | None, world_size: int) -> None:  # fmt: skip
+    def __init__(
+        self, logger: StepLogger, global_batch: int, flops_per_seq: float, peak: float | None, world_size: int
+    ) -> None:
         self.logger = logger
         self.global_batch = global_batch
         self.flops_per_seq = flops_per_seq
@@ -109,13 +110,16 @@ class StepReporter:
             self.resumed = None
             check_resumed_loss(loss_v, recorded, path, step)
         self.stats.add(step, seq_per_s, loss_v)
-        self.logger.log(step, {
-            "loss": loss_v,
-            "lr": lr,
-            "grad_norm": float(grad_norm.item()),
-            "seq_per_s": seq_per_s,
-            "mfu": mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size),
-        })  # fmt: skip
+        self.logger.log(
+            step,
+            {
+                "loss": loss_v,
+                "lr": lr,
+                "grad_norm": float(grad_norm.item()),
+                "seq_per_s": seq_per_s,
+                "mfu": mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size),
+            },
+        )
 
 
 def train(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -155,11 +159,18 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     config = module.hf_model.config
     module = backend.prepare_model(module, precision)
     trainer = make_trainer(
-        backend, module, precision=precision, optimizer=args.optimizer, lr=args.lr,
-        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
-        grad_accum=args.grad_accum_usteps, max_grad_norm=args.max_grad_norm,
+        backend,
+        module,
+        precision=precision,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        max_steps=args.max_steps,
+        grad_accum=args.grad_accum_usteps,
+        max_grad_norm=args.max_grad_norm,
         fp32_master_weights=args.fp32_master_weights,
-    )  # fmt: skip
+    )
     master, optimizer, scheduler = trainer.master, trainer.optimizer, trainer.scheduler
 
     root = ckpt.checkpoint_root(output)
@@ -193,15 +204,32 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     flops_per_seq = model_flops_per_seq(config.num_hidden_layers, config.hidden_size, args.seq_len)
     peak = args.peak_tflops * 1e12 if args.peak_tflops else backend.peak_flops()
     if rank == 0:
-        log.info("device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), "
-                 "steps %d -> %d of %d", device, precision, " + fp32 master" if master else "",
-                 world, global_batch, args.model, count_parameters(module) / 1e6, step, end_step,
-                 args.max_steps)  # fmt: skip
+        log.info(
+            "device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), "
+            "steps %d -> %d of %d",
+            device,
+            precision,
+            " + fp32 master" if master else "",
+            world,
+            global_batch,
+            args.model,
+            count_parameters(module) / 1e6,
+            step,
+            end_step,
+            args.max_steps,
+        )
 
     stream = ShardStream(
-        files, batch_size=args.batch_size, seq_len=args.seq_len, max_pred_len=args.max_pred_len,
-        rank=rank, world_size=world, seed=args.seed, start=position, vocab_size=config.vocab_size,
-    )  # fmt: skip
+        files,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        max_pred_len=args.max_pred_len,
+        rank=rank,
+        world_size=world,
+        seed=args.seed,
+        start=position,
+        vocab_size=config.vocab_size,
+    )
     loader = make_loader(stream, num_workers=args.num_workers, pin_memory=device == "cuda")
     batches = backend.batches(loader)
     trainer.model = backend.wrap_model(module)
@@ -209,8 +237,13 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
 
     writes = rank == 0 and not args.precompile
     # Resumed: TensorBoard hides the events a previous attempt wrote from this step on.
-    logger = StepLogger(writes, Path(args.step_log), args.tensorboard_dir, restart,
-                        purge_step=step + 1 if loaded is not None else None)  # fmt: skip
+    logger = StepLogger(
+        writes,
+        Path(args.step_log),
+        args.tensorboard_dir,
+        restart,
+        purge_step=step + 1 if loaded is not None else None,
+    )
     reporter = StepReporter(logger, global_batch, flops_per_seq, peak, world)
     if loaded is not None:
         reporter.resumed = (loaded.path, loaded.meta.get("loss"))
@@ -220,9 +253,10 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
         backend.synchronize()  # everything materialised before rank 0 copies it to the host
         pos = position_from_tensor(last_position) if last_position is not None else position
         ckpt.save_checkpoint(
-            root, at_step, ckpt.Comm(rank, world, backend.barrier),
-            rank_state={"data_position": pos.as_list(),
-                        "rng": ckpt.capture_rng_state(backend.rng_state())},
+            root,
+            at_step,
+            ckpt.Comm(rank, world, backend.barrier),
+            rank_state={"data_position": pos.as_list(), "rng": ckpt.capture_rng_state(backend.rng_state())},
             global_state=lambda: {
                 "model": model_state(module, master),
                 "optimizer": optimizer.state_dict(),
@@ -233,10 +267,13 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
                 "args": vars(args),
             },
             keep=args.keep_checkpoints,
-            meta=lambda: {"args": saved_flags(args), "num_shards": len(files),
-                          "loss": reporter.stats.losses[-1] if reporter.stats.losses else None},
+            meta=lambda: {
+                "args": saved_flags(args),
+                "num_shards": len(files),
+                "loss": reporter.stats.losses[-1] if reporter.stats.losses else None,
+            },
             verify_and_prune=not stopping,  # inside the grace period: the next save prunes
-        )  # fmt: skip
+        )
         if rank == 0:
             log.info("checkpoint step %d written", at_step)
 
@@ -265,8 +302,10 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
         backend.barrier()
         del batches, loader
         backend.shutdown()
-        raise Stopped(f"stopped by SIGTERM after step {step}; checkpoint {ckpt.step_dir_name(step)} "
-                      f"holds it; exiting {STOP_EXIT_CODE} so the job restarts and resumes")
+        raise Stopped(
+            f"stopped by SIGTERM after step {step}; checkpoint {ckpt.step_dir_name(step)} "
+            f"holds it; exiting {STOP_EXIT_CODE} so the job restarts and resumes"
+        )
 
     if args.param_digest and not args.precompile:
         digest_dir = output / "param_digest"
@@ -275,12 +314,23 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     result = None
     if writes:
         result = summary(
-            reporter.stats, start_step=start_step, end_step=step, wall_s=wall,
-            global_batch=global_batch, flops_per_seq=flops_per_seq, peak_per_device=peak,
+            reporter.stats,
+            start_step=start_step,
+            end_step=step,
+            wall_s=wall,
+            global_batch=global_batch,
+            flops_per_seq=flops_per_seq,
+            peak_per_device=peak,
             world_size=world,
-            extra={"device": device, "precision": precision, "model": args.model,
-                   "optimizer": args.optimizer, "restart": restart, "max_steps": args.max_steps},
-        )  # fmt: skip
+            extra={
+                "device": device,
+                "precision": precision,
+                "model": args.model,
+                "optimizer": args.optimizer,
+                "restart": restart,
+                "max_steps": args.max_steps,
+            },
+        )
         metrics_file = Path(args.metrics_file)
         if step == start_step and metrics_file.exists():
             # A restart of a finished run: keep the summary of the run that did the work.
@@ -300,7 +350,7 @@ def one_line(e: BaseException) -> str:
     lines = [x for x in str(e).strip().splitlines() if x.strip()]
     last = lines[-1].strip() if lines else type(e).__name__
     prefix = f"{type(e).__module__}.{type(e).__name__}: "
-    return last[len(prefix):] if last.startswith(prefix) else last
+    return last[len(prefix) :] if last.startswith(prefix) else last
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,7 +74,10 @@ def check_flags(meta: dict[str, Any], args: argparse.Namespace, num_shards: int,
                 change = f"--{name} is {'set' if new else 'not set'}, unlike in the run of checkpoint {path}"
                 fix = f"resume {'with' if old else 'without'} --{name}"
             else:
-                change, fix = f"--{name} {new} differs from {old} in checkpoint {path}", f"resume with --{name} {old}"
+                change, fix = (
+                    f"--{name} {new} differs from {old} in checkpoint {path}",
+                    f"resume with --{name} {old}",
+                )
             raise ResumeError(f"{change}: {why}; {fix} or use a new --output_dir")
         applied.append(f"--{name} changed from {old} to {new} since checkpoint {path.name}: applied ({why})")
     old_shards = meta.get(NUM_SHARDS_KEY)
@@ -90,9 +93,13 @@ def check_flags(meta: dict[str, Any], args: argparse.Namespace, num_shards: int,
 def check_resumed_loss(loss: float, recorded: float | None, path: Path, step: int) -> None:
     """ResumeError when the first loss after resuming from ``path`` is not finite or jumped."""
     if not math.isfinite(loss):
-        raise ResumeError(f"loss {loss} at step {step}, the first after resuming from {path}: "
-                          "the restored state is wrong; move that checkpoint out to fall back to an older one")
+        raise ResumeError(
+            f"loss {loss} at step {step}, the first after resuming from {path}: "
+            "the restored state is wrong; move that checkpoint out to fall back to an older one"
+        )
     if recorded is not None and loss > LOSS_JUMP_FACTOR * recorded + LOSS_JUMP_MARGIN:
-        raise ResumeError(f"loss {loss:.4g} at step {step}, the first after resuming from {path}, which "
-                          f"recorded {recorded:.4g}: the restored state is wrong; move that checkpoint "
-                          "out to fall back to an older one")
+        raise ResumeError(
+            f"loss {loss:.4g} at step {step}, the first after resuming from {path}, which "
+            f"recorded {recorded:.4g}: the restored state is wrong; move that checkpoint "
+            "out to fall back to an older one"
+        )

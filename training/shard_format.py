@@ -145,7 +145,9 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
     path = directory / MANIFEST_NAME
     if not path.is_file():
         found = sorted(p.name for p in directory.glob(SHARD_PATTERN)) if directory.is_dir() else []
-        what = f"{len(found)} {SHARD_PATTERN} file(s) but no {MANIFEST_NAME}" if found else f"no {MANIFEST_NAME}"
+        what = (
+            f"{len(found)} {SHARD_PATTERN} file(s) but no {MANIFEST_NAME}" if found else f"no {MANIFEST_NAME}"
+        )
         raise ManifestError(
             f"{directory}: {what}; a shard set is used only with its manifest (an interrupted run "
             f"leaves none). If the shards are complete, make one with `python -m training.shard_format "
@@ -172,7 +174,11 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
     for entry in manifest.shards:
         shard = directory / entry.name
         if not shard.is_file() or shard.stat().st_size != entry.bytes:
-            state = "is missing" if not shard.is_file() else f"has {shard.stat().st_size} bytes, not {entry.bytes}"
+            state = (
+                "is missing"
+                if not shard.is_file()
+                else f"has {shard.stat().st_size} bytes, not {entry.bytes}"
+            )
             raise ManifestError(f"{path}: shard {entry.name} {state}; the set is incomplete or was changed")
     return manifest
 
@@ -183,14 +189,19 @@ def verify_checksums(directory: str | os.PathLike[str], threads: int = 8) -> Man
     names = [e.name for e in manifest.shards]
     with ThreadPoolExecutor(threads) as pool:  # hashlib releases the GIL on large blocks
         digests = list(pool.map(lambda n: sha256_of(Path(directory) / n), names))
-    for entry, digest in zip(manifest.shards, digests):
+    for entry, digest in zip(manifest.shards, digests, strict=True):
         if digest != entry.sha256:
-            raise ManifestError(f"{Path(directory) / entry.name}: SHA-256 {digest} differs from the manifest's")
+            raise ManifestError(
+                f"{Path(directory) / entry.name}: SHA-256 {digest} differs from the manifest's"
+            )
     return manifest
 
 
 def manifest_for_existing(
-    directory: str | os.PathLike[str], pattern: str = SHARD_PATTERN, source: str | None = None, threads: int = 8
+    directory: str | os.PathLike[str],
+    pattern: str = SHARD_PATTERN,
+    source: str | None = None,
+    threads: int = 8,
 ) -> Manifest:
     """Describe shards made elsewhere: counts and shapes read from each file, checksums computed."""
     import h5py  # the reader needs it anyway; kept local so the constants import without it
@@ -209,12 +220,15 @@ def manifest_for_existing(
         except (OSError, KeyError) as err:
             raise ManifestError(f"{directory / name}: not a shard of this format ({err})") from None
     if len(shapes) != 1:
-        raise ManifestError(f"{directory}: shards of different shapes (seq_len, max_pred_len) {sorted(shapes)}")
+        raise ManifestError(
+            f"{directory}: shards of different shapes (seq_len, max_pred_len) {sorted(shapes)}"
+        )
     ((seq_len, max_pred_len),) = shapes
     with ThreadPoolExecutor(threads) as pool:
         digests = list(pool.map(lambda n: sha256_of(directory / n), names))
     entries = tuple(
-        ShardEntry(n, c, (directory / n).stat().st_size, d) for n, c, d in zip(names, counts, digests)
+        ShardEntry(n, c, (directory / n).stat().st_size, d)
+        for n, c, d in zip(names, counts, digests, strict=True)
     )
     settings = {"source": source} if source else {}
     return Manifest(entries, seq_len, max_pred_len, None, settings)
@@ -286,11 +300,15 @@ def publish(staging: str | os.PathLike[str], output_dir: str | os.PathLike[str])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.shard_format", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m training.shard_format", description=__doc__.split("\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     write = commands.add_parser("write", help="make manifest.json for the shards in DIR")
     write.add_argument("directory")
-    write.add_argument("--pattern", default=SHARD_PATTERN, help=f"shard file names (default: {SHARD_PATTERN})")
+    write.add_argument(
+        "--pattern", default=SHARD_PATTERN, help=f"shard file names (default: {SHARD_PATTERN})"
+    )
     write.add_argument("--source", default=None, help="where the shards came from, recorded in the manifest")
     verify = commands.add_parser("verify", help="check DIR's shards against its manifest (sizes, SHA-256)")
     verify.add_argument("directory")
@@ -299,10 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "write":
             manifest = manifest_for_existing(args.directory, args.pattern, args.source)
             write_manifest(args.directory, manifest)
-            print(f"{args.directory}/{MANIFEST_NAME}: {len(manifest.shards)} shards, {manifest.samples} samples")
+            print(
+                f"{args.directory}/{MANIFEST_NAME}: {len(manifest.shards)} shards, {manifest.samples} samples"
+            )
         else:
             manifest = verify_checksums(args.directory)
-            print(f"{args.directory}: {len(manifest.shards)} shards, {manifest.samples} samples, checksums match")
+            print(
+                f"{args.directory}: {len(manifest.shards)} shards, {manifest.samples} samples, checksums match"
+            )
     except (ManifestError, OSError) as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 1

@@ -60,12 +60,18 @@ def make_trainer(
     opt_groups = master.groups if master else groups
     opt = build_optimizer(optimizer, opt_groups, lr)
     return Trainer(
-        backend=backend, module=module, model=module, optimizer=opt,
-        scheduler=build_scheduler(opt, warmup_steps, max_steps), precision=precision,
-        grad_accum=grad_accum, max_grad_norm=max_grad_norm,
+        backend=backend,
+        module=module,
+        model=module,
+        optimizer=opt,
+        scheduler=build_scheduler(opt, warmup_steps, max_steps),
+        precision=precision,
+        grad_accum=grad_accum,
+        max_grad_norm=max_grad_norm,
         model_params=[p for g in groups for p in g["params"]],
-        opt_params=[p for g in opt_groups for p in g["params"]], master=master,
-    )  # fmt: skip
+        opt_params=[p for g in opt_groups for p in g["params"]],
+        master=master,
+    )
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 class UsageError(ValueError):
     """A user error the CLIs report as one line (exit code 2) instead of a traceback."""
 
+
 ERROR_MODES = ("strict", "replace")
 _SNIFF_BYTES = 8192
 #: Leading bytes of formats given to a text tool by mistake (each format's documented magic number).

@@ -15,8 +15,16 @@ from __future__ import annotations
 import torchx.specs as specs
 
 from training.job_spec import (
-    DATA_MOUNT, RDZV_PORT, TASK_NAME, compute_resources, container_command, container_env,
-    device_limits, job_paths, pod_security_context, training_security_context,
+    DATA_MOUNT,
+    RDZV_PORT,
+    TASK_NAME,
+    compute_resources,
+    container_command,
+    container_env,
+    device_limits,
+    job_paths,
+    pod_security_context,
+    training_security_context,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -58,35 +66,50 @@ def trn_dist_ddp(
     nproc = nproc_per_node or facts.neuron_cores
     workers = nnodes * nproc
     if nproc > facts.neuron_cores or global_batch % (batch_size * workers):
-        raise ValueError(f"nproc_per_node {nproc} (max {facts.neuron_cores}) or global_batch {global_batch} "
-                         f"not a multiple of {batch_size} x {workers}")
+        raise ValueError(
+            f"nproc_per_node {nproc} (max {facts.neuron_cores}) or global_batch {global_batch} "
+            f"not a multiple of {batch_size} x {workers}"
+        )
     paths = job_paths(dataset_name=dataset_name, cache_set=cache_set, run_name=run_name)
-    args = script_args_from_dict({
-        "model": model, "data_dir": paths.data_dir, "output_dir": paths.output_dir,
-        "batch_size": batch_size, "grad_accum_usteps": global_batch // (batch_size * workers),
-        "max_steps": max_steps, "checkpoint_every": checkpoint_every,
-    }) + list(script_args)
+    args = script_args_from_dict(
+        {
+            "model": model,
+            "data_dir": paths.data_dir,
+            "output_dir": paths.output_dir,
+            "batch_size": batch_size,
+            "grad_accum_usteps": global_batch // (batch_size * workers),
+            "max_steps": max_steps,
+            "checkpoint_every": checkpoint_every,
+        }
+    ) + list(script_args)
     app_id = specs.macros.app_id
     spec = LaunchSpec(
-        nnodes=nnodes, nproc_per_node=nproc, rdzv_backend="c10d",
+        nnodes=nnodes,
+        nproc_per_node=nproc,
+        rdzv_backend="c10d",
         # TorchX makes one Volcano task per replica: node 0's pod is <app>-worker-0-0.
         rdzv_endpoint=f"{app_id}-{TASK_NAME}-0-0.{app_id}:{RDZV_PORT}",
-        max_restarts=max_restarts, script_args=tuple(args),
+        max_restarts=max_restarts,
+        script_args=tuple(args),
     )
     command = container_command(spec, paths)
     requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
-    from trainium_eks.nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
-
     from torchx.specs.overlays import JOIN
 
-    overlay = {"spec": {
-        "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-        "tolerations": [dict(TRAINIUM_TOLERATION)],
-        "securityContext": pod_security_context(),
-        # TorchX names each pod's one container after its replica (worker-0, worker-1, ...):
-        # merge by image, which all replicas share.
-        JOIN("containers", on="image"): [{"image": image, "securityContext": training_security_context()}],
-    }}
+    from trainium_eks.nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
+
+    overlay = {
+        "spec": {
+            "nodeSelector": dict(TRAINIUM_NODE_LABEL),
+            "tolerations": [dict(TRAINIUM_TOLERATION)],
+            "securityContext": pod_security_context(),
+            # TorchX names each pod's one container after its replica (worker-0, worker-1, ...):
+            # merge by image, which all replicas share.
+            JOIN("containers", on="image"): [
+                {"image": image, "securityContext": training_security_context()}
+            ],
+        }
+    }
     role = specs.Role(
         name=TASK_NAME,
         image=image,
@@ -99,8 +122,12 @@ def trn_dist_ddp(
             gpu=0,
             memMB=int(limits["memory"].removesuffix("Mi")) * 1024 * 1024 // 1_000_000,
             capabilities={"node.kubernetes.io/instance-type": instance_type},
-            devices={k: int(v) for k, v in device_limits(
-                neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces).items()},
+            devices={
+                k: int(v)
+                for k, v in device_limits(
+                    neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces
+                ).items()
+            },
         ),
         port_map={"c10d": RDZV_PORT},
         max_retries=max_retries,

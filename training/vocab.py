@@ -25,7 +25,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
@@ -109,7 +108,9 @@ def bert_tokenizer(vocab: dict[str, int] | None, lower_case: bool = True) -> Tok
 # benchmark corpus), and it does not split words at the punctuation marks ¶ « ». BERT splits
 # every punctuation mark off as a token of its own, so spaces put around those three first
 # change nothing for tokenizers and make flash-tokenizer agree.
-FAST_PATH_EXTRA_CHARACTERS = "\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u2022\u00b6\u00ab\u00bb"  # ‘’“”–—…•¶«»
+FAST_PATH_EXTRA_CHARACTERS = (
+    "\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u2022\u00b6\u00ab\u00bb"  # ‘’“”–—…•¶«»
+)
 _SPACED_PUNCTUATION = {ord(c): f" {c} " for c in "\u00b6\u00ab\u00bb"}
 _FAST_LINE = re.compile(f"[\\x20-\\x7e{FAST_PATH_EXTRA_CHARACTERS}]*")
 _NEEDS_SPACES = re.compile("[\u00b6\u00ab\u00bb]")
@@ -141,16 +142,17 @@ class WordPieceEncoder:
         # data tool's processes already fill the cores).
         needs_spaces = _NEEDS_SPACES.search
         fast_lines = [
-            line.translate(_SPACED_PUNCTUATION) if needs_spaces(line) else line for line in (lines[i] for i in fast_rows)
+            line.translate(_SPACED_PUNCTUATION) if needs_spaces(line) else line
+            for line in (lines[i] for i in fast_rows)
         ]
         fast_ids = self.fast.batch_encode(fast_lines, "none", -1, False)
         if not other_rows:
             return [ids[1:-1] for ids in fast_ids]
         out: list[list[int]] = [[] for _ in lines]
-        for row, ids in zip(fast_rows, fast_ids):
+        for row, ids in zip(fast_rows, fast_ids, strict=True):
             out[row] = ids[1:-1]
         others = self.reference.encode_batch_fast([lines[i] for i in other_rows], add_special_tokens=False)
-        for row, encoding in zip(other_rows, others):
+        for row, encoding in zip(other_rows, others, strict=True):
             out[row] = encoding.ids
         return out
 
@@ -197,7 +199,9 @@ def train_vocab(
     vocab = tokenizer.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)
     if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS or len(tokens) > vocab_size:
-        raise RuntimeError(f"WordPiece trainer returned an unexpected vocabulary layout ({len(tokens)} tokens)")
+        raise RuntimeError(
+            f"WordPiece trainer returned an unexpected vocabulary layout ({len(tokens)} tokens)"
+        )
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")

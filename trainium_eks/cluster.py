@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -41,7 +41,8 @@ VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
 def node_role(scope: Construct, id: str) -> iam.Role:
     """The IAM role of a managed nodegroup's instances (:data:`NODE_ROLE_POLICIES`)."""
     return iam.Role(
-        scope, id,
+        scope,
+        id,
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
         managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_ROLE_POLICIES],
     )
@@ -77,16 +78,20 @@ class TrainiumCluster(Construct):
         super().__init__(scope, id)
         release = KUBERNETES_RELEASES[kubernetes_version]
         self.secrets_key = kms.Key(
-            self, "SecretsKey", enable_key_rotation=True,
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
             description="EKS envelope encryption of Kubernetes secrets",
         )
         endpoint = (
             eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_public_cidrs)
-            if endpoint_public_cidrs else eks.EndpointAccess.PRIVATE
+            if endpoint_public_cidrs
+            else eks.EndpointAccess.PRIVATE
         )
         selection = [ec2.SubnetSelection(subnets=list(subnets))]
         self.cluster = eks.Cluster(
-            self, "Cluster",
+            self,
+            "Cluster",
             version=release.eks_version,
             vpc=vpc,
             vpc_subnets=selection,
@@ -107,22 +112,29 @@ class TrainiumCluster(Construct):
         # exists before the first apply (aws_eks_v2 adds no such dependency).
         # Only the functions: the access entry itself refers to the handler's role.
         kubectl_access = self.cluster.node.find_child("ClusterAdminRoleAccess")
-        for path in ("KubectlProvider/Handler/Resource", "KubectlProvider/Provider/framework-onEvent/Resource"):
+        for path in (
+            "KubectlProvider/Handler/Resource",
+            "KubectlProvider/Provider/framework-onEvent/Resource",
+        ):
             function = self.cluster
             for part in path.split("/"):
                 function = function.node.find_child(part)
             function.node.add_dependency(kubectl_access)
         for index, arn in enumerate(admin_principal_arns):
             self.cluster.grant_access(
-                f"Admin{index}", arn,
-                [eks.AccessPolicy.from_access_policy_name(
-                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
-                )],
+                f"Admin{index}",
+                arn,
+                [
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
             )
         CfnOutput(
-            self, "UpdateKubeconfig",
+            self,
+            "UpdateKubeconfig",
             value=f"aws eks update-kubeconfig --name {self.cluster.cluster_name} "
-                  f"--region {Stack.of(self).region}",
+            f"--region {Stack.of(self).region}",
             description="Point kubectl at the cluster (needs an admin access entry and endpoint access)",
         )
         # The VPC CNI as a managed add-on before any node: its own role through Pod Identity (so
@@ -132,34 +144,50 @@ class TrainiumCluster(Construct):
         from .versions import ADDON_PINS
 
         self.vpc_cni_role = pod_identity_role(
-            self, "VpcCniRole", managed_policy="AmazonEKS_CNI_Policy",
-            description="Amazon VPC CNI (aws-node, EKS Pod Identity)")
+            self,
+            "VpcCniRole",
+            managed_policy="AmazonEKS_CNI_Policy",
+            description="Amazon VPC CNI (aws-node, EKS Pod Identity)",
+        )
         self.vpc_cni = managed_addon(
-            self, "VpcCni", cluster=self.cluster, pin=ADDON_PINS["vpc-cni"],
+            self,
+            "VpcCni",
+            cluster=self.cluster,
+            pin=ADDON_PINS["vpc-cni"],
             pod_identity=(VPC_CNI_SERVICE_ACCOUNT, self.vpc_cni_role),
-            configuration=dict(VPC_CNI_CONFIGURATION))
+            configuration=dict(VPC_CNI_CONFIGURATION),
+        )
         self.vpc_cni.node.default_child.resolve_conflicts = "OVERWRITE"
         # IMDSv2 with hop limit 1 here too (the AMI default is 2: pods could reach the node role).
         self.system_launch_template = ec2.CfnLaunchTemplate(
-            self, "SystemLaunchTemplate",
+            self,
+            "SystemLaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_tokens="required", http_endpoint="enabled", http_put_response_hop_limit=1),
-                block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda",
-                    ebs=ec2.CfnLaunchTemplate.EbsProperty(volume_size=50, volume_type="gp3", encrypted=True,
-                                                          delete_on_termination=True))],
+                    http_tokens="required", http_endpoint="enabled", http_put_response_hop_limit=1
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name="/dev/xvda",
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=50, volume_type="gp3", encrypted=True, delete_on_termination=True
+                        ),
+                    )
+                ],
             ),
         )
         lt = self.system_launch_template
         self.system_nodegroup = eks.Nodegroup(
-            self, "SystemNodes",
+            self,
+            "SystemNodes",
             cluster=self.cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             instance_types=[ec2.InstanceType(system_instance_type)],
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
             node_role=node_role(self, "SystemNodeRole"),
-            min_size=system_nodes, desired_size=system_nodes, max_size=system_nodes,
+            min_size=system_nodes,
+            desired_size=system_nodes,
+            max_size=system_nodes,
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
             labels=dict(SYSTEM_NODE_LABEL),
             enable_node_auto_repair=True,

@@ -13,23 +13,23 @@ import ipaddress
 import json
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
+from aws_cdk.region_info import RegionInfo
+
+from .errors import ConfigError  # noqa: F401  (re-exported: part of the public API)
 from .fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from .fsx import resolved_throughput as fsx_resolved_throughput
 from .fsx import s3_uri_problem as fsx_s3_uri_problem
 from .fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from .fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from .fsx import throughput_problem as fsx_throughput_problem
-from aws_cdk.region_info import RegionInfo
-
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .job_naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
 from .network import subnet_layout_problem
 from .versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
-from .errors import ConfigError  # noqa: F401  (re-exported: part of the public API)
-
 
 #: Options that install an EKS managed add-on -> its ADDON_PINS key.
 OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
@@ -39,8 +39,11 @@ ALWAYS_ON_ADDONS = ("pod-identity-agent", "node-monitoring-agent", "vpc-cni")
 
 def unverified_addons(kubernetes_version: str) -> list[str]:
     """Always-on managed add-on pins with no published evidence for ``kubernetes_version``."""
-    return [f"{ADDON_PINS[k].name} {ADDON_PINS[k].version}" for k in ALWAYS_ON_ADDONS
-            if kubernetes_version not in ADDON_EVIDENCE[k]]
+    return [
+        f"{ADDON_PINS[k].name} {ADDON_PINS[k].version}"
+        for k in ALWAYS_ON_ADDONS
+        if kubernetes_version not in ADDON_EVIDENCE[k]
+    ]
 
 
 EFA_LAYOUTS = ("efa", "efa-only")
@@ -55,8 +58,15 @@ _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 _DIRECTIONS = {
-    "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
-    "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
+    "north": "n",
+    "south": "s",
+    "east": "e",
+    "west": "w",
+    "central": "c",
+    "northeast": "ne",
+    "northwest": "nw",
+    "southeast": "se",
+    "southwest": "sw",
 }
 #: Partitions whose AZ-ID scheme is verified: ``<country><direction><n>`` (``usw2-az4``,
 #: ``cnnw1-az1``) and GovCloud's ``us-gov-west-1`` -> ``usgw1`` (the IDs ``aws ec2
@@ -77,17 +87,17 @@ MAX_TAG_KEY, MAX_TAG_VALUE = 128, 256
 _TAG_PUNCTUATION = set("_.:/=+-@")
 #: Largest share of the IPv4 space the public endpoint may be opened to without the opt-in:
 #: 2**24 addresses (one /8, 1/256 of IPv4); an organisation's egress ranges are far smaller.
-MAX_PUBLIC_ENDPOINT_ADDRESSES = 2 ** 24
+MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**24
 
 
-def region_partition(region: str) -> Optional[str]:
+def region_partition(region: str) -> str | None:
     """The partition of ``region`` from aws-cdk-lib's region facts, or None for an unknown region."""
     if region not in {r.name for r in RegionInfo.regions}:
         return None
     return RegionInfo.get(region).partition
 
 
-def az_id_prefix(region: str) -> Optional[str]:
+def az_id_prefix(region: str) -> str | None:
     """The AZ-ID prefix AWS uses for ``region`` (``us-west-2`` -> ``usw2``), if derivable."""
     parts = region.split("-")
     if len(parts) not in (3, 4) or parts[-2] not in _DIRECTIONS or not parts[-1].isdigit():
@@ -102,7 +112,7 @@ def _tag_text_ok(text: str) -> bool:
     return all(ch in _TAG_PUNCTUATION or unicodedata.category(ch)[0] in "LNZ" for ch in text)
 
 
-def tag_problem(key: Any, value: Any) -> Optional[str]:
+def tag_problem(key: Any, value: Any) -> str | None:
     """Why AWS would refuse the tag ``key``=``value`` (None when it is valid)."""
     if not isinstance(key, str) or not isinstance(value, str):
         return "tag keys and values are strings"
@@ -126,7 +136,7 @@ _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _ECR_COMPONENT = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 
 
-def name_prefix_problem(prefix: str, nodes: int) -> Optional[str]:
+def name_prefix_problem(prefix: str, nodes: int) -> str | None:
     """Why a name built from ``prefix`` would be refused (None when all are valid)."""
     pod_suffix = len(f"-worker-{max(nodes - 1, 0)}")
     derived = (
@@ -135,11 +145,16 @@ def name_prefix_problem(prefix: str, nodes: int) -> Optional[str]:
         ("Volcano job name", f"{prefix}-{'0' * HASH_CHARS}", DNS1123_LABEL, MAX_LABEL - pod_suffix),
     )
     for what, name, rule, max_len in derived:
-        ok = (all(_ECR_COMPONENT.match(part) for part in name.split("/")) if rule is None
-              else bool(rule.match(name)))
+        ok = (
+            all(_ECR_COMPONENT.match(part) for part in name.split("/"))
+            if rule is None
+            else bool(rule.match(name))
+        )
         if not ok or len(name) > max_len:
-            return (f"the {what} '{name}' built from it is invalid; use lower-case letters and digits "
-                    f"with single '-' between them, starting with a letter")
+            return (
+                f"the {what} '{name}' built from it is invalid; use lower-case letters and digits "
+                f"with single '-' between them, starting with a letter"
+            )
     return None
 
 
@@ -173,7 +188,7 @@ class PlatformConfig:
     #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
     root_volume_gib: int = 512
     #: Capacity reservation or Capacity Block to launch into (``cr-`` + 17 hex), if any.
-    capacity_reservation_id: Optional[str] = None
+    capacity_reservation_id: str | None = None
     #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
     capacity_type: str = "on-demand"
     #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
@@ -187,7 +202,7 @@ class PlatformConfig:
     nat_gateways: int = 1
     #: Use an existing VPC instead of creating one: its id, plus private subnet ids with the
     #: Trainium-AZ subnet first and the second-AZ subnet next.
-    existing_vpc_id: Optional[str] = None
+    existing_vpc_id: str | None = None
     existing_private_subnet_ids: tuple[str, ...] = ()
     #: Size of the system nodegroup that runs controllers.
     system_nodes: int = 2
@@ -201,13 +216,13 @@ class PlatformConfig:
     #: PERSISTENT_2 throughput tier, MB/s per TiB (125/250/500/1000). Unset: 125, the cheapest,
     #: which is enough for BERT (~1 KB read per sequence, a ~4 GB checkpoint now and then:
     #: 150 MB/s at 1.2 TiB). Must stay unset for SCRATCH_2 (fixed throughput).
-    fsx_throughput_per_tib: Optional[int] = None
+    fsx_throughput_per_tib: int | None = None
     #: LZ4 compression on FSx (less capacity and throughput used by compressible files).
     fsx_compression: bool = True
     #: S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any.
-    fsx_s3_import_uri: Optional[str] = None
+    fsx_s3_import_uri: str | None = None
     #: S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any.
-    fsx_s3_export_uri: Optional[str] = None
+    fsx_s3_export_uri: str | None = None
     #: Images the ECR repository keeps (newest first; untagged ones expire after 7 days).
     ecr_keep_images: int = 20
     # [addons] fields (add-on options) go here.
@@ -242,8 +257,10 @@ class PlatformConfig:
     #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs etcd_enabled).
     training_rdzv_backend: str = "c10d"
     #: Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging).
-    training_dataset_source: str = ("s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
-                                    "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar")
+    training_dataset_source: str = (
+        "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
+        "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
+    )
     #: The shards land in /data/datasets/<name>.
     training_dataset_name: str = "bert-wikicorpus-seq128"
     #: Neuron compile cache set: /data/neuron-cache/<set>. Never the same for two running jobs.
@@ -288,8 +305,11 @@ def _validate(c: PlatformConfig) -> None:
     if partition is None:
         raise ConfigError("region", c.region, "not an AWS region aws-cdk-lib knows; check the spelling")
     if partition not in SUPPORTED_PARTITIONS:
-        why = ("EKS Pod Identity, which the add-ons' credentials use, is not offered in China regions"
-               if partition == "aws-cn" else f"its partition {partition} is not supported")
+        why = (
+            "EKS Pod Identity, which the add-ons' credentials use, is not offered in China regions"
+            if partition == "aws-cn"
+            else f"its partition {partition} is not supported"
+        )
         raise ConfigError("region", c.region, f"{why}; use a region of {', '.join(SUPPORTED_PARTITIONS)}")
     for name, value in ((f.name, getattr(c, f.name)) for f in dataclasses.fields(c)):
         if isinstance(value, tuple):
@@ -301,24 +321,39 @@ def _validate(c: PlatformConfig) -> None:
     for name in ("trainium_az_id", "second_az_id"):
         value = getattr(c, name)
         if _AZ_NAME.match(value):
-            raise ConfigError(name, value, "this is an AZ name; give the AZ ID (e.g. 'usw2-az4'), "
-                              "see `aws ec2 describe-availability-zones`")
+            raise ConfigError(
+                name,
+                value,
+                "this is an AZ name; give the AZ ID (e.g. 'usw2-az4'), "
+                "see `aws ec2 describe-availability-zones`",
+            )
         if not _AZ_ID.match(value):
             raise ConfigError(name, value, "give an AZ ID such as 'usw2-az4'")
         prefix = az_id_prefix(c.region)
         if prefix is None:
-            raise ConfigError("region", c.region, "no AZ-ID scheme is known for it; use a region "
-                              "such as us-west-2 or us-gov-west-1")
+            raise ConfigError(
+                "region",
+                c.region,
+                "no AZ-ID scheme is known for it; use a region such as us-west-2 or us-gov-west-1",
+            )
         if not value.startswith(prefix + "-"):
             raise ConfigError(name, value, f"AZ IDs of region {c.region} start with '{prefix}-'")
     if c.trainium_az_id == c.second_az_id:
-        raise ConfigError("second_az_id", c.second_az_id,
-                          "must differ from trainium_az_id: the EKS control plane needs two AZs")
+        raise ConfigError(
+            "second_az_id",
+            c.second_az_id,
+            "must differ from trainium_az_id: the EKS control plane needs two AZs",
+        )
     if c.instance_type not in INSTANCE_FACTS:
-        raise ConfigError("instance_type", c.instance_type,
-                          f"choose one of {', '.join(INSTANCE_FACTS)}")
-    for name in ("min_nodes", "desired_nodes", "max_nodes", "root_volume_gib", "nat_gateways",
-                 "system_nodes"):
+        raise ConfigError("instance_type", c.instance_type, f"choose one of {', '.join(INSTANCE_FACTS)}")
+    for name in (
+        "min_nodes",
+        "desired_nodes",
+        "max_nodes",
+        "root_volume_gib",
+        "nat_gateways",
+        "system_nodes",
+    ):
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(name, value, "must be a whole number")
@@ -329,43 +364,59 @@ def _validate(c: PlatformConfig) -> None:
     if c.min_nodes > c.max_nodes:
         raise ConfigError("min_nodes", c.min_nodes, f"must not exceed max_nodes ({c.max_nodes})")
     if not c.min_nodes <= c.desired_nodes <= c.max_nodes:
-        raise ConfigError("desired_nodes", c.desired_nodes,
-                          f"must lie between min_nodes ({c.min_nodes}) and max_nodes ({c.max_nodes})")
+        raise ConfigError(
+            "desired_nodes",
+            c.desired_nodes,
+            f"must lie between min_nodes ({c.min_nodes}) and max_nodes ({c.max_nodes})",
+        )
     if c.desired_nodes == 0:
         raise ConfigError("desired_nodes", 0, "training needs at least 1 Trainium node")
     if c.max_nodes > 1 and not c.facts.multi_node:
-        raise ConfigError("max_nodes", c.max_nodes,
-                          f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
-                          "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge")
+        raise ConfigError(
+            "max_nodes",
+            c.max_nodes,
+            f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
+            "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge",
+        )
     if c.kubernetes_version not in KUBERNETES_RELEASES:
-        raise ConfigError("kubernetes_version", c.kubernetes_version,
-                          f"supported: {', '.join(KUBERNETES_RELEASES)}")
+        raise ConfigError(
+            "kubernetes_version", c.kubernetes_version, f"supported: {', '.join(KUBERNETES_RELEASES)}"
+        )
     _validate_endpoint(c)
     for arn in c.admin_principal_arns:
         match = _ROLE_OR_USER_ARN.match(arn)
         if not match:
-            raise ConfigError("admin_principal_arns", arn,
-                              "give IAM role or user ARNs such as "
-                              f"'arn:{partition}:iam::123456789012:role/Admin'")
+            raise ConfigError(
+                "admin_principal_arns",
+                arn,
+                f"give IAM role or user ARNs such as 'arn:{partition}:iam::123456789012:role/Admin'",
+            )
         if match.group(1) != partition:
-            raise ConfigError("admin_principal_arns", arn,
-                              f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'")
+            raise ConfigError(
+                "admin_principal_arns",
+                arn,
+                f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'",
+            )
     if not 30 <= c.root_volume_gib <= 16384:
         raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
     if c.capacity_type not in CAPACITY_TYPES:
         raise ConfigError("capacity_type", c.capacity_type, f"choose one of {', '.join(CAPACITY_TYPES)}")
     if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION.match(c.capacity_reservation_id):
-        raise ConfigError("capacity_reservation_id", c.capacity_reservation_id,
-                          "give a reservation id such as 'cr-0123456789abcdef0'")
+        raise ConfigError(
+            "capacity_reservation_id",
+            c.capacity_reservation_id,
+            "give a reservation id such as 'cr-0123456789abcdef0'",
+        )
     if c.capacity_type == "capacity-block" and c.capacity_reservation_id is None:
-        raise ConfigError("capacity_type", c.capacity_type,
-                          "a Capacity Block needs capacity_reservation_id")
+        raise ConfigError("capacity_type", c.capacity_type, "a Capacity Block needs capacity_reservation_id")
     if c.efa_interface_layout not in EFA_LAYOUTS:
-        raise ConfigError("efa_interface_layout", c.efa_interface_layout,
-                          f"choose one of {', '.join(EFA_LAYOUTS)}")
+        raise ConfigError(
+            "efa_interface_layout", c.efa_interface_layout, f"choose one of {', '.join(EFA_LAYOUTS)}"
+        )
     if not _NAME_PREFIX.match(c.name_prefix):
-        raise ConfigError("name_prefix", c.name_prefix,
-                          "use 1-20 lower-case letters, digits or '-', starting with a letter")
+        raise ConfigError(
+            "name_prefix", c.name_prefix, "use 1-20 lower-case letters, digits or '-', starting with a letter"
+        )
     problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
     if problem:
         raise ConfigError("name_prefix", c.name_prefix, problem)
@@ -374,7 +425,9 @@ def _validate(c: PlatformConfig) -> None:
     except ValueError:
         raise ConfigError("vpc_cidr", c.vpc_cidr, "give an IPv4 CIDR such as '10.0.0.0/16'") from None
     if vpc_net.version != 4:
-        raise ConfigError("vpc_cidr", c.vpc_cidr, "the VPC's primary CIDR is IPv4; give one such as '10.0.0.0/16'")
+        raise ConfigError(
+            "vpc_cidr", c.vpc_cidr, "the VPC's primary CIDR is IPv4; give one such as '10.0.0.0/16'"
+        )
     if not 16 <= vpc_net.prefixlen <= 28:
         raise ConfigError("vpc_cidr", c.vpc_cidr, "VPC CIDRs are /16 to /28 (Amazon VPC quotas); use a /16")
     if c.existing_vpc_id is None:
@@ -387,31 +440,48 @@ def _validate(c: PlatformConfig) -> None:
         if not _VPC_ID.match(c.existing_vpc_id):
             raise ConfigError("existing_vpc_id", c.existing_vpc_id, "give a VPC id such as 'vpc-0abc...'")
         if len(c.existing_private_subnet_ids) != 2:
-            raise ConfigError("existing_private_subnet_ids", list(c.existing_private_subnet_ids),
-                              "give two private subnet ids: the Trainium AZ's first, then the second AZ's")
+            raise ConfigError(
+                "existing_private_subnet_ids",
+                list(c.existing_private_subnet_ids),
+                "give two private subnet ids: the Trainium AZ's first, then the second AZ's",
+            )
     elif c.existing_private_subnet_ids:
-        raise ConfigError("existing_private_subnet_ids", list(c.existing_private_subnet_ids),
-                          "only used together with existing_vpc_id")
+        raise ConfigError(
+            "existing_private_subnet_ids",
+            list(c.existing_private_subnet_ids),
+            "only used together with existing_vpc_id",
+        )
     for subnet in c.existing_private_subnet_ids:
         if not _SUBNET_ID.match(subnet):
-            raise ConfigError("existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'")
+            raise ConfigError(
+                "existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'"
+            )
     if not 1 <= c.system_nodes <= 10:
         raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
     # [storage] checks go here.
     _validate_storage(c)
     # [addons] checks go here.
-    for name in ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled",
-                 "container_insights"):
+    for name in (
+        "neuron_scheduler_extension",
+        "neuron_node_problem_detector",
+        "etcd_enabled",
+        "container_insights",
+    ):
         if not isinstance(getattr(c, name), bool):
             raise ConfigError(name, getattr(c, name), "must be true or false")
     for option, pin in OPTIONAL_ADDONS.items():
         if getattr(c, option) and c.kubernetes_version not in ADDON_EVIDENCE[pin]:
             verified = ", ".join(ADDON_EVIDENCE[pin]) or "none"
-            raise ConfigError(option, True, f"{ADDON_PINS[pin].name} {ADDON_PINS[pin].version} is not verified for "
-                              f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
-                              "or use a verified kubernetes_version")
+            raise ConfigError(
+                option,
+                True,
+                f"{ADDON_PINS[pin].name} {ADDON_PINS[pin].version} is not verified for "
+                f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
+                "or use a verified kubernetes_version",
+            )
     # [training] checks (imported here: training_config imports this module).
     from .training_config import validate_training_config
+
     validate_training_config(c)
     _validate_tags(c)
 
@@ -419,8 +489,12 @@ def _validate(c: PlatformConfig) -> None:
 def _validate_tags(c: PlatformConfig) -> None:
     limit = MAX_TAGS - len(PLATFORM_TAG_KEYS)
     if len(c.tags) > limit:
-        raise ConfigError("tags", f"{len(c.tags)} tags", f"AWS allows {MAX_TAGS} tags per resource and "
-                          f"the platform sets {len(PLATFORM_TAG_KEYS)}; give at most {limit}")
+        raise ConfigError(
+            "tags",
+            f"{len(c.tags)} tags",
+            f"AWS allows {MAX_TAGS} tags per resource and "
+            f"the platform sets {len(PLATFORM_TAG_KEYS)}; give at most {limit}",
+        )
     for key, value in c.tags.items():
         problem = tag_problem(key, value)
         if problem:
@@ -430,33 +504,42 @@ def _validate_tags(c: PlatformConfig) -> None:
 def _validate_endpoint(c: PlatformConfig) -> None:
     """Public endpoint CIDRs: IPv4 (the cluster is IPv4), and together a small share of IPv4."""
     if not isinstance(c.endpoint_public_allow_broad, bool):
-        raise ConfigError("endpoint_public_allow_broad", c.endpoint_public_allow_broad, "must be true or false")
+        raise ConfigError(
+            "endpoint_public_allow_broad", c.endpoint_public_allow_broad, "must be true or false"
+        )
     nets = []
     for cidr in c.endpoint_public_cidrs:
         try:
             net = ipaddress.ip_network(cidr, strict=True)
         except ValueError:
-            raise ConfigError("endpoint_public_cidrs", cidr,
-                              "give CIDRs such as '203.0.113.7/32'") from None
+            raise ConfigError("endpoint_public_cidrs", cidr, "give CIDRs such as '203.0.113.7/32'") from None
         if net.version != 4:
-            raise ConfigError("endpoint_public_cidrs", cidr,
-                              "the cluster's endpoint is IPv4; give IPv4 CIDRs such as '203.0.113.7/32'")
+            raise ConfigError(
+                "endpoint_public_cidrs",
+                cidr,
+                "the cluster's endpoint is IPv4; give IPv4 CIDRs such as '203.0.113.7/32'",
+            )
         if net.prefixlen == 0:
-            raise ConfigError("endpoint_public_cidrs", cidr,
-                              "an open API endpoint is not allowed; list your own CIDRs")
+            raise ConfigError(
+                "endpoint_public_cidrs", cidr, "an open API endpoint is not allowed; list your own CIDRs"
+            )
         nets.append(net)
     covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
     if covered > MAX_PUBLIC_ENDPOINT_ADDRESSES and not c.endpoint_public_allow_broad:
-        raise ConfigError("endpoint_public_cidrs", ",".join(c.endpoint_public_cidrs),
-                          f"together they open the endpoint to {covered:,} addresses (more than a /8); "
-                          "list your own ranges, or set endpoint_public_allow_broad=true")
+        raise ConfigError(
+            "endpoint_public_cidrs",
+            ",".join(c.endpoint_public_cidrs),
+            f"together they open the endpoint to {covered:,} addresses (more than a /8); "
+            "list your own ranges, or set endpoint_public_allow_broad=true",
+        )
 
 
 def _validate_storage(c: PlatformConfig) -> None:
     """[storage] FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
     if c.fsx_deployment_type not in FSX_DEPLOYMENT_TYPES:
-        raise ConfigError("fsx_deployment_type", c.fsx_deployment_type,
-                          f"choose one of {', '.join(FSX_DEPLOYMENT_TYPES)}")
+        raise ConfigError(
+            "fsx_deployment_type", c.fsx_deployment_type, f"choose one of {', '.join(FSX_DEPLOYMENT_TYPES)}"
+        )
     for name in ("fsx_storage_gib", "ecr_keep_images"):
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -465,10 +548,12 @@ def _validate_storage(c: PlatformConfig) -> None:
     if problem:
         raise ConfigError("fsx_storage_gib", c.fsx_storage_gib, problem)
     if c.fsx_throughput_per_tib is not None and (
-            isinstance(c.fsx_throughput_per_tib, bool) or not isinstance(c.fsx_throughput_per_tib, int)):
+        isinstance(c.fsx_throughput_per_tib, bool) or not isinstance(c.fsx_throughput_per_tib, int)
+    ):
         raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, "must be a whole number")
     problem = fsx_throughput_problem(
-        c.fsx_deployment_type, fsx_resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib))
+        c.fsx_deployment_type, fsx_resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib)
+    )
     if problem:
         raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, problem)
     if not isinstance(c.fsx_compression, bool):
@@ -479,11 +564,17 @@ def _validate_storage(c: PlatformConfig) -> None:
             problem = fsx_s3_uri_problem(uri) if isinstance(uri, str) else "must be a string"
             if problem:
                 raise ConfigError(name, uri, problem)
-    if c.fsx_s3_import_uri and c.fsx_s3_export_uri and fsx_s3_uris_overlap(
-            c.fsx_s3_import_uri, c.fsx_s3_export_uri):
-        raise ConfigError("fsx_s3_export_uri", c.fsx_s3_export_uri,
-                          f"overlaps fsx_s3_import_uri ({c.fsx_s3_import_uri}); use a separate, "
-                          "non-nested bucket or prefix for the outputs")
+    if (
+        c.fsx_s3_import_uri
+        and c.fsx_s3_export_uri
+        and fsx_s3_uris_overlap(c.fsx_s3_import_uri, c.fsx_s3_export_uri)
+    ):
+        raise ConfigError(
+            "fsx_s3_export_uri",
+            c.fsx_s3_export_uri,
+            f"overlaps fsx_s3_import_uri ({c.fsx_s3_import_uri}); use a separate, "
+            "non-nested bucket or prefix for the outputs",
+        )
     if not 1 <= c.ecr_keep_images <= 1000:
         raise ConfigError("ecr_keep_images", c.ecr_keep_images, "use 1 to 1000")
 

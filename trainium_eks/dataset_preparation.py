@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT, JobPaths, compute_resources, container_security_context, pod_security_context
+from training.job_spec import (
+    DATA_MOUNT,
+    JobPaths,
+    compute_resources,
+    container_security_context,
+    pod_security_context,
+)
 
 from .errors import ConfigError
 from .instance_types import InstanceFacts
@@ -34,11 +41,23 @@ from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
 #: progress) the construct sets itself. tests/trainium_eks check these against the tool's parser.
 SETTING_FLAGS: dict[str, bool] = {
-    "max_seq_len": True, "max_pred_len": True, "masked_lm_prob": True, "short_seq_prob": True,
-    "dupe_factor": True, "seed": True, "num_shards": True, "samples_per_shard": True,
-    "output_prefix": True, "chunk_mb": True, "pool_tokens": True, "encoding": True, "errors": True,
-    "whole_word_mask": False, "target_per_sample": False, "no_lower_case": False,
-}  # fmt: skip
+    "max_seq_len": True,
+    "max_pred_len": True,
+    "masked_lm_prob": True,
+    "short_seq_prob": True,
+    "dupe_factor": True,
+    "seed": True,
+    "num_shards": True,
+    "samples_per_shard": True,
+    "output_prefix": True,
+    "chunk_mb": True,
+    "pool_tokens": True,
+    "encoding": True,
+    "errors": True,
+    "whole_word_mask": False,
+    "target_per_sample": False,
+    "no_lower_case": False,
+}
 #: Memory per CPU of a preparation pod: each worker process peaks at a few hundred MiB.
 MEMORY_GIB_PER_CPU = 2
 #: Exit code of the tools' one-line usage errors (argparse's): retrying cannot help.
@@ -51,7 +70,9 @@ _VALUE = re.compile(r"^[A-Za-z0-9._-]+$")
 def check_fsx_path(field: str, value: str) -> str:
     """The path inside the pods (under the FSx mount) of ``fsx:/<path>``."""
     if not isinstance(value, str) or not _FSX_PATH.match(value) or ".." in value.split("/"):
-        raise ConfigError(field, value, "give a path on the file system such as fsx:/dataset/corpus (no '..')")
+        raise ConfigError(
+            field, value, "give a path on the file system such as fsx:/dataset/corpus (no '..')"
+        )
     return DATA_MOUNT + value[len("fsx:") :]
 
 
@@ -60,21 +81,28 @@ def check_settings(args: Mapping[str, Any]) -> list[str]:
     flags: list[str] = []
     for key, value in sorted(args.items()):
         if key not in SETTING_FLAGS:
-            raise ConfigError("args", {key: value},
-                              f"not a setting of training.prepare_data; use {', '.join(SETTING_FLAGS)}")
+            raise ConfigError(
+                "args",
+                {key: value},
+                f"not a setting of training.prepare_data; use {', '.join(SETTING_FLAGS)}",
+            )
         text = str(value).strip()
         if not SETTING_FLAGS[key]:
             if text.lower() not in ("true", "false"):
-                raise ConfigError("args", {key: value}, f"'{key}' is a switch: give \"true\" or \"false\"")
+                raise ConfigError("args", {key: value}, f'\'{key}\' is a switch: give "true" or "false"')
             flags += [f"--{key}"] if text.lower() == "true" else []
         elif isinstance(value, bool) or not _VALUE.match(text):
-            raise ConfigError("args", {key: value}, "give a plain number or name (letters, digits, '.', '_', '-')")
+            raise ConfigError(
+                "args", {key: value}, "give a plain number or name (letters, digits, '.', '_', '-')"
+            )
         else:
             flags += [f"--{key}", text]
     return flags
 
 
-def check_pods(pods: int, cpus_per_pod: int, facts: InstanceFacts | None = None, nodes: int | None = None) -> None:
+def check_pods(
+    pods: int, cpus_per_pod: int, facts: InstanceFacts | None = None, nodes: int | None = None
+) -> None:
     """Whole numbers; and with the node type and count, that all pods fit on the nodes at once
     (they wait for each other, so a pod left pending would stall the others)."""
     for field, value in (("pods", pods), ("cpus_per_pod", cpus_per_pod)):
@@ -89,27 +117,59 @@ def check_pods(pods: int, cpus_per_pod: int, facts: InstanceFacts | None = None,
     memory_free = int(requests["memory"].removesuffix("Mi")) // 1024
     if per_node * cpus_per_pod > cpus_free or per_node * cpus_per_pod * MEMORY_GIB_PER_CPU > memory_free:
         raise ConfigError(
-            "pods", pods,
+            "pods",
+            pods,
             f"{pods} pods x {cpus_per_pod} CPUs put {per_node} pods on some of the {nodes} {facts.name} node(s), "
             f"more than its {cpus_free} free vCPUs or {memory_free} GiB: all pods must run at once; use fewer "
             "pods or CPUs per pod",
-        )  # fmt: skip
+        )
 
 
-def preparation_command(*, corpus: str, vocab: str, paths: JobPaths, pods: int, cpus_per_pod: int,
-                        args: Mapping[str, Any], work_dir: str) -> list[str]:
+def preparation_command(
+    *,
+    corpus: str,
+    vocab: str,
+    paths: JobPaths,
+    pods: int,
+    cpus_per_pod: int,
+    args: Mapping[str, Any],
+    work_dir: str,
+) -> list[str]:
     """The container command (no shell: Python is PID 1 and gets SIGTERM itself)."""
     return [
-        "python", "-m", "training.prepare_indexed",
-        "--completions", str(pods), "--work_dir", work_dir, "--marker", paths.dataset_marker,
-        "--input", check_fsx_path("corpus", corpus), "--vocab", check_fsx_path("vocab", vocab),
-        "--output_dir", paths.data_dir, "--num_workers", str(cpus_per_pod), "--no_progress",
+        "python",
+        "-m",
+        "training.prepare_indexed",
+        "--completions",
+        str(pods),
+        "--work_dir",
+        work_dir,
+        "--marker",
+        paths.dataset_marker,
+        "--input",
+        check_fsx_path("corpus", corpus),
+        "--vocab",
+        check_fsx_path("vocab", vocab),
+        "--output_dir",
+        paths.data_dir,
+        "--num_workers",
+        str(cpus_per_pod),
+        "--no_progress",
         *check_settings(args),
-    ]  # fmt: skip
+    ]
 
 
-def preparation_job(*, name: str, namespace: str, image: str, command: list[str], pods: int, cpus_per_pod: int,
-                    claim_name: str, service_account: str) -> dict[str, Any]:
+def preparation_job(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    command: list[str],
+    pods: int,
+    cpus_per_pod: int,
+    claim_name: str,
+    service_account: str,
+) -> dict[str, Any]:
     """The batch/v1 Indexed Job."""
     labels = {"app.kubernetes.io/name": "dataset-preparation"}
     resources = {"cpu": str(cpus_per_pod), "memory": f"{cpus_per_pod * MEMORY_GIB_PER_CPU}Gi"}
@@ -123,11 +183,19 @@ def preparation_job(*, name: str, namespace: str, image: str, command: list[str]
             "parallelism": pods,  # all at once: the pods wait for each other
             "backoffLimitPerIndex": 2,
             "maxFailedIndexes": 0,  # one index out of retries fails the Job and stops the rest
-            "podFailurePolicy": {"rules": [
-                {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                      "values": [USAGE_ERROR_EXIT_CODE]}},
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            ]},  # fmt: skip
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER,
+                            "operator": "In",
+                            "values": [USAGE_ERROR_EXIT_CODE],
+                        },
+                    },
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                ]
+            },
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {
@@ -137,25 +205,34 @@ def preparation_job(*, name: str, namespace: str, image: str, command: list[str]
                     "securityContext": pod_security_context(),
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
                     "tolerations": [dict(TRAINIUM_TOLERATION)],
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "ScheduleAnyway",
-                        "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
-                    }],  # fmt: skip
-                    "containers": [{
-                        "name": CONTAINER,
-                        "image": image,
-                        "command": command,
-                        "resources": {"requests": dict(resources), "limits": dict(resources)},
-                        # Read-only root: work files go to FSx beside the output; Python's and
-                        # the tools' scratch files to an emptyDir /tmp (HOME too).
-                        "env": [{"name": "HOME", "value": "/tmp"}],
-                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT},
-                                         {"name": "tmp", "mountPath": "/tmp"}],
-                        "securityContext": container_security_context(read_only_root=True),
-                    }],  # fmt: skip
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
-                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": CONTAINER,
+                            "image": image,
+                            "command": command,
+                            "resources": {"requests": dict(resources), "limits": dict(resources)},
+                            # Read-only root: work files go to FSx beside the output; Python's and
+                            # the tools' scratch files to an emptyDir /tmp (HOME too).
+                            "env": [{"name": "HOME", "value": "/tmp"}],
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": DATA_MOUNT},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                            "securityContext": container_security_context(read_only_root=True),
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
                 },
             },
         },
@@ -167,14 +244,20 @@ def validate_preparation_config(c: Any) -> None:
     if not isinstance(c.preparation_enabled, bool):
         raise ConfigError("preparation_enabled", c.preparation_enabled, "must be true or false")
     if c.preparation_enabled and not c.training_enabled:
-        raise ConfigError("preparation_enabled", True, "the prepared set is the training job's dataset: set "
-                          "training_enabled=true too")
+        raise ConfigError(
+            "preparation_enabled",
+            True,
+            "the prepared set is the training job's dataset: set training_enabled=true too",
+        )
     check_fsx_path("preparation_corpus", c.preparation_corpus)
     check_fsx_path("preparation_vocab", c.preparation_vocab)
     try:
         # Sizes are checked against the nodes only when the Job is deployed.
-        check_pods(c.preparation_pods, c.preparation_cpus_per_pod, *((c.facts, c.desired_nodes)
-                                                                      if c.preparation_enabled else ()))
+        check_pods(
+            c.preparation_pods,
+            c.preparation_cpus_per_pod,
+            *((c.facts, c.desired_nodes) if c.preparation_enabled else ()),
+        )
         check_settings(c.preparation_args)
     except ConfigError as err:
         raise ConfigError(f"preparation_{err.field_name}", err.value, err.fix) from None
@@ -226,16 +309,42 @@ class DatasetPreparation(Construct):
         check_pods(pods, cpus_per_pod, facts, nodes)
         settings = {"corpus": corpus, "vocab": vocab, "pods": pods, "args": args, "data_dir": paths.data_dir}
         # A work folder per settings: a changed spec never meets the leftovers of another run.
-        self.work_dir = posixpath.join(posixpath.dirname(paths.data_dir),
-                                       f".{posixpath.basename(paths.data_dir)}-work-{spec_digest(settings)}")
-        command = preparation_command(corpus=corpus, vocab=vocab, paths=paths, pods=pods,
-                                      cpus_per_pod=cpus_per_pod, args=args, work_dir=self.work_dir)
-        draft = preparation_job(name="prepare", namespace=namespace, image=image_key, command=command, pods=pods,
-                                cpus_per_pod=cpus_per_pod, claim_name=claim_name, service_account=service_account)
+        self.work_dir = posixpath.join(
+            posixpath.dirname(paths.data_dir),
+            f".{posixpath.basename(paths.data_dir)}-work-{spec_digest(settings)}",
+        )
+        command = preparation_command(
+            corpus=corpus,
+            vocab=vocab,
+            paths=paths,
+            pods=pods,
+            cpus_per_pod=cpus_per_pod,
+            args=args,
+            work_dir=self.work_dir,
+        )
+        draft = preparation_job(
+            name="prepare",
+            namespace=namespace,
+            image=image_key,
+            command=command,
+            pods=pods,
+            cpus_per_pod=cpus_per_pod,
+            claim_name=claim_name,
+            service_account=service_account,
+        )
         self.job_name = hashed_name("prepare-dataset", draft)
-        self.job = preparation_job(name=self.job_name, namespace=namespace, image=image, command=command, pods=pods,
-                                   cpus_per_pod=cpus_per_pod, claim_name=claim_name, service_account=service_account)
-        self.manifest = eks.KubernetesManifest(self, f"Job{spec_digest(draft)}", cluster=cluster,
-                                               manifest=[self.job])
+        self.job = preparation_job(
+            name=self.job_name,
+            namespace=namespace,
+            image=image,
+            command=command,
+            pods=pods,
+            cpus_per_pod=cpus_per_pod,
+            claim_name=claim_name,
+            service_account=service_account,
+        )
+        self.manifest = eks.KubernetesManifest(
+            self, f"Job{spec_digest(draft)}", cluster=cluster, manifest=[self.job]
+        )
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)

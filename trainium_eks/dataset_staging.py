@@ -20,7 +20,8 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
@@ -33,16 +34,21 @@ from .job_naming import hashed_name, spec_digest
 from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
 
 #: The reference's public copy of the tokenized BERT shards (sequence length 128).
-PUBLIC_BERT_SHARDS = ("s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
-                      "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar")
+PUBLIC_BERT_SHARDS = (
+    "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
+    "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
+)
 _S3 = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s'\"]*)?$")
 _FSX = re.compile(r"^fsx:/[A-Za-z0-9._/-]+$")
 
 
 def check_source(source: str) -> None:
     if not (_S3.match(source) or _FSX.match(source)):
-        raise ConfigError("dataset_source", source,
-                          "give s3://bucket/key.tar, s3://bucket/prefix/ or fsx:/path-on-the-file-system")
+        raise ConfigError(
+            "dataset_source",
+            source,
+            "give s3://bucket/key.tar, s3://bucket/prefix/ or fsx:/path-on-the-file-system",
+        )
     if _FSX.match(source) and ".." in source.split("/"):
         raise ConfigError("dataset_source", source, "a path on FSx without '..'")
 
@@ -62,11 +68,13 @@ def staging_script(source: str, paths: JobPaths) -> str:
         'mkdir "$tmp/set" "$tmp/download"',
     ]
     if source.startswith("fsx:"):
-        lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:'):])}")
+        lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:') :])}")
         lines.append(f'find "$src" -name {pattern} -exec ln -sf -t "$tmp/set" {{}} +')
     elif source.endswith(".tar"):
         # No capabilities (CHOWN dropped): keep the archive's modes, not its owners.
-        lines.append(f'aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C "$tmp/download"')
+        lines.append(
+            f'aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C "$tmp/download"'
+        )
         lines.append(f'find "$tmp/download" -name {pattern} -exec mv -t "$tmp/set" {{}} +')
     else:
         lines.append(f'aws s3 sync --no-sign-request --only-show-errors {src} "$tmp/download"')
@@ -79,20 +87,31 @@ def staging_script(source: str, paths: JobPaths) -> str:
         # An interrupted earlier attempt may have left a directory without the marker.
         f'if [ -e {dest} ]; then mv {dest} "$tmp/replaced"; fi',
         f'mv "$tmp/set" {dest}',
-        f"echo \"$count shards\" > {marker}",
-        "echo \"staged $count shards\"",
+        f'echo "$count shards" > {marker}',
+        'echo "staged $count shards"',
     ]
     return "\n".join(lines) + "\n"
 
 
-def staging_job(*, name: str, namespace: str, image: str, source: str, paths: JobPaths,
-                claim_name: str, service_account: str) -> dict[str, Any]:
+def staging_job(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    source: str,
+    paths: JobPaths,
+    claim_name: str,
+    service_account: str,
+) -> dict[str, Any]:
     """The batch/v1 Job. It runs on a Trainium node, which pulls the training image anyway."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/name": "dataset-staging"}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "dataset-staging"},
+        },
         "spec": {
             "backoffLimit": 3,
             "template": {
@@ -103,21 +122,29 @@ def staging_job(*, name: str, namespace: str, image: str, source: str, paths: Jo
                     "restartPolicy": "Never",
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
                     "tolerations": [dict(TRAINIUM_TOLERATION)],
-                    "containers": [{
-                        "name": "stage",
-                        "image": image,
-                        "command": ["bash", "-c", staging_script(source, paths)],
-                        "resources": {"requests": {"cpu": "2", "memory": "4Gi"},
-                                      "limits": {"cpu": "4", "memory": "8Gi"}},
-                        # Read-only root: the AWS CLI's scratch files go to an emptyDir /tmp (HOME too).
-                        "env": [{"name": "HOME", "value": "/tmp"}],
-                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT},
-                                         {"name": "tmp", "mountPath": "/tmp"}],
-                        "securityContext": container_security_context(read_only_root=True),
-                    }],
+                    "containers": [
+                        {
+                            "name": "stage",
+                            "image": image,
+                            "command": ["bash", "-c", staging_script(source, paths)],
+                            "resources": {
+                                "requests": {"cpu": "2", "memory": "4Gi"},
+                                "limits": {"cpu": "4", "memory": "8Gi"},
+                            },
+                            # Read-only root: the AWS CLI's scratch files go to an emptyDir /tmp (HOME too).
+                            "env": [{"name": "HOME", "value": "/tmp"}],
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": DATA_MOUNT},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                            "securityContext": container_security_context(read_only_root=True),
+                        }
+                    ],
                     "securityContext": pod_security_context(),
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
-                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
                 },
             },
         },
@@ -155,12 +182,27 @@ class DatasetStaging(Construct):
         """
         super().__init__(scope, id)
         check_source(source)
-        draft = staging_job(name="stage", namespace=namespace, image=image_key, source=source, paths=paths,
-                            claim_name=claim_name, service_account=service_account)
+        draft = staging_job(
+            name="stage",
+            namespace=namespace,
+            image=image_key,
+            source=source,
+            paths=paths,
+            claim_name=claim_name,
+            service_account=service_account,
+        )
         self.job_name = hashed_name("stage-dataset", draft)
-        self.job = staging_job(name=self.job_name, namespace=namespace, image=image, source=source,
-                               paths=paths, claim_name=claim_name, service_account=service_account)
-        self.manifest = eks.KubernetesManifest(self, f"Job{spec_digest(draft)}", cluster=cluster,
-                                               manifest=[self.job])
+        self.job = staging_job(
+            name=self.job_name,
+            namespace=namespace,
+            image=image,
+            source=source,
+            paths=paths,
+            claim_name=claim_name,
+            service_account=service_account,
+        )
+        self.manifest = eks.KubernetesManifest(
+            self, f"Job{spec_digest(draft)}", cluster=cluster, manifest=[self.job]
+        )
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from aws_cdk import RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
@@ -53,7 +53,7 @@ _BUCKET_BAD_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 _S3_URI = re.compile(r"^s3://([^/]+)(?:/(.*))?$")
 
 
-def storage_capacity_problem(deployment_type: str, storage_gib: int) -> Optional[str]:
+def storage_capacity_problem(deployment_type: str, storage_gib: int) -> str | None:
     """Why FSx would reject ``storage_gib`` for ``deployment_type``, or ``None``.
 
     SCRATCH_2 and PERSISTENT_2 (SSD) accept 1200 GiB, 2400 GiB, then increments of 2400 GiB
@@ -67,7 +67,7 @@ def storage_capacity_problem(deployment_type: str, storage_gib: int) -> Optional
     return f"{deployment_type} takes 1200 GiB or a multiple of 2400 GiB (nearest: {nearest})"
 
 
-def resolved_throughput(deployment_type: str, throughput_per_tib: Optional[int]) -> Optional[int]:
+def resolved_throughput(deployment_type: str, throughput_per_tib: int | None) -> int | None:
     """The throughput tier to deploy: unset is 125 MB/s/TiB for PERSISTENT_2 (the cheapest tier;
     BERT reads ~1 KB per sequence and writes a ~4 GB checkpoint now and then, and 1.2 TiB at 125
     gives 150 MB/s), and stays unset for SCRATCH_2 (fixed throughput)."""
@@ -76,7 +76,7 @@ def resolved_throughput(deployment_type: str, throughput_per_tib: Optional[int])
     return throughput_per_tib
 
 
-def throughput_problem(deployment_type: str, throughput_per_tib: Optional[int]) -> Optional[str]:
+def throughput_problem(deployment_type: str, throughput_per_tib: int | None) -> str | None:
     """Why FSx would reject ``throughput_per_tib`` (MB/s/TiB) for ``deployment_type``, or ``None``."""
     if deployment_type == "SCRATCH_2":
         if throughput_per_tib is not None:
@@ -93,10 +93,17 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     if not match or any(c.isspace() or ord(c) < 32 for c in uri):
         raise ValueError("give an S3 URI such as 's3://my-bucket/bert/dataset/'")
     bucket, prefix = match.group(1), match.group(2) or ""
-    if (not _BUCKET.match(bucket) or ".." in bucket or bucket.startswith(_BUCKET_BAD_PREFIXES)
-            or bucket.endswith(_BUCKET_BAD_SUFFIXES) or _is_ip(bucket)):
-        raise ValueError(f"'{bucket}' is not a valid S3 bucket name (3-63 lower-case letters, digits, "
-                         "'.' or '-', starting and ending with a letter or digit)")
+    if (
+        not _BUCKET.match(bucket)
+        or ".." in bucket
+        or bucket.startswith(_BUCKET_BAD_PREFIXES)
+        or bucket.endswith(_BUCKET_BAD_SUFFIXES)
+        or _is_ip(bucket)
+    ):
+        raise ValueError(
+            f"'{bucket}' is not a valid S3 bucket name (3-63 lower-case letters, digits, "
+            "'.' or '-', starting and ending with a letter or digit)"
+        )
     if "//" in prefix:
         raise ValueError("the prefix has an empty path segment ('//')")
     if len(uri) > 900:
@@ -112,7 +119,7 @@ def _is_ip(name: str) -> bool:
     return True
 
 
-def s3_uri_problem(uri: str) -> Optional[str]:
+def s3_uri_problem(uri: str) -> str | None:
     """Why ``uri`` cannot be a data repository path, or ``None``."""
     try:
         parse_s3_uri(uri)
@@ -168,11 +175,11 @@ class TrainingFileSystem(Construct):
         client_security_group_ids: Sequence[str],
         deployment_type: str = "PERSISTENT_2",
         storage_gib: int = 1200,
-        throughput_per_tib: Optional[int] = None,
+        throughput_per_tib: int | None = None,
         compression: bool = True,
-        s3_import_uri: Optional[str] = None,
-        s3_export_uri: Optional[str] = None,
-        backup_retention_days: Optional[int] = None,
+        s3_import_uri: str | None = None,
+        s3_export_uri: str | None = None,
+        backup_retention_days: int | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         """``throughput_per_tib``: ``None`` is 125 for PERSISTENT_2 and must stay ``None`` for
@@ -184,18 +191,30 @@ class TrainingFileSystem(Construct):
         (a file deleted on FSx stays in S3)."""
         super().__init__(scope, id)
         if deployment_type not in DEPLOYMENT_TYPES:
-            raise ValueError(f"deployment_type: {deployment_type!r} is not supported; "
-                             f"use one of {', '.join(DEPLOYMENT_TYPES)}")
+            raise ValueError(
+                f"deployment_type: {deployment_type!r} is not supported; "
+                f"use one of {', '.join(DEPLOYMENT_TYPES)}"
+            )
         persistent = deployment_type == "PERSISTENT_2"
         throughput_per_tib = resolved_throughput(deployment_type, throughput_per_tib)
         if backup_retention_days is None:
             backup_retention_days = 7 if persistent else 0
-        self._check(deployment_type, storage_gib, throughput_per_tib, backup_retention_days,
-                    s3_import_uri, s3_export_uri, client_security_group_ids)
+        self._check(
+            deployment_type,
+            storage_gib,
+            throughput_per_tib,
+            backup_retention_days,
+            s3_import_uri,
+            s3_export_uri,
+            client_security_group_ids,
+        )
         self.storage_gib = storage_gib
 
         self.security_group = ec2.SecurityGroup(
-            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=False,
             description="FSx for Lustre: Lustre ports to and from the EKS nodes and its own file servers",
         )
         for low, high in LUSTRE_PORT_RANGES:
@@ -208,16 +227,22 @@ class TrainingFileSystem(Construct):
                 self.security_group.add_egress_rule(peer, port, "Lustre to EKS nodes")
                 # Clients accept the file servers' connections too (FSx guide, client rules).
                 ec2.CfnSecurityGroupIngress(
-                    self, f"ClientIngress{index}Tcp{low}" + (f"To{high}" if high != low else ""),
-                    group_id=group_id, ip_protocol="tcp", from_port=low, to_port=high,
+                    self,
+                    f"ClientIngress{index}Tcp{low}" + (f"To{high}" if high != low else ""),
+                    group_id=group_id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
                     source_security_group_id=self.security_group.security_group_id,
                     description="Lustre from FSx file servers",
                 )
 
-        self.kms_key: Optional[kms.Key] = None
+        self.kms_key: kms.Key | None = None
         if persistent:
             self.kms_key = kms.Key(
-                self, "Key", enable_key_rotation=True,
+                self,
+                "Key",
+                enable_key_rotation=True,
                 description="FSx for Lustre training data at rest",
                 # Without its key the file system's data is unreadable: keep it as long as the data.
                 removal_policy=RemovalPolicy.RETAIN,
@@ -230,7 +255,8 @@ class TrainingFileSystem(Construct):
             copy_tags_to_backups=True if persistent else None,
         )
         self.file_system = fsx.CfnFileSystem(
-            self, "FileSystem",
+            self,
+            "FileSystem",
             file_system_type="LUSTRE",
             file_system_type_version=FSX_LUSTRE_VERSION,
             storage_type="SSD",
@@ -257,35 +283,61 @@ class TrainingFileSystem(Construct):
         self.associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
         if s3_import_uri:
             self.associations[DATASET_PATH] = self._associate(
-                "DatasetImport", DATASET_PATH, s3_import_uri,
-                import_events=["NEW", "CHANGED", "DELETED"], export_events=None,
+                "DatasetImport",
+                DATASET_PATH,
+                s3_import_uri,
+                import_events=["NEW", "CHANGED", "DELETED"],
+                export_events=None,
             )
         if s3_export_uri:
             self.associations[OUTPUT_PATH] = self._associate(
-                "OutputExport", OUTPUT_PATH, s3_export_uri,
-                import_events=None, export_events=["NEW", "CHANGED"],
+                "OutputExport",
+                OUTPUT_PATH,
+                s3_export_uri,
+                import_events=None,
+                export_events=["NEW", "CHANGED"],
             )
 
-    def _associate(self, id: str, path: str, uri: str, *, import_events: Optional[list[str]],
-                   export_events: Optional[list[str]]) -> fsx.CfnDataRepositoryAssociation:
+    def _associate(
+        self,
+        id: str,
+        path: str,
+        uri: str,
+        *,
+        import_events: list[str] | None,
+        export_events: list[str] | None,
+    ) -> fsx.CfnDataRepositoryAssociation:
         return fsx.CfnDataRepositoryAssociation(
-            self, id,
+            self,
+            id,
             file_system_id=self.file_system_id,
             file_system_path=path,
             data_repository_path=normalized_s3_uri(uri),
             batch_import_meta_data_on_create=import_events is not None,
             s3=fsx.CfnDataRepositoryAssociation.S3Property(
                 auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(
-                    events=import_events) if import_events else None,
+                    events=import_events
+                )
+                if import_events
+                else None,
                 auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(
-                    events=export_events) if export_events else None,
+                    events=export_events
+                )
+                if export_events
+                else None,
             ),
         )
 
     @staticmethod
-    def _check(deployment_type: str, storage_gib: int, throughput_per_tib: Optional[int],
-               backup_retention_days: int, s3_import_uri: Optional[str], s3_export_uri: Optional[str],
-               client_security_group_ids: Sequence[str]) -> None:
+    def _check(
+        deployment_type: str,
+        storage_gib: int,
+        throughput_per_tib: int | None,
+        backup_retention_days: int,
+        s3_import_uri: str | None,
+        s3_export_uri: str | None,
+        client_security_group_ids: Sequence[str],
+    ) -> None:
         if not Token.is_unresolved(storage_gib):
             problem = storage_capacity_problem(deployment_type, storage_gib)
             if problem:
@@ -294,8 +346,10 @@ class TrainingFileSystem(Construct):
         if problem:
             raise ValueError(f"throughput_per_tib: {throughput_per_tib} is invalid; {problem}")
         if deployment_type == "SCRATCH_2" and backup_retention_days:
-            raise ValueError(f"backup_retention_days: {backup_retention_days} is invalid; "
-                             "SCRATCH_2 has no automatic backups")
+            raise ValueError(
+                f"backup_retention_days: {backup_retention_days} is invalid; "
+                "SCRATCH_2 has no automatic backups"
+            )
         if not 0 <= backup_retention_days <= 90:
             raise ValueError(f"backup_retention_days: {backup_retention_days} is invalid; use 0 to 90")
         for name, uri in (("s3_import_uri", s3_import_uri), ("s3_export_uri", s3_export_uri)):
@@ -303,11 +357,19 @@ class TrainingFileSystem(Construct):
                 problem = s3_uri_problem(uri)
                 if problem:
                     raise ValueError(f"{name}: {uri!r} is invalid; {problem}")
-        if (s3_import_uri and s3_export_uri and not Token.is_unresolved(s3_import_uri)
-                and not Token.is_unresolved(s3_export_uri) and s3_uris_overlap(s3_import_uri, s3_export_uri)):
-            raise ValueError("s3_export_uri: overlaps s3_import_uri; each S3 association needs its "
-                             "own, non-nested bucket or prefix")
+        if (
+            s3_import_uri
+            and s3_export_uri
+            and not Token.is_unresolved(s3_import_uri)
+            and not Token.is_unresolved(s3_export_uri)
+            and s3_uris_overlap(s3_import_uri, s3_export_uri)
+        ):
+            raise ValueError(
+                "s3_export_uri: overlaps s3_import_uri; each S3 association needs its "
+                "own, non-nested bucket or prefix"
+            )
         if not client_security_group_ids:
-            raise ValueError("client_security_group_ids: give the security group(s) of the Lustre "
-                             "clients (the EKS cluster security group)")
-
+            raise ValueError(
+                "client_security_group_ids: give the security group(s) of the Lustre "
+                "clients (the EKS cluster security group)"
+            )

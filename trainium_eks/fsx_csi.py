@@ -8,7 +8,8 @@ the claim, the volume or the whole cluster never touches the file system.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -82,15 +83,20 @@ class FsxCsiVolume(Construct):
         self.volume_name = volume_name
 
         self.controller_role = iam.Role(
-            self, "ControllerRole",
+            self,
+            "ControllerRole",
             assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
             description="FSx CSI controller (static volumes only: describe, nothing else)",
         )
-        self.controller_role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["fsx:DescribeFileSystems"], resources=["*"],
-        ))
+        self.controller_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["fsx:DescribeFileSystems"],
+                resources=["*"],
+            )
+        )
         association = eks.CfnPodIdentityAssociation(
-            self, "ControllerPodIdentity",
+            self,
+            "ControllerPodIdentity",
             cluster_name=cluster.cluster_name,
             namespace=DRIVER_NAMESPACE,
             service_account=CONTROLLER_SERVICE_ACCOUNT,
@@ -98,7 +104,8 @@ class FsxCsiVolume(Construct):
         )
 
         self.driver = eks.HelmChart(
-            self, "Driver",
+            self,
+            "Driver",
             cluster=cluster,
             **ADDON_PINS["fsx-csi-driver"].chart_props(),
             release="aws-fsx-csi-driver",
@@ -110,12 +117,21 @@ class FsxCsiVolume(Construct):
         self.driver.node.add_dependency(self.controller_role)
 
         self.namespace_manifest = eks.KubernetesManifest(
-            self, "Namespace", cluster=cluster,
-            manifest=[{"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": namespace, "labels": dict(TRAINING_NAMESPACE_PSA)}}],
+            self,
+            "Namespace",
+            cluster=cluster,
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": dict(TRAINING_NAMESPACE_PSA)},
+                }
+            ],
         )
         self.volume_manifest = eks.KubernetesManifest(
-            self, "Volume", cluster=cluster,
+            self,
+            "Volume",
+            cluster=cluster,
             manifest=[
                 persistent_volume(volume_name, file_system, namespace, claim_name),
                 persistent_volume_claim(claim_name, namespace, volume_name),
@@ -139,8 +155,9 @@ def driver_values(region: str) -> dict[str, Any]:
     }
 
 
-def persistent_volume(name: str, file_system: TrainingFileSystem, namespace: str,
-                      claim_name: str) -> Mapping[str, Any]:
+def persistent_volume(
+    name: str, file_system: TrainingFileSystem, namespace: str, claim_name: str
+) -> Mapping[str, Any]:
     """The static PersistentVolume of ``file_system``, reserved for ``namespace/claim_name``."""
     return {
         "apiVersion": "v1",

@@ -8,7 +8,6 @@ us-east-1 list prices. Where a figure could not be confirmed it is ``None`` and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,8 @@ class InstanceFacts:
     network_gbps: float
     vcpus: int
     memory_gib: int
-    on_demand_usd_per_hour: Optional[float]
-    peak_bf16_tflops: Optional[float]
+    on_demand_usd_per_hour: float | None
+    peak_bf16_tflops: float | None
 
     @property
     def multi_node(self) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
@@ -24,14 +22,22 @@ def efa_network_interfaces(
     explicit interfaces EC2 applies no other groups.
     """
     if not facts.multi_node:
-        return [ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-            network_card_index=0, device_index=0, groups=security_group_ids, delete_on_termination=True,
-        )]
+        return [
+            ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                network_card_index=0,
+                device_index=0,
+                groups=security_group_ids,
+                delete_on_termination=True,
+            )
+        ]
 
     def nic(card: int, device: int, kind: str) -> ec2.CfnLaunchTemplate.NetworkInterfaceProperty:
         return ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-            network_card_index=card, device_index=device, interface_type=kind,
-            groups=security_group_ids, delete_on_termination=True,
+            network_card_index=card,
+            device_index=device,
+            interface_type=kind,
+            groups=security_group_ids,
+            delete_on_termination=True,
         )
 
     if layout == "efa":
@@ -66,7 +72,7 @@ class TrainiumLaunchTemplate(Construct):
         cluster_security_group_id: str,
         root_volume_gib: int = 512,
         efa_layout: str = "efa",
-        capacity_reservation_id: Optional[str] = None,
+        capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         imds_hop_limit: int = 1,
         name_prefix: str = "trn",
@@ -78,7 +84,8 @@ class TrainiumLaunchTemplate(Construct):
             raise ValueError(f"imds_hop_limit: {imds_hop_limit} is invalid; use 1 or 2")
 
         self.efa_security_group = ec2.SecurityGroup(
-            self, "EfaSecurityGroup",
+            self,
+            "EfaSecurityGroup",
             vpc=vpc,
             description="EFA: all traffic between Trainium nodes (OS-bypass needs it)",
             allow_all_outbound=False,
@@ -109,28 +116,37 @@ class TrainiumLaunchTemplate(Construct):
                 http_endpoint="enabled",
                 http_put_response_hop_limit=imds_hop_limit,
             ),
-            block_device_mappings=[ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                device_name="/dev/xvda",
-                ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                    volume_size=root_volume_gib, volume_type="gp3", encrypted=True,
-                    delete_on_termination=True,
-                ),
-            )],
+            block_device_mappings=[
+                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name="/dev/xvda",
+                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                        volume_size=root_volume_gib,
+                        volume_type="gp3",
+                        encrypted=True,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
             capacity_reservation_specification=(
                 ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
                     capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
                         capacity_reservation_id=capacity_reservation_id
                     )
-                ) if capacity_reservation_id else None
+                )
+                if capacity_reservation_id
+                else None
             ),
             instance_market_options=(
                 ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
-                if capacity_block else None
+                if capacity_block
+                else None
             ),
-            tag_specifications=[ec2.CfnLaunchTemplate.TagSpecificationProperty(
-                resource_type="instance",
-                tags=[{"key": "Name", "value": f"{name_prefix}-{facts.name}"}],
-            )],
+            tag_specifications=[
+                ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                    resource_type="instance",
+                    tags=[{"key": "Name", "value": f"{name_prefix}-{facts.name}"}],
+                )
+            ],
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
         Tags.of(self.launch_template).add("Name", f"{name_prefix}-trainium")

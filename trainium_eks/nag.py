@@ -6,8 +6,6 @@ accepts it. A path that no longer exists is an error, so a stale entry cannot hi
 
 from __future__ import annotations
 
-from typing import Optional
-
 import jsii
 from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
@@ -19,45 +17,78 @@ def _managed(policy: str) -> str:
 
 
 _NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
-_NODE_ROLE_REASON = ("EKS managed nodegroups require these AWS managed policies on the node role "
-                     "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps them least-privilege "
-                     "for the kubelet, the VPC CNI and image pulls.")
+_NODE_ROLE_REASON = (
+    "EKS managed nodegroups require these AWS managed policies on the node role "
+    "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps them least-privilege "
+    "for the kubelet, the VPC CNI and image pulls."
+)
 _KUBECTL = "Cluster/Cluster/KubectlProvider"
-_KUBECTL_REASON = ("The kubectl provider is aws-cdk-lib's own custom resource; its roles, policies "
-                   "and runtime are set by the library and only run during deployments.")
+_KUBECTL_REASON = (
+    "The kubectl provider is aws-cdk-lib's own custom resource; its roles, policies "
+    "and runtime are set by the library and only run during deployments."
+)
 
 #: (construct path under the stack, finding id, reason)
 ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
-    *((path, _managed(policy), _NODE_ROLE_REASON)
-      for path in ("Cluster/SystemNodeRole", "Trainium/NodeRole")
-      for policy in _NODE_ROLE_POLICIES),
-    ("Cluster/VpcCniRole", _managed("AmazonEKS_CNI_Policy"),
-     "The VPC CNI's own role (EKS Pod Identity, only the aws-node service account) carries the "
-     "AWS managed policy the EKS user guide prescribes for it; AWS keeps it current with the "
-     "plugin's EC2 network-interface calls."),
-    ("Cluster/Cluster/Role", _managed("AmazonEKSClusterPolicy"),
-     "The EKS cluster role needs AmazonEKSClusterPolicy; EKS defines no narrower policy."),
-    (f"{_KUBECTL}/Handler/ServiceRole", _managed("service-role/AWSLambdaBasicExecutionRole"), _KUBECTL_REASON),
-    (f"{_KUBECTL}/Handler/ServiceRole", _managed("service-role/AWSLambdaVPCAccessExecutionRole"), _KUBECTL_REASON),
+    *(
+        (path, _managed(policy), _NODE_ROLE_REASON)
+        for path in ("Cluster/SystemNodeRole", "Trainium/NodeRole")
+        for policy in _NODE_ROLE_POLICIES
+    ),
+    (
+        "Cluster/VpcCniRole",
+        _managed("AmazonEKS_CNI_Policy"),
+        "The VPC CNI's own role (EKS Pod Identity, only the aws-node service account) carries the "
+        "AWS managed policy the EKS user guide prescribes for it; AWS keeps it current with the "
+        "plugin's EC2 network-interface calls.",
+    ),
+    (
+        "Cluster/Cluster/Role",
+        _managed("AmazonEKSClusterPolicy"),
+        "The EKS cluster role needs AmazonEKSClusterPolicy; EKS defines no narrower policy.",
+    ),
+    (
+        f"{_KUBECTL}/Handler/ServiceRole",
+        _managed("service-role/AWSLambdaBasicExecutionRole"),
+        _KUBECTL_REASON,
+    ),
+    (
+        f"{_KUBECTL}/Handler/ServiceRole",
+        _managed("service-role/AWSLambdaVPCAccessExecutionRole"),
+        _KUBECTL_REASON,
+    ),
     (f"{_KUBECTL}/Handler/ServiceRole", _managed("AmazonEC2ContainerRegistryReadOnly"), _KUBECTL_REASON),
-    (f"{_KUBECTL}/Handler/ServiceRole",
-     'AwsSolutions-IAM4[Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic6FE395CA",'
-     '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
-     'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
-     _KUBECTL_REASON + " ECR Public read is only attached when a chart comes from ECR Public."),
+    (
+        f"{_KUBECTL}/Handler/ServiceRole",
+        'AwsSolutions-IAM4[Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic6FE395CA",'
+        '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
+        'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
+        _KUBECTL_REASON + " ECR Public read is only attached when a chart comes from ECR Public.",
+    ),
     (f"{_KUBECTL}/Handler", "AwsSolutions-L1", _KUBECTL_REASON),
-    (f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole",
-     _managed("service-role/AWSLambdaBasicExecutionRole"), _KUBECTL_REASON),
-    (f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole",
-     _managed("service-role/AWSLambdaVPCAccessExecutionRole"), _KUBECTL_REASON),
-    (f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole/DefaultPolicy",
-     "AwsSolutions-IAM5[Resource::<ClusterKubectlProviderHandler93C0312D.Arn>:*]",
-     _KUBECTL_REASON + " The wildcard covers the versions of that one handler function."),
+    (
+        f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole",
+        _managed("service-role/AWSLambdaBasicExecutionRole"),
+        _KUBECTL_REASON,
+    ),
+    (
+        f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole",
+        _managed("service-role/AWSLambdaVPCAccessExecutionRole"),
+        _KUBECTL_REASON,
+    ),
+    (
+        f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::<ClusterKubectlProviderHandler93C0312D.Arn>:*]",
+        _KUBECTL_REASON + " The wildcard covers the versions of that one handler function.",
+    ),
     # [storage] entries go here.
-    ("StorageVolume/ControllerRole/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
-     "The FSx CSI controller's only permission is fsx:DescribeFileSystems (read-only; static "
-     "volumes need no create/delete), and that action supports no resource-level permissions "
-     "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'."),
+    (
+        "StorageVolume/ControllerRole/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::*]",
+        "The FSx CSI controller's only permission is fsx:DescribeFileSystems (read-only; static "
+        "volumes need no create/delete), and that action supports no resource-level permissions "
+        "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'.",
+    ),
     # [addons] entries: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
     # [training] entries: in TRAINING_ACKNOWLEDGEMENTS below (applied only when the job is on).
 )
@@ -65,23 +96,36 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 # [training] The image copy into ECR: cdk-ecr-deployment's singleton function runs with the
 # bounded role of trainium_eks/training_image.py. Applied only when the job is on.
 _COPY_ROLE = "TrainingImages/CopyRole"
-_ECR_DEPLOYMENT_REASON = ("cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
-                          "runs only during deployments to copy the built training images into the "
-                          "platform's ECR repository.")
+_ECR_DEPLOYMENT_REASON = (
+    "cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
+    "runs only during deployments to copy the built training images into the "
+    "platform's ECR repository."
+)
 TRAINING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
-    (_COPY_ROLE, _managed("service-role/AWSLambdaBasicExecutionRole"),
-     _ECR_DEPLOYMENT_REASON + " Its log permissions are capped by the role's boundary to /aws/lambda/*."),
-    (f"{_COPY_ROLE}/DefaultPolicy", "AwsSolutions-IAM5[Resource::*]",
-     _ECR_DEPLOYMENT_REASON + " The library grants ECR read/push and s3:GetObject on '*'; the role's "
-     "permissions boundary (TrainingImages/CopyBoundary) allows only reads of the CDK asset "
-     "repository, pushes to the platform's repository and no S3, so the effective grant is scoped."),
-    ("TrainingImages/CopyBoundary", "AwsSolutions-IAM5[Resource::*]",
-     "ecr:GetAuthorizationToken supports no resource-level permissions (Service Authorization "
-     "Reference, Amazon ECR): a token alone grants no repository access."),
-    ("TrainingImages/CopyBoundary",
-     "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/*]",
-     "Lambda names its log group after the function, whose name CloudFormation generates; the "
-     "boundary limits logging to Lambda's own log groups in this account and region."),
+    (
+        _COPY_ROLE,
+        _managed("service-role/AWSLambdaBasicExecutionRole"),
+        _ECR_DEPLOYMENT_REASON + " Its log permissions are capped by the role's boundary to /aws/lambda/*.",
+    ),
+    (
+        f"{_COPY_ROLE}/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::*]",
+        _ECR_DEPLOYMENT_REASON + " The library grants ECR read/push and s3:GetObject on '*'; the role's "
+        "permissions boundary (TrainingImages/CopyBoundary) allows only reads of the CDK asset "
+        "repository, pushes to the platform's repository and no S3, so the effective grant is scoped.",
+    ),
+    (
+        "TrainingImages/CopyBoundary",
+        "AwsSolutions-IAM5[Resource::*]",
+        "ecr:GetAuthorizationToken supports no resource-level permissions (Service Authorization "
+        "Reference, Amazon ECR): a token alone grants no repository access.",
+    ),
+    (
+        "TrainingImages/CopyBoundary",
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/*]",
+        "Lambda names its log group after the function, whose name CloudFormation generates; the "
+        "boundary limits logging to Lambda's own log groups in this account and region.",
+    ),
 )
 
 
@@ -118,11 +162,15 @@ def acknowledge_findings(stack: Stack, entries: tuple[tuple[str, str, str], ...]
     """
     targets = [(_find(stack, path), path, finding, reason) for path, finding, reason in entries]
     found = findings(stack)
-    for construct, path, finding, reason in targets:
+    for construct, path, finding, _reason in targets:
         base = construct.node.path
-        if not any(rule == finding and (where == base or where.startswith(base + "/")) for where, rule in found):
-            raise StaleAcknowledgement(f"cdk-nag acknowledgement of {finding} on {stack.node.path}/{path} "
-                                       "matches no finding; remove it from trainium_eks/nag.py")
+        if not any(
+            rule == finding and (where == base or where.startswith(base + "/")) for where, rule in found
+        ):
+            raise StaleAcknowledgement(
+                f"cdk-nag acknowledgement of {finding} on {stack.node.path}/{path} "
+                "matches no finding; remove it from trainium_eks/nag.py"
+            )
     for construct, _, finding, reason in targets:
         pack = finding.split("-", 1)[0]
         # Findings of a validation plugin are acknowledged under the plugin's name.
@@ -131,25 +179,37 @@ def acknowledge_findings(stack: Stack, entries: tuple[tuple[str, str, str], ...]
 
 #: Entries for resources that exist only when a configuration option is on: option -> entries.
 OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "etcd_enabled": ((
-        "Addons/EbsCsi/ControllerRole", _managed("service-role/AmazonEBSCSIDriverPolicy"),
-        "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
-        "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
-        "current with the driver's EC2 volume calls."),),
-    "container_insights": ((
-        "Addons/Observability/CloudWatchAgentRole", _managed("CloudWatchAgentServerPolicy"),
-        "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
-        "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
-        "publishing metrics and logs."),),
+    "etcd_enabled": (
+        (
+            "Addons/EbsCsi/ControllerRole",
+            _managed("service-role/AmazonEBSCSIDriverPolicy"),
+            "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
+            "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
+            "current with the driver's EC2 volume calls.",
+        ),
+    ),
+    "container_insights": (
+        (
+            "Addons/Observability/CloudWatchAgentRole",
+            _managed("CloudWatchAgentServerPolicy"),
+            "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
+            "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
+            "publishing metrics and logs.",
+        ),
+    ),
     "training_enabled": TRAINING_ACKNOWLEDGEMENTS,
 }
 
 
-def suppress_platform_findings(stack: Stack, options: Optional[dict[str, bool]] = None) -> None:
+def suppress_platform_findings(stack: Stack, options: dict[str, bool] | None = None) -> None:
     """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, plus
     the :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
-    extra = tuple(e for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
-                  if (options or {}).get(option) for e in entries)
+    extra = tuple(
+        e
+        for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
+        if (options or {}).get(option)
+        for e in entries
+    )
     acknowledge_findings(stack, ACKNOWLEDGEMENTS + extra)
 
 
@@ -160,7 +220,7 @@ EKS_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "schedule
 PLATFORM_RULES = {
     "EKS1": "A public API endpoint must be limited to listed CIDRs (never 0.0.0.0/0 or unset).",
     "EKS2": "All five control-plane log types must be on (api, audit, authenticator, "
-            "controllerManager, scheduler).",
+    "controllerManager, scheduler).",
     "EKS3": "Kubernetes secrets must be envelope-encrypted with a KMS key.",
 }
 
@@ -173,13 +233,16 @@ def eks_cluster_problems(props: dict) -> dict[str, str]:
         cidrs = vpc.get("publicAccessCidrs") or []
         if not cidrs or any(str(c).endswith("/0") for c in cidrs):
             problems["EKS1"] = f"public endpoint open to {cidrs or 'all addresses (no CIDRs)'}"
-    enabled = {t.get("type") for t in (props.get("logging") or {}).get("clusterLogging", {})
-               .get("enabledTypes", [])}
+    enabled = {
+        t.get("type") for t in (props.get("logging") or {}).get("clusterLogging", {}).get("enabledTypes", [])
+    }
     missing = [t for t in EKS_LOG_TYPES if t not in enabled]
     if missing:
         problems["EKS2"] = f"control-plane log types off: {', '.join(missing)}"
-    encrypted = any("secrets" in (e.get("resources") or []) and (e.get("provider") or {}).get("keyArn")
-                    for e in props.get("encryptionConfig") or [])
+    encrypted = any(
+        "secrets" in (e.get("resources") or []) and (e.get("provider") or {}).get("keyArn")
+        for e in props.get("encryptionConfig") or []
+    )
     if not encrypted:
         problems["EKS3"] = "secrets are not envelope-encrypted with a KMS key"
     return problems
@@ -221,7 +284,9 @@ class _Rule:
 
     @jsii.member(jsii_name="rule")
     def rule(self, node: CfnResource) -> NagRuleCompliance:
-        return NagRuleCompliance.NON_COMPLIANT if self._suffix in self._problems else NagRuleCompliance.COMPLIANT
+        return (
+            NagRuleCompliance.NON_COMPLIANT if self._suffix in self._problems else NagRuleCompliance.COMPLIANT
+        )
 
 
 class PlatformChecks(NagPack):
@@ -230,7 +295,7 @@ class PlatformChecks(NagPack):
     Runs at synth next to AwsSolutions: ``Validations.of(app).add_plugins(PlatformChecks(app))``.
     """
 
-    def __init__(self, scope: Optional[IConstruct] = None) -> None:
+    def __init__(self, scope: IConstruct | None = None) -> None:
         super().__init__(scope)
         self._pack_name = PLATFORM_PACK
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -12,14 +12,13 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-
 #: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
 #: (name, prefix length). Private /18s: every EFA interface and every pod (VPC CNI) takes an address.
 SUBNET_LAYOUT: tuple[tuple[str, int], ...] = (("public", 24), ("private", 18))
 AZ_COUNT = 2
 
 
-def subnet_layout_problem(cidr: str) -> Optional[str]:
+def subnet_layout_problem(cidr: str) -> str | None:
     """Why :data:`SUBNET_LAYOUT` does not fit in ``cidr`` (None when it fits).
 
     Mirrors how aws-cdk-lib's ``ec2.Vpc`` carves subnets: each group in order, one block per AZ,
@@ -33,9 +32,11 @@ def subnet_layout_problem(cidr: str) -> Optional[str]:
             cursor = -(-cursor // size) * size
             cursor += size
             if cursor > int(net.broadcast_address) + 1:
-                return (f"the {AZ_COUNT} public /{SUBNET_LAYOUT[0][1]} and {AZ_COUNT} private "
-                        f"/{SUBNET_LAYOUT[1][1]} subnets do not fit ({name} /{prefix} runs past "
-                        f"{net.broadcast_address}); use a /16")
+                return (
+                    f"the {AZ_COUNT} public /{SUBNET_LAYOUT[0][1]} and {AZ_COUNT} private "
+                    f"/{SUBNET_LAYOUT[1][1]} subnets do not fit ({name} /{prefix} runs past "
+                    f"{net.broadcast_address}); use a /16"
+                )
     return None
 
 
@@ -67,7 +68,7 @@ class TrainiumNetwork(Construct):
         az_ids: Sequence[str],
         cidr: str = "10.0.0.0/16",
         nat_gateways: int = 1,
-        existing_vpc_id: Optional[str] = None,
+        existing_vpc_id: str | None = None,
         existing_private_subnet_ids: Sequence[str] = (),
         retain_on_delete: bool = True,
     ) -> None:
@@ -77,7 +78,8 @@ class TrainiumNetwork(Construct):
         self.az_ids = tuple(az_ids)
         if existing_vpc_id:
             self.vpc = ec2.Vpc.from_vpc_attributes(
-                self, "Vpc",
+                self,
+                "Vpc",
                 vpc_id=existing_vpc_id,
                 # Only labels for the imported subnets; placement comes from the subnets themselves.
                 availability_zones=list(az_ids),
@@ -93,18 +95,24 @@ class TrainiumNetwork(Construct):
 
     def _create_vpc(self, cidr: str, nat_gateways: int) -> ec2.Vpc:
         vpc = ec2.Vpc(
-            self, "Vpc",
+            self,
+            "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(cidr),
             max_azs=2,
             nat_gateways=nat_gateways,
             subnet_configuration=[
-                ec2.SubnetConfiguration(name=name, cidr_mask=prefix, subnet_type=(
-                    ec2.SubnetType.PUBLIC if name == "public" else ec2.SubnetType.PRIVATE_WITH_EGRESS))
+                ec2.SubnetConfiguration(
+                    name=name,
+                    cidr_mask=prefix,
+                    subnet_type=(
+                        ec2.SubnetType.PUBLIC if name == "public" else ec2.SubnetType.PRIVATE_WITH_EGRESS
+                    ),
+                )
                 for name, prefix in SUBNET_LAYOUT
             ],
         )
         for subnets in (vpc.public_subnets, vpc.private_subnets):
-            for az_id, subnet in zip(self.az_ids, subnets):
+            for az_id, subnet in zip(self.az_ids, subnets, strict=True):
                 cfn = subnet.node.default_child
                 cfn.add_property_deletion_override("AvailabilityZone")
                 cfn.add_property_override("AvailabilityZoneId", az_id)
@@ -112,11 +120,17 @@ class TrainiumNetwork(Construct):
         for subnet in vpc.public_subnets:
             subnet.node.default_child.add_property_override("MapPublicIpOnLaunch", False)
         # Flow logs name peers and ports: encrypted with a key of their own (kept with the logs).
-        key = kms.Key(self, "FlowLogsKey", enable_key_rotation=True, removal_policy=RemovalPolicy.RETAIN,
-                      description="VPC flow logs of the Trainium platform")
+        key = kms.Key(
+            self,
+            "FlowLogsKey",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN,
+            description="VPC flow logs of the Trainium platform",
+        )
         key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{Stack.of(self).region}.amazonaws.com"))
         log_group = logs.LogGroup(
-            self, "FlowLogs",
+            self,
+            "FlowLogs",
             retention=logs.RetentionDays.ONE_YEAR,
             removal_policy=RemovalPolicy.RETAIN,
             encryption_key=key,

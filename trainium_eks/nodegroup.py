@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -49,7 +47,7 @@ class NeuronNodegroup(Construct):
         max_size: int = 2,
         root_volume_gib: int = 512,
         efa_layout: str = "efa",
-        capacity_reservation_id: Optional[str] = None,
+        capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         name_prefix: str = "trn",
     ) -> None:
@@ -57,7 +55,8 @@ class NeuronNodegroup(Construct):
         self.facts = facts
         self.subnet = subnet
         self.launch_template = TrainiumLaunchTemplate(
-            self, "LaunchTemplate",
+            self,
+            "LaunchTemplate",
             facts=facts,
             vpc=cluster.vpc,
             cluster_security_group_id=cluster.cluster_security_group_id,
@@ -69,7 +68,8 @@ class NeuronNodegroup(Construct):
         )
         lt = self.launch_template.launch_template
         self.nodegroup = eks.Nodegroup(
-            self, "Nodegroup",
+            self,
+            "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
@@ -80,7 +80,10 @@ class NeuronNodegroup(Construct):
             desired_size=desired_size,
             max_size=max_size,
             labels=dict(TRAINIUM_NODE_LABEL),
-            taints=[eks.TaintSpec(key=NEURON_TAINT["key"], value=NEURON_TAINT["value"],
-                                  effect=eks.TaintEffect.NO_SCHEDULE)],
+            taints=[
+                eks.TaintSpec(
+                    key=NEURON_TAINT["key"], value=NEURON_TAINT["value"], effect=eks.TaintEffect.NO_SCHEDULE
+                )
+            ],
             enable_node_auto_repair=True,
         )

@@ -43,7 +43,8 @@ class TrainingImageRepository(Construct):
         if not 1 <= untagged_expiry_days <= 365:
             raise ValueError(f"untagged_expiry_days: {untagged_expiry_days} is invalid; use 1 to 365")
         self.repository = ecr.Repository(
-            self, "Repository",
+            self,
+            "Repository",
             repository_name=repository_name,
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
@@ -52,16 +53,20 @@ class TrainingImageRepository(Construct):
             empty_on_delete=False,
             lifecycle_rules=[
                 ecr.LifecycleRule(
-                    rule_priority=1, tag_status=ecr.TagStatus.UNTAGGED,
+                    rule_priority=1,
+                    tag_status=ecr.TagStatus.UNTAGGED,
                     max_image_age=Duration.days(untagged_expiry_days),
                     description=f"expire untagged images after {untagged_expiry_days} days",
                 ),
                 ecr.LifecycleRule(
-                    rule_priority=2, tag_status=ecr.TagStatus.ANY, max_image_count=keep_images,
+                    rule_priority=2,
+                    tag_status=ecr.TagStatus.ANY,
+                    max_image_count=keep_images,
                     description=f"keep the newest {keep_images} images",
                 ),
             ],
         )
         # aws-cdk-lib leaves the AES256 default implicit; state it so the template shows it.
         self.repository.node.default_child.add_property_override(
-            "EncryptionConfiguration", {"EncryptionType": "AES256"})
+            "EncryptionConfiguration", {"EncryptionType": "AES256"}
+        )

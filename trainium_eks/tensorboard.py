@@ -6,7 +6,8 @@ The reference exposed TensorBoard on a public LoadBalancer; here it is reachable
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import CfnOutput
 from aws_cdk import aws_eks_v2 as eks
@@ -35,25 +36,47 @@ def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: 
                 "spec": {
                     "automountServiceAccountToken": False,
                     "nodeSelector": dict(SYSTEM_NODE_LABEL),
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": NAME,
-                        "image": image,
-                        "command": ["tensorboard", "--logdir", logdir, "--host", "0.0.0.0",
-                                    "--port", str(PORT), "--reload_interval", "60"],
-                        "ports": [{"name": "http", "containerPort": PORT}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": PORT},
-                                           "periodSeconds": 20},
-                        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"},
-                                      "limits": {"cpu": "1", "memory": "2Gi"}},
-                        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}],
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}},
-                        "env": [{"name": "HOME", "value": "/tmp"}],
-                    }],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65534,
+                        "runAsGroup": 65534,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": NAME,
+                            "image": image,
+                            "command": [
+                                "tensorboard",
+                                "--logdir",
+                                logdir,
+                                "--host",
+                                "0.0.0.0",
+                                "--port",
+                                str(PORT),
+                                "--reload_interval",
+                                "60",
+                            ],
+                            "ports": [{"name": "http", "containerPort": PORT}],
+                            "readinessProbe": {"httpGet": {"path": "/", "port": PORT}, "periodSeconds": 20},
+                            "resources": {
+                                "requests": {"cpu": "250m", "memory": "1Gi"},
+                                "limits": {"cpu": "1", "memory": "2Gi"},
+                            },
+                            "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "env": [{"name": "HOME", "value": "/tmp"}],
+                        }
+                    ],
                     "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
+                        {
+                            "name": "data",
+                            "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True},
+                        },
                     ],
                 },
             },
@@ -67,8 +90,11 @@ def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: 
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(_LABELS)},
-        "spec": {"type": "ClusterIP", "selector": dict(_LABELS),
-                 "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(_LABELS),
+            "ports": [{"name": "http", "port": PORT, "targetPort": PORT}],
+        },
     }
     return [deployment, service]
 
@@ -83,14 +109,33 @@ class TensorBoard(Construct):
     Attributes: manifest; port_forward (the command, also a stack output).
     """
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str, image: str,
-                 claim_name: str, logdir: str = f"{DATA_MOUNT}/runs",
-                 depends_on: Sequence[IConstruct] = ()) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str,
+        image: str,
+        claim_name: str,
+        logdir: str = f"{DATA_MOUNT}/runs",
+        depends_on: Sequence[IConstruct] = (),
+    ) -> None:
         super().__init__(scope, id)
-        self.manifest = eks.KubernetesManifest(self, "Manifest", cluster=cluster, manifest=tensorboard_objects(
-            namespace=namespace, image=image, claim_name=claim_name, logdir=logdir))
+        self.manifest = eks.KubernetesManifest(
+            self,
+            "Manifest",
+            cluster=cluster,
+            manifest=tensorboard_objects(
+                namespace=namespace, image=image, claim_name=claim_name, logdir=logdir
+            ),
+        )
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)
         self.port_forward = port_forward_command(namespace)
-        CfnOutput(self, "PortForward", value=self.port_forward,
-                  description="TensorBoard: run this, then open http://localhost:6006")
+        CfnOutput(
+            self,
+            "PortForward",
+            value=self.port_forward,
+            description="TensorBoard: run this, then open http://localhost:6006",
+        )

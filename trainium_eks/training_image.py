@@ -23,13 +23,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import training
 from aws_cdk import Fn
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from cdk_ecr_deployment import DockerImageName, ECRDeployment
 from constructs import Construct
+
+import training
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
 TRAINING_DIR = Path(training.__file__).resolve().parent
@@ -71,13 +72,28 @@ def build_context(root: Path | None = None) -> Path:
 
 
 #: ECR actions the copy needs on the source (read) and the destination (push) repositories.
-ECR_READ_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage",
-                    "ecr:DescribeImages", "ecr:DescribeRepositories", "ecr:ListImages")
-ECR_PUSH_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload", "ecr:UploadLayerPart",
-                    "ecr:CompleteLayerUpload", "ecr:PutImage", "ecr:DescribeImages", "ecr:DescribeRepositories")
+ECR_READ_ACTIONS = (
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:GetDownloadUrlForLayer",
+    "ecr:BatchGetImage",
+    "ecr:DescribeImages",
+    "ecr:DescribeRepositories",
+    "ecr:ListImages",
+)
+ECR_PUSH_ACTIONS = (
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:InitiateLayerUpload",
+    "ecr:UploadLayerPart",
+    "ecr:CompleteLayerUpload",
+    "ecr:PutImage",
+    "ecr:DescribeImages",
+    "ecr:DescribeRepositories",
+)
 
 
-def copy_boundary_statements(*, source_repository_arn: str, dest_repository_arn: str) -> list[iam.PolicyStatement]:
+def copy_boundary_statements(
+    *, source_repository_arn: str, dest_repository_arn: str
+) -> list[iam.PolicyStatement]:
     """The most the image-copy role may do: its boundary's statements."""
     stack_arn = "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}"
     return [
@@ -86,8 +102,10 @@ def copy_boundary_statements(*, source_repository_arn: str, dest_repository_arn:
         iam.PolicyStatement(actions=list(ECR_READ_ACTIONS), resources=[source_repository_arn]),
         iam.PolicyStatement(actions=list(ECR_PUSH_ACTIONS), resources=[dest_repository_arn]),
         # What AWSLambdaBasicExecutionRole grants, limited to Lambda's own log groups.
-        iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-                            resources=[Fn.sub(f"{stack_arn}:log-group:/aws/lambda/*")]),
+        iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[Fn.sub(f"{stack_arn}:log-group:/aws/lambda/*")],
+        ),
     ]
 
 
@@ -109,33 +127,44 @@ class TrainingImages(Construct):
         tags: dict[str, str] = {}
         for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
             asset = ecr_assets.DockerImageAsset(
-                self, f"{name.title()}Asset", directory=context, file=dockerfile,
+                self,
+                f"{name.title()}Asset",
+                directory=context,
+                file=dockerfile,
                 platform=ecr_assets.Platform.LINUX_AMD64,
             )
             tags[name] = f"{name}-{asset.asset_hash[:16]}"
             uris[name] = f"{repository.repository_uri}:{tags[name]}"
             if self.copy_role is None:
                 self.copy_role = self._copy_role(asset.repository.repository_arn, repository.repository_arn)
-            self.copies.append(ECRDeployment(
-                self, f"{name.title()}Copy",
-                src=DockerImageName(asset.image_uri),
-                dest=DockerImageName(uris[name]),
-                role=self.copy_role,
-            ))
+            self.copies.append(
+                ECRDeployment(
+                    self,
+                    f"{name.title()}Copy",
+                    src=DockerImageName(asset.image_uri),
+                    dest=DockerImageName(uris[name]),
+                    role=self.copy_role,
+                )
+            )
         self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
         self.training_tag, self.tensorboard_tag = tags["training"], tags["tensorboard"]
 
     def _copy_role(self, source_arn: str, dest_arn: str) -> iam.Role:
         boundary = iam.ManagedPolicy(
-            self, "CopyBoundary",
+            self,
+            "CopyBoundary",
             description="Boundary of the image-copy role: read the asset repository, push to the platform's",
-            statements=copy_boundary_statements(source_repository_arn=source_arn, dest_repository_arn=dest_arn),
+            statements=copy_boundary_statements(
+                source_repository_arn=source_arn, dest_repository_arn=dest_arn
+            ),
         )
         return iam.Role(
-            self, "CopyRole",
+            self,
+            "CopyRole",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
-                "service-role/AWSLambdaBasicExecutionRole")],
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")
+            ],
             permissions_boundary=boundary,
             description="cdk-ecr-deployment's copy function (bounded: see CopyBoundary)",
         )

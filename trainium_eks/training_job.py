@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from aws_cdk import CfnOutput, Token
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from training.job_spec import (
-    RESTART_POLICIES, TASK_NAME, JobPaths, compute_resources, container_command, container_env,
-    device_limits, job_paths, pod_security_context, rank0_endpoint, termination_grace_period_s,
-    training_security_context, volume_mounts, volumes,
+    RESTART_POLICIES,
+    TASK_NAME,
+    JobPaths,
+    compute_resources,
+    container_command,
+    container_env,
+    device_limits,
+    job_paths,
+    pod_security_context,
+    rank0_endpoint,
+    termination_grace_period_s,
+    training_security_context,
+    volume_mounts,
+    volumes,
 )
 from training.launch import LaunchSpec, script_args_from_dict
 
@@ -53,49 +65,71 @@ class TrainingPlan:
 
 
 def plan_training(
-    *, facts: InstanceFacts, nodes: int, max_nodes: int, nproc_per_node: Optional[int],
-    batch_size: int, global_batch: int,
+    *,
+    facts: InstanceFacts,
+    nodes: int,
+    max_nodes: int,
+    nproc_per_node: int | None,
+    batch_size: int,
+    global_batch: int,
 ) -> TrainingPlan:
     """Resolve ``nproc_per_node`` and check the shape; ConfigError naming the prop otherwise."""
     nproc = facts.neuron_cores if nproc_per_node is None else nproc_per_node
-    for name, value in (("nodes", nodes), ("nproc_per_node", nproc), ("batch_size", batch_size),
-                        ("global_batch", global_batch)):
+    for name, value in (
+        ("nodes", nodes),
+        ("nproc_per_node", nproc),
+        ("batch_size", batch_size),
+        ("global_batch", global_batch),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(name, value, "must be a whole number of at least 1")
     if nproc > facts.neuron_cores:
-        raise ConfigError("nproc_per_node", nproc,
-                          f"{facts.name} has {facts.neuron_cores} NeuronCores; use at most that")
+        raise ConfigError(
+            "nproc_per_node", nproc, f"{facts.name} has {facts.neuron_cores} NeuronCores; use at most that"
+        )
     if nodes > max_nodes:
-        raise ConfigError("nodes", nodes,
-                          f"the Trainium nodegroup's maximum is {max_nodes}; raise max_nodes or use fewer")
+        raise ConfigError(
+            "nodes", nodes, f"the Trainium nodegroup's maximum is {max_nodes}; raise max_nodes or use fewer"
+        )
     if nodes > 1 and not facts.multi_node:
-        raise ConfigError("nodes", nodes,
-                          f"{facts.name} has no EFA for multi-node training; use 1 node or a "
-                          "32xlarge/48xlarge type")
+        raise ConfigError(
+            "nodes",
+            nodes,
+            f"{facts.name} has no EFA for multi-node training; use 1 node or a 32xlarge/48xlarge type",
+        )
     plan = TrainingPlan(nodes, nproc, batch_size, global_batch)
     if global_batch % (batch_size * plan.workers):
-        raise ConfigError("global_batch", global_batch,
-                          f"must be a multiple of batch_size x workers = {batch_size} x {plan.workers} "
-                          f"= {batch_size * plan.workers} (gradient accumulation is a whole number)")
+        raise ConfigError(
+            "global_batch",
+            global_batch,
+            f"must be a multiple of batch_size x workers = {batch_size} x {plan.workers} "
+            f"= {batch_size * plan.workers} (gradient accumulation is a whole number)",
+        )
     return plan
 
 
 def _check_label(field: str, value: str, *, max_len: int = MAX_LABEL) -> None:
     if not isinstance(value, str) or not is_dns1123_label(value) or len(value) > max_len:
-        raise ConfigError(field, value,
-                          f"use at most {max_len} lower-case letters, digits or '-' (a DNS-1123 label)")
+        raise ConfigError(
+            field, value, f"use at most {max_len} lower-case letters, digits or '-' (a DNS-1123 label)"
+        )
 
 
 def pod_template(
-    *, job_name: str, image: str, facts: InstanceFacts, spec: LaunchSpec, paths: JobPaths,
-    claim_name: str, service_account: str,
+    *,
+    job_name: str,
+    image: str,
+    facts: InstanceFacts,
+    spec: LaunchSpec,
+    paths: JobPaths,
+    claim_name: str,
+    service_account: str,
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm."""
     requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     return {
-        "metadata": {"labels": {"app.kubernetes.io/name": "bert-pretrain",
-                                "trainium-eks/job": job_name}},
+        "metadata": {"labels": {"app.kubernetes.io/name": "bert-pretrain", "trainium-eks/job": job_name}},
         "spec": {
             "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
@@ -105,15 +139,17 @@ def pod_template(
             # SIGTERM -> finish the step, write a checkpoint (training.stop): time derived from
             # a BERT-large state and the default FSx's throughput.
             "terminationGracePeriodSeconds": termination_grace_period_s(),
-            "containers": [{
-                "name": "trainer",
-                "image": image,
-                "command": container_command(spec, paths),
-                "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
-                "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
-                "volumeMounts": volume_mounts(),
-                "securityContext": training_security_context(),
-            }],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": image,
+                    "command": container_command(spec, paths),
+                    "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
+                    "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
+                    "volumeMounts": volume_mounts(),
+                    "securityContext": training_security_context(),
+                }
+            ],
             "securityContext": pod_security_context(),
             "volumes": volumes(claim_name),
         },
@@ -121,14 +157,23 @@ def pod_template(
 
 
 def volcano_job(
-    *, job_name: str, namespace: str, queue: str, nodes: int, max_retry: int, template: Mapping[str, Any],
+    *,
+    job_name: str,
+    namespace: str,
+    queue: str,
+    nodes: int,
+    max_retry: int,
+    template: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure."""
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Job",
-        "metadata": {"name": job_name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/name": "bert-pretrain"}},
+        "metadata": {
+            "name": job_name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "bert-pretrain"},
+        },
         "spec": {
             "schedulerName": "volcano",
             "queue": queue,
@@ -137,8 +182,9 @@ def volcano_job(
             "policies": [dict(p) for p in RESTART_POLICIES],
             # svc: stable host names + headless Service (the c10d endpoint); env: VC_TASK_INDEX.
             "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
-            "tasks": [{"name": TASK_NAME, "replicas": nodes, "minAvailable": nodes,
-                       "template": dict(template)}],
+            "tasks": [
+                {"name": TASK_NAME, "replicas": nodes, "minAvailable": nodes, "template": dict(template)}
+            ],
         },
     }
 
@@ -174,16 +220,16 @@ class BertPretrainingJob(Construct):
         image: str,
         namespace: str,
         claim_name: str,
-        image_key: Optional[str] = None,
+        image_key: str | None = None,
         queue: str = "training",
         model: str = "large",
         batch_size: int = 16,
         global_batch: int = DEFAULT_GLOBAL_BATCH,
         max_steps: int = DEFAULT_MAX_STEPS,
-        nproc_per_node: Optional[int] = None,
-        script_args: Optional[Mapping[str, Any]] = None,
+        nproc_per_node: int | None = None,
+        script_args: Mapping[str, Any] | None = None,
         rdzv_backend: str = "c10d",
-        etcd_endpoint: Optional[str] = None,
+        etcd_endpoint: str | None = None,
         dataset_name: str = "bert-wikicorpus-seq128",
         cache_set: str = "bert-large-seq128",
         run_name: str = "bert-large-phase1",
@@ -229,8 +275,11 @@ class BertPretrainingJob(Construct):
         if rdzv_backend not in RDZV_BACKENDS:
             raise ConfigError("rdzv_backend", rdzv_backend, f"choose one of {', '.join(RDZV_BACKENDS)}")
         if rdzv_backend != "c10d" and not etcd_endpoint:
-            raise ConfigError("rdzv_backend", rdzv_backend,
-                              "etcd rendezvous needs the etcd add-on (etcd_enabled=true); or use c10d")
+            raise ConfigError(
+                "rdzv_backend",
+                rdzv_backend,
+                "etcd rendezvous needs the etcd add-on (etcd_enabled=true); or use c10d",
+            )
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "must be a whole number of at least 1")
@@ -239,63 +288,116 @@ class BertPretrainingJob(Construct):
                 raise ConfigError(name, value, "use 0 to 100")
         # Pod host names are <job>-worker-<i>: the job name leaves room for that suffix.
         _check_label("name_prefix", name_prefix, max_len=MAX_LABEL - 9 - len(f"-{TASK_NAME}-{nodes - 1}"))
-        for name, value in (("namespace", namespace), ("queue", queue), ("dataset_name", dataset_name),
-                            ("cache_set", cache_set), ("run_name", run_name),
-                            ("service_account_name", service_account_name)):
+        for name, value in (
+            ("namespace", namespace),
+            ("queue", queue),
+            ("dataset_name", dataset_name),
+            ("cache_set", cache_set),
+            ("run_name", run_name),
+            ("service_account_name", service_account_name),
+        ):
             if not Token.is_unresolved(value):
                 _check_label(name, value)
-        self.plan = plan_training(facts=facts, nodes=nodes, max_nodes=max_nodes,
-                                  nproc_per_node=nproc_per_node, batch_size=batch_size,
-                                  global_batch=global_batch)
+        self.plan = plan_training(
+            facts=facts,
+            nodes=nodes,
+            max_nodes=max_nodes,
+            nproc_per_node=nproc_per_node,
+            batch_size=batch_size,
+            global_batch=global_batch,
+        )
         self.paths = job_paths(dataset_name=dataset_name, cache_set=cache_set, run_name=run_name)
         extra = dict(script_args or {})
-        reserved = {"data_dir", "output_dir", "batch_size", "grad_accum_usteps", "max_steps", "model",
-                    "checkpoint_every", "precompile"}
+        reserved = {
+            "data_dir",
+            "output_dir",
+            "batch_size",
+            "grad_accum_usteps",
+            "max_steps",
+            "model",
+            "checkpoint_every",
+            "precompile",
+        }
         clash = sorted(reserved & set(extra))
         if clash:
             raise ConfigError("script_args", clash[0], "set it with its own property, not script_args")
-        args = script_args_from_dict({
-            **extra,
-            "model": model,
-            "data_dir": self.paths.data_dir,
-            "output_dir": self.paths.output_dir,
-            "batch_size": batch_size,
-            "grad_accum_usteps": self.plan.grad_accum_usteps,
-            "max_steps": max_steps,
-            "checkpoint_every": checkpoint_every,
-        })
+        args = script_args_from_dict(
+            {
+                **extra,
+                "model": model,
+                "data_dir": self.paths.data_dir,
+                "output_dir": self.paths.output_dir,
+                "batch_size": batch_size,
+                "grad_accum_usteps": self.plan.grad_accum_usteps,
+                "max_steps": max_steps,
+                "checkpoint_every": checkpoint_every,
+            }
+        )
         self.service_account = service_account_name
 
         if image_key is None:
             if Token.is_unresolved(image):
-                raise ConfigError("image_key", None, "give the image's tag when image is a token "
-                                  "(the job name must not depend on token numbering)")
+                raise ConfigError(
+                    "image_key",
+                    None,
+                    "give the image's tag when image is a token "
+                    "(the job name must not depend on token numbering)",
+                )
             image_key = image
 
         def build(job_name: str, image: str = image) -> tuple[LaunchSpec, dict[str, Any]]:
             endpoint = rank0_endpoint(job_name) if rdzv_backend == "c10d" else str(etcd_endpoint)
-            spec = LaunchSpec(nnodes=nodes, nproc_per_node=self.plan.nproc_per_node,
-                              rdzv_endpoint=endpoint, rdzv_backend=rdzv_backend, rdzv_id=job_name,
-                              max_restarts=max_restarts, script_args=tuple(args))
-            template = pod_template(job_name=job_name, image=image, facts=facts, spec=spec,
-                                    paths=self.paths, claim_name=claim_name,
-                                    service_account=service_account_name)
-            return spec, volcano_job(job_name=job_name, namespace=namespace, queue=queue, nodes=nodes,
-                                     max_retry=max_retry, template=template)
+            spec = LaunchSpec(
+                nnodes=nodes,
+                nproc_per_node=self.plan.nproc_per_node,
+                rdzv_endpoint=endpoint,
+                rdzv_backend=rdzv_backend,
+                rdzv_id=job_name,
+                max_restarts=max_restarts,
+                script_args=tuple(args),
+            )
+            template = pod_template(
+                job_name=job_name,
+                image=image,
+                facts=facts,
+                spec=spec,
+                paths=self.paths,
+                claim_name=claim_name,
+                service_account=service_account_name,
+            )
+            return spec, volcano_job(
+                job_name=job_name,
+                namespace=namespace,
+                queue=queue,
+                nodes=nodes,
+                max_retry=max_retry,
+                template=template,
+            )
 
         # The name hashes the spec rendered with a placeholder name (the name appears inside it).
         _, draft = build(name_prefix, image_key)
         self.job_name = hashed_name(name_prefix, draft)
         self.launch_spec, self.job = build(self.job_name)
 
-        sa = eks.KubernetesManifest(self, "ServiceAccount", cluster=cluster, manifest=[{
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": service_account_name, "namespace": namespace},
-            # Training reads and writes FSx only: no Kubernetes API token, no AWS role.
-            "automountServiceAccountToken": False,
-        }])
+        sa = eks.KubernetesManifest(
+            self,
+            "ServiceAccount",
+            cluster=cluster,
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": service_account_name, "namespace": namespace},
+                    # Training reads and writes FSx only: no Kubernetes API token, no AWS role.
+                    "automountServiceAccountToken": False,
+                }
+            ],
+        )
         self.manifest = eks.KubernetesManifest(
-            self, f"Job{spec_digest(draft)}", cluster=cluster, manifest=[self.job],
+            self,
+            f"Job{spec_digest(draft)}",
+            cluster=cluster,
+            manifest=[self.job],
         )
         self.manifest.node.add_dependency(sa)
         self.service_account_manifest = sa

@@ -8,8 +8,8 @@ Kubernetes and its kubectl layer are pinned together: the cluster's version must
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda
@@ -61,6 +61,8 @@ SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 #: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
 #: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.
 FSX_LUSTRE_VERSION = "2.15"
+
+
 # [addons] pinned Helm charts, managed add-ons and images go here.
 @dataclass(frozen=True)
 class AddonPin:
@@ -98,8 +100,7 @@ ADDON_PINS: dict[str, AddonPin] = {
     # 1.10.0` digest sha256:ed5d8f73...): device plugin 2.32.0.0. The chart follows Neuron SDK
     # releases (1.9.0 = SDK 2.31); the device plugin talks to the node's driver (the Neuron AMI
     # ships the newest), not to the container's Neuron 2.28 runtime, which newer drivers support.
-    "neuron": AddonPin("neuron-helm-chart", "1.10.0",
-                       "oci://public.ecr.aws/neuron/neuron-helm-chart"),
+    "neuron": AddonPin("neuron-helm-chart", "1.10.0", "oci://public.ecr.aws/neuron/neuron-helm-chart"),
     # aws/eks-charts: chart v0.5.29 = image v0.5.20 (PR #1338, 2026-06); v0.5.32 is the pin of
     # a recorded EKS 1.36 deployment with EFA nodes (awslabs/awsome-distributed-ai compatibility
     # matrix, 2026-09-16). Its instance list includes trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge.
@@ -112,8 +113,9 @@ ADDON_PINS: dict[str, AddonPin] = {
     # ships driver 1.9.0 (upstream PR #491, merged 2026-04-09; chart kubeVersion >=1.17). The
     # chart, not the EKS add-on: no `aws-fsx-csi-driver` add-on version for Kubernetes 1.36
     # could be verified offline, and EKS rejects an unknown one at deploy.
-    "fsx-csi-driver": AddonPin("aws-fsx-csi-driver", "1.16.0",
-                               "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"),
+    "fsx-csi-driver": AddonPin(
+        "aws-fsx-csi-driver", "1.16.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
+    ),
     # etcd v3.5.32 (etcd-io/etcd #22016: released with v3.6.13, 2026-07-01), the newest 3.5
     # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
     # registry; tag-pinned (no digest could be verified offline).
@@ -141,7 +143,7 @@ ADDON_PINS: dict[str, AddonPin] = {
 ADDON_EVIDENCE: dict[str, dict[str, str]] = {
     "pod-identity-agent": {
         "1.34": "`aws eks describe-addon-versions --kubernetes-version 1.34` defaults of 2026-06-24 "
-                "in a public Terraform configuration (with kube-proxy v1.34.6-eksbuild.11)",
+        "in a public Terraform configuration (with kube-proxy v1.34.6-eksbuild.11)",
         "1.35": "public Terraform configuration pinning it with kube-proxy v1.35.3-eksbuild.13",
         "1.36": "add-on versions a 1.36 cluster resolved to (public deployment record, 2026)",
     },
@@ -156,7 +158,7 @@ ADDON_EVIDENCE: dict[str, dict[str, str]] = {
     },
     "vpc-cni": {
         "1.34": "EKS offers one VPC CNI build for all supported versions (EKS user guide version table; "
-                "a 2026 survey found v1.22.3-eksbuild.1 common to 1.30-1.36)",
+        "a 2026 survey found v1.22.3-eksbuild.1 common to 1.30-1.36)",
         "1.35": "as for 1.34",
         "1.36": "installed on an EKS 1.36 cluster (public inventory, 2026-09-24)",
     },

@@ -13,16 +13,26 @@ from typing import Any
 
 from tests.support import resources, synth_platform
 
-PUSH_ACTIONS = ("ecr:PutImage", "ecr:InitiateLayerUpload", "ecr:UploadLayerPart", "ecr:CompleteLayerUpload",
-                "ecr:BatchDeleteImage")
+PUSH_ACTIONS = (
+    "ecr:PutImage",
+    "ecr:InitiateLayerUpload",
+    "ecr:UploadLayerPart",
+    "ecr:CompleteLayerUpload",
+    "ecr:BatchDeleteImage",
+)
 S3_READ = ("s3:GetObject",)
 #: AWS managed policies the stack attaches; none grants ECR push or S3 object reads (their
 #: documents in the AWS Managed Policy Reference). An unknown one fails the test until reviewed.
 MANAGED_WITHOUT_PUSH_OR_S3_READ = {
-    "service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole",
-    "AmazonEKSClusterPolicy", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
-    "AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryReadOnly",
-    "AmazonElasticContainerRegistryPublicReadOnly", "service-role/AmazonEBSCSIDriverPolicy",
+    "service-role/AWSLambdaBasicExecutionRole",
+    "service-role/AWSLambdaVPCAccessExecutionRole",
+    "AmazonEKSClusterPolicy",
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonElasticContainerRegistryPublicReadOnly",
+    "service-role/AmazonEBSCSIDriverPolicy",
     "CloudWatchAgentServerPolicy",
 }
 
@@ -91,7 +101,7 @@ def test_given_default_platform_then_no_role_can_read_s3_objects():
 
 def test_given_copy_role_without_its_boundary_then_the_check_sees_the_wildcards():
     template = json.loads(json.dumps(synth_platform()))
-    for role_id, role in resources(template, "AWS::IAM::Role").items():
+    for role_id in resources(template, "AWS::IAM::Role"):
         template["Resources"][role_id]["Properties"].pop("PermissionsBoundary", None)
     assert "*" in next(iter(effective(template, S3_READ).values()))
     assert any("*" in granted for granted in effective(template, PUSH_ACTIONS).values())

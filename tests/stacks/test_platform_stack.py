@@ -23,8 +23,12 @@ def test_given_acknowledgements_then_each_has_a_reason_and_targets_one_finding()
 
 def test_given_synthesized_templates_then_cfn_lint_finds_nothing(default_synth):
     templates = sorted(str(p) for p in default_synth.outdir.glob("*.template.json"))
-    proc = subprocess.run([str(VENV_BIN / "cfn-lint"), "--format", "parseable", *templates],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(VENV_BIN / "cfn-lint"), "--format", "parseable", *templates],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -53,11 +53,35 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
     vocab = build_vocab([corpus], root / "vocab.txt", vocab_size=400)
     out = root / "shards"
     subprocess.run(
-        [PYTHON, "-m", "training.prepare_data", "--input", str(corpus), "--vocab", str(vocab),
-         "--output_dir", str(out), "--num_shards", "6", "--dupe_factor", "2", "--num_workers", "1",
-         "--max_seq_len", "128", "--max_pred_len", "20", "--seed", "7"],
-        check=True, cwd=REPO, env=child_env(), capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(corpus),
+            "--vocab",
+            str(vocab),
+            "--output_dir",
+            str(out),
+            "--num_shards",
+            "6",
+            "--dupe_factor",
+            "2",
+            "--num_workers",
+            "1",
+            "--max_seq_len",
+            "128",
+            "--max_pred_len",
+            "20",
+            "--seed",
+            "7",
+        ],
+        check=True,
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        timeout=120,
+    )
     vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
     result = Shards(out, vocab_size)
     assert len(result.files) == 6
@@ -82,13 +106,27 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory):
     endpoint = f"127.0.0.1:{client}"
     log = open(data_dir / "etcd.log", "wb")
     proc = subprocess.Popen(
-        [binary, "--name", "test", "--data-dir", str(data_dir / "data"), "--enable-v2",
-         "--listen-client-urls", f"http://{endpoint}", "--advertise-client-urls", f"http://{endpoint}",
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            binary,
+            "--name",
+            "test",
+            "--data-dir",
+            str(data_dir / "data"),
+            "--enable-v2",
+            "--listen-client-urls",
+            f"http://{endpoint}",
+            "--advertise-client-urls",
+            f"http://{endpoint}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"test=http://127.0.0.1:{peer}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

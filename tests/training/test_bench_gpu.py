@@ -14,7 +14,9 @@ SCRIPT = str(REPO / "bench" / "bench_gpu.py")
 
 def test_given_no_cuda_then_bench_gpu_fails_with_a_clear_message():
     assert not torch.cuda.is_available()  # this test documents the CPU-only machine
-    proc = subprocess.run([PYTHON, SCRIPT], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PYTHON, SCRIPT], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode != 0
     assert "no CUDA device" in proc.stderr and "--dry-run" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -22,8 +24,14 @@ def test_given_no_cuda_then_bench_gpu_fails_with_a_clear_message():
 
 def test_given_dry_run_then_same_step_code_reports_throughput(tmp_path):
     out = tmp_path / "r.json"
-    proc = subprocess.run([PYTHON, SCRIPT, "--dry-run", "--json", str(out)], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [PYTHON, SCRIPT, "--dry-run", "--json", str(out)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["model"] == "tiny" and result["device"] == "cpu (dry run)"

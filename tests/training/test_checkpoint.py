@@ -23,15 +23,18 @@ from tests.training.conftest import PYTHON, REPO, child_env
 from training import checkpoint as ckpt
 
 
-def save(root: Path, step: int, keep: int = 3, comm: ckpt.Comm | None = None, value: float | None = None) -> Path:
+def save(
+    root: Path, step: int, keep: int = 3, comm: ckpt.Comm | None = None, value: float | None = None
+) -> Path:
     value = float(step) if value is None else value
     return ckpt.save_checkpoint(
-        root, step, comm or ckpt.Comm(),
+        root,
+        step,
+        comm or ckpt.Comm(),
         rank_state={"data_position": [0, step, 8], "rng": ckpt.capture_rng_state()},
         global_state=lambda: {"model": {"w": torch.full((4,), value)}, "step": step},
         keep=keep,
-    )  # fmt: skip
-
+    )
 
 
 def on_two_ranks(run) -> None:
@@ -41,6 +44,7 @@ def on_two_ranks(run) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
 
 def test_given_saves_then_only_last_k_kept_and_newest_loadable(tmp_path):
     for step in range(1, 6):
@@ -85,17 +89,25 @@ def test_given_two_ranks_then_each_writes_its_file_and_world_change_drops_rank_s
     def run(rank):
         try:
             ckpt.save_checkpoint(
-                tmp_path, 4, ckpt.Comm(rank, 2, barrier.wait),
+                tmp_path,
+                4,
+                ckpt.Comm(rank, 2, barrier.wait),
                 rank_state={"data_position": [1, rank, 16], "rng": ckpt.capture_rng_state()},
-                global_state=lambda: {"model": {}, "step": 4}, keep=1,
-            )  # fmt: skip
+                global_state=lambda: {"model": {}, "step": 4},
+                keep=1,
+            )
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     on_two_ranks(run)
     assert not errors
     path = tmp_path / "step_00000004"
-    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "rank_00000.pt", "rank_00001.pt", "state.pt"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "meta.json",
+        "rank_00000.pt",
+        "rank_00001.pt",
+        "state.pt",
+    ]
     assert ckpt.load_checkpoint(path, 1, 2).rank_state["data_position"] == [1, 1, 16]
     assert ckpt.load_checkpoint(path, 0, 4).rank_state is None  # other world size
 
@@ -205,11 +217,14 @@ def save2(root: Path, step: int, keep: int = 3) -> Path:
     def run(rank):
         try:
             ckpt.save_checkpoint(
-                root, step, ckpt.Comm(rank, 2, barrier.wait),
+                root,
+                step,
+                ckpt.Comm(rank, 2, barrier.wait),
                 rank_state={"data_position": [0, rank, step], "rng": ckpt.capture_rng_state()},
                 global_state=lambda: {"model": {"w": torch.full((1000,), float(step))}, "step": step},
-                keep=keep, meta=lambda: {"loss": 1.0 / step},
-            )  # fmt: skip
+                keep=keep,
+                meta=lambda: {"loss": 1.0 / step},
+            )
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -226,11 +241,18 @@ def test_given_a_save_then_meta_records_size_and_sha256_of_every_file(tmp_path):
     for name, rec in meta["files"].items():
         data = (path / name).read_bytes()
         assert rec == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "rank_00000.pt", "rank_00001.pt", "state.pt"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "meta.json",
+        "rank_00000.pt",
+        "rank_00001.pt",
+        "state.pt",
+    ]
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_given_damaged_newest_checkpoint_then_skipped_with_one_line_and_older_one_loads(tmp_path, caplog, damage):
+def test_given_damaged_newest_checkpoint_then_skipped_with_one_line_and_older_one_loads(
+    tmp_path, caplog, damage
+):
     for step in (10, 20, 30):
         save2(tmp_path, step)
     do, message = DAMAGE[damage]
@@ -277,7 +299,9 @@ def test_given_checkpoint_without_digests_that_cannot_be_unpickled_then_load_fal
     loaded = ckpt.load_first_usable(remaining, 0, 1)
     assert loaded.step == 1
     [warning] = [r.getMessage() for r in caplog.records]
-    assert re.match(r"checkpoint step_00000002 skipped: .*step_00000002/state.pt: cannot be loaded \(\w+", warning)
+    assert re.match(
+        r"checkpoint step_00000002 skipped: .*step_00000002/state.pt: cannot be loaded \(\w+", warning
+    )
 
 
 def test_given_new_checkpoint_damaged_before_read_back_then_nothing_pruned(tmp_path, monkeypatch, caplog):
@@ -304,7 +328,10 @@ def test_given_resume_ckpt_path_then_newer_ones_of_output_dir_first_then_it(tmp_
     save(src, 3)
     for step in (2, 5):
         save(out, step)
-    assert ckpt.resume_candidates(out, str(src / "step_00000003")) == [out / "step_00000005", src / "step_00000003"]
+    assert ckpt.resume_candidates(out, str(src / "step_00000003")) == [
+        out / "step_00000005",
+        src / "step_00000003",
+    ]
     with pytest.raises(ckpt.CheckpointError, match=r"--resume_ckpt .*nowhere: no such checkpoint directory"):
         ckpt.resume_candidates(out, str(tmp_path / "nowhere"))
 
@@ -313,5 +340,9 @@ def test_given_large_chunks_hashed_on_a_thread_then_digest_is_the_files(tmp_path
     state = {"big": torch.arange(3_000_000, dtype=torch.float32), "small": torch.ones(3)}  # 12 MB chunk
     digest = ckpt.write_file_durably(tmp_path / "s.pt", lambda f: torch.save(state, f))
     data = (tmp_path / "s.pt").read_bytes()
-    assert digest == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} == ckpt.file_digest(tmp_path / "s.pt")
+    assert (
+        digest
+        == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        == ckpt.file_digest(tmp_path / "s.pt")
+    )
     assert torch.equal(torch.load(tmp_path / "s.pt")["big"], state["big"])

@@ -7,7 +7,10 @@ from training.cli import build_parser, parse_args
 
 
 def test_given_the_cli_module_when_imported_then_no_heavy_framework_is_loaded():
-    code = "import sys, training.cli; print(sorted(m for m in ('torch', 'transformers', 'torch_xla') if m in sys.modules))"
+    code = (
+        "import sys, training.cli; "
+        "print(sorted(m for m in ('torch', 'transformers', 'torch_xla') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
 

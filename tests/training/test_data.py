@@ -83,8 +83,9 @@ def test_given_positions_with_terminator_then_labels_only_before_first_zero(tmp_
     labels = batch["labels"]
     assert labels.dtype == torch.int64 and labels.shape == (2, S)
     assert {i: labels[0, i].item() for i in torch.nonzero(labels[0] != IGNORE_INDEX).flatten().tolist()} == {
-        3: 101, 7: 102,
-    }  # fmt: skip
+        3: 101,
+        7: 102,
+    }
     assert (labels[1, 2 : 2 + P] == torch.arange(200, 200 + P)).all()
     assert (labels[1] != IGNORE_INDEX).sum() == P
     # Sparse form: same targets, padding points at [CLS] with an ignored target.
@@ -110,21 +111,43 @@ def test_given_prepared_shards_then_reader_accepts_data_tool_output(shards):
     ("key", "mutate", "message"),
     [
         ("masked_lm_ids", lambda a: a.pop("masked_lm_ids"), "missing dataset 'masked_lm_ids'"),
-        ("input_mask", lambda a: a.update(input_mask=a["input_mask"].astype(np.int64)),
-         "dataset 'input_mask' has dtype int64, expected int8"),
-        ("input_ids", lambda a: a.update(input_ids=a["input_ids"][:, :64]),
-         "dataset 'input_ids' has shape [4, 64], expected [N, 128]"),
-        ("masked_lm_positions", lambda a: a.update(masked_lm_positions=a["masked_lm_positions"][:, :10]),
-         "dataset 'masked_lm_positions' has shape [4, 10], expected [N, 20]"),
-        ("next_sentence_labels", lambda a: a.update(next_sentence_labels=a["next_sentence_labels"][:3]),
-         "dataset 'next_sentence_labels' has shape [3], expected [N] with N=4"),
-        ("next_sentence_labels", lambda a: a.update(next_sentence_labels=a["next_sentence_labels"][:, None]),
-         "dataset 'next_sentence_labels' has shape [4, 1], expected [N]"),
-        ("input_ids", lambda a: a["input_ids"].__setitem__((0, 0), 999), "'input_ids' has ids outside [0, 500)"),
-        ("masked_lm_positions", lambda a: a["masked_lm_positions"].__setitem__((0, 0), 128),
-         "'masked_lm_positions' has values outside [0, 128)"),
+        (
+            "input_mask",
+            lambda a: a.update(input_mask=a["input_mask"].astype(np.int64)),
+            "dataset 'input_mask' has dtype int64, expected int8",
+        ),
+        (
+            "input_ids",
+            lambda a: a.update(input_ids=a["input_ids"][:, :64]),
+            "dataset 'input_ids' has shape [4, 64], expected [N, 128]",
+        ),
+        (
+            "masked_lm_positions",
+            lambda a: a.update(masked_lm_positions=a["masked_lm_positions"][:, :10]),
+            "dataset 'masked_lm_positions' has shape [4, 10], expected [N, 20]",
+        ),
+        (
+            "next_sentence_labels",
+            lambda a: a.update(next_sentence_labels=a["next_sentence_labels"][:3]),
+            "dataset 'next_sentence_labels' has shape [3], expected [N] with N=4",
+        ),
+        (
+            "next_sentence_labels",
+            lambda a: a.update(next_sentence_labels=a["next_sentence_labels"][:, None]),
+            "dataset 'next_sentence_labels' has shape [4, 1], expected [N]",
+        ),
+        (
+            "input_ids",
+            lambda a: a["input_ids"].__setitem__((0, 0), 999),
+            "'input_ids' has ids outside [0, 500)",
+        ),
+        (
+            "masked_lm_positions",
+            lambda a: a["masked_lm_positions"].__setitem__((0, 0), 128),
+            "'masked_lm_positions' has values outside [0, 128)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_given_bad_shard_then_error_names_file_and_key(tmp_path, key, mutate, message):
     arrays = shard_arrays(4)
     mutate(arrays)
@@ -207,8 +230,9 @@ def test_given_epochs_then_sample_order_reshuffled_and_seeded():
 
 
 def stream(files, **kw) -> ShardStream:
-    return ShardStream([str(f) for f in files], **{"batch_size": 8, "seq_len": S, "max_pred_len": P,
-                                                   "seed": 3, **kw})  # fmt: skip
+    return ShardStream(
+        [str(f) for f in files], **{"batch_size": 8, "seq_len": S, "max_pred_len": P, "seed": 3, **kw}
+    )
 
 
 def test_given_stream_then_every_sample_once_per_epoch_per_rank_set(tmp_path):
@@ -252,9 +276,13 @@ def test_given_many_shards_then_memory_bounded_by_current_and_prefetched_shard(t
     files = make_shards(tmp_path, count=6, n=1500)
     one_shard = read_shard(str(files[0]), S, P)
     assert {k: str(v.dtype) for k, v in one_shard.arrays.items()} == {
-        "input_ids": "int32", "input_mask": "int8", "segment_ids": "int8",
-        "masked_lm_positions": "int32", "masked_lm_ids": "int32", "next_sentence_labels": "int8",
-    }  # stored dtypes kept, no widening  # fmt: skip
+        "input_ids": "int32",
+        "input_mask": "int8",
+        "segment_ids": "int8",
+        "masked_lm_positions": "int32",
+        "masked_lm_ids": "int32",
+        "next_sentence_labels": "int8",
+    }  # stored dtypes kept, no widening
     shard_bytes = one_shard.nbytes
     del one_shard
     it = iter(stream(files, batch_size=16))

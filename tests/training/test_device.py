@@ -18,8 +18,8 @@ from training.device import (
     resolve_precision,
     select_device,
 )
-from training.model import build_model
 from training.metrics import cuda_peak_flops, mfu, model_flops_per_seq
+from training.model import build_model
 
 YES, NO = (lambda: True), (lambda: False)
 
@@ -92,7 +92,9 @@ def test_given_no_torch_xla_then_device_module_imports_and_xla_fails_only_when_u
         "b.configure_precision('bf16', False)\n"
         "try:\n    b.mark_step()\nexcept ImportError as e:\n    print('lazy import failed as expected')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
+    )
     assert out.stdout.strip() == "lazy import failed as expected"
 
 

@@ -59,24 +59,48 @@ class Job:
 
 
 def start(shards, out: Path, backend: str, endpoint: str, *, max_restarts: int = 0, **extra) -> Job:
-    args = script_args_from_dict({
-        "data_dir": str(shards.dir), "output_dir": str(out), "model": "tiny",
-        "vocab_size": shards.vocab_size, "batch_size": 4, "grad_accum_usteps": 2,
-        "max_steps": MAX_STEPS, "warmup_steps": 2, "lr": 5e-3, "checkpoint_every": CKPT_EVERY,
-        "keep_checkpoints": 2, "seed": 3, "param_digest": True, **extra,
-    })  # fmt: skip
+    args = script_args_from_dict(
+        {
+            "data_dir": str(shards.dir),
+            "output_dir": str(out),
+            "model": "tiny",
+            "vocab_size": shards.vocab_size,
+            "batch_size": 4,
+            "grad_accum_usteps": 2,
+            "max_steps": MAX_STEPS,
+            "warmup_steps": 2,
+            "lr": 5e-3,
+            "checkpoint_every": CKPT_EVERY,
+            "keep_checkpoints": 2,
+            "seed": 3,
+            "param_digest": True,
+            **extra,
+        }
+    )
     spec = LaunchSpec(
-        nnodes=NODES, nproc_per_node=PER_NODE, rdzv_backend=backend, rdzv_endpoint=endpoint,
-        rdzv_id=f"test-{out.name}", max_restarts=max_restarts, monitor_interval=0.5,
-        rdzv_conf={"join_timeout": "120"} if backend == "c10d" else {}, script_args=tuple(args),
+        nnodes=NODES,
+        nproc_per_node=PER_NODE,
+        rdzv_backend=backend,
+        rdzv_endpoint=endpoint,
+        rdzv_id=f"test-{out.name}",
+        max_restarts=max_restarts,
+        monitor_interval=0.5,
+        rdzv_conf={"join_timeout": "120"} if backend == "c10d" else {},
+        script_args=tuple(args),
         torchrun=TORCHRUN,
-    )  # fmt: skip
+    )
     env = child_env(**launch_env(spec))
     out.mkdir(parents=True, exist_ok=True)
     logs = [out.parent / f"{out.name}-node{i}.log" for i in range(NODES)]
     procs = [
-        subprocess.Popen(torchrun_args(spec), cwd=REPO, env=env, stdout=open(log, "wb"),
-                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        subprocess.Popen(
+            torchrun_args(spec),
+            cwd=REPO,
+            env=env,
+            stdout=open(log, "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         for log in logs
     ]
     return Job(out, procs, logs)
@@ -113,10 +137,19 @@ def c10d_run(shards, tmp_path_factory) -> Job:
 def test_given_two_nodes_with_c10d_then_loss_falls_exact_steps_identical_weights(c10d_run):
     assert [r["step"] for r in c10d_run.records()] == list(range(1, MAX_STEPS + 1))
     assert_trained(c10d_run)
-    assert sorted(p.name for p in (c10d_run.out / "checkpoints").iterdir()) == ["step_00000008", "step_00000012"]
+    assert sorted(p.name for p in (c10d_run.out / "checkpoints").iterdir()) == [
+        "step_00000008",
+        "step_00000012",
+    ]
     meta = json.loads((c10d_run.out / "checkpoints" / "step_00000012" / "meta.json").read_text())
     assert meta["step"] == 12 and meta["world_size"] == 4 and meta["num_shards"] == 6
-    assert sorted(meta["files"]) == ["rank_00000.pt", "rank_00001.pt", "rank_00002.pt", "rank_00003.pt", "state.pt"]
+    assert sorted(meta["files"]) == [
+        "rank_00000.pt",
+        "rank_00001.pt",
+        "rank_00002.pt",
+        "rank_00003.pt",
+        "state.pt",
+    ]
     assert ckpt.verify(c10d_run.out / "checkpoints" / "step_00000012") == meta
 
 
@@ -166,7 +199,7 @@ def test_given_worker_killed_mid_run_then_restart_resumes_from_checkpoint(shards
     runs = list(attempts.values())
     assert len(runs) >= 2, (runs, job.log_tail())  # restarted (normally exactly once)
     assert runs[0] == list(range(1, len(runs[0]) + 1)) and runs[0][-1] >= killed_at
-    for before, after in zip(runs, runs[1:]):
+    for before, after in zip(runs, runs[1:], strict=True):
         resumed_from = after[0] - 1
         assert resumed_from % CKPT_EVERY == 0 and resumed_from >= CKPT_EVERY  # from a checkpoint
         assert 0 <= before[-1] - resumed_from <= CKPT_EVERY  # lost at most one checkpoint interval
@@ -180,7 +213,11 @@ def test_given_worker_killed_mid_run_then_restart_resumes_from_checkpoint(shards
     # sample or dropout mask would move the loss by ~1e-2. (Bit-exact resume: test_pretrain.)
     clean = {r["step"]: r["loss"] for r in c10d_run.records()}
     for r in records:
-        assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (r["step"], r["loss"], clean[r["step"]])
+        assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (
+            r["step"],
+            r["loss"],
+            clean[r["step"]],
+        )
 
 
 def test_given_sigterm_to_one_nodes_torchrun_mid_interval_then_all_ranks_checkpoint_that_step_and_rerun_loses_none(
@@ -216,10 +253,14 @@ def test_given_sigterm_to_one_nodes_torchrun_mid_interval_then_all_ranks_checkpo
     rerun = start(shards, out, "c10d", f"127.0.0.1:{free_port()}", num_workers=1)
     finish(rerun)
     steps = [r["step"] for r in rerun.records()]
-    second = steps[len(first):]
+    second = steps[len(first) :]
     assert second[0] == stopped_at + 1 and second[-1] == MAX_STEPS  # no step recomputed
     assert sorted(steps) == list(range(1, MAX_STEPS + 1))
     assert_trained(rerun)
     clean = {r["step"]: r["loss"] for r in c10d_run.records()}
     for r in rerun.records():  # same samples, masks and optimizer state as an uninterrupted run
-        assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (r["step"], r["loss"], clean[r["step"]])
+        assert r["loss"] == pytest.approx(clean[r["step"]], abs=2e-5), (
+            r["step"],
+            r["loss"],
+            clean[r["step"]],
+        )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from training.job_spec import (
-    AGENT_EXIT_MARGIN_S, BERT_LARGE_PARAMETERS, STEP_S, stop_budget_s, termination_grace_period_s,
+    AGENT_EXIT_MARGIN_S,
+    BERT_LARGE_PARAMETERS,
+    STEP_S,
+    stop_budget_s,
+    termination_grace_period_s,
 )
 
 

@@ -25,16 +25,35 @@ def spec(**kw) -> LaunchSpec:
 def test_given_defaults_then_full_torchrun_argv():
     s = spec(script_args=("--batch_size", "16"))
     assert torchrun_args(s) == [
-        "torchrun", "--nnodes", "2", "--nproc_per_node", "32", "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", "job-worker-0.job:29400", "--rdzv_id", "bert-pretrain",
-        "--max_restarts", "3", "-m", "training.pretrain", "--batch_size", "16",
-    ]  # fmt: skip
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "32",
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        "job-worker-0.job:29400",
+        "--rdzv_id",
+        "bert-pretrain",
+        "--max_restarts",
+        "3",
+        "-m",
+        "training.pretrain",
+        "--batch_size",
+        "16",
+    ]
     assert s.world_size == 64
 
 
 def test_given_optional_fields_then_rendered_before_module():
-    s = spec(rdzv_backend="etcd-v2", node_rank=1, monitor_interval=0.5,
-             rdzv_conf={"read_timeout": "60", "join_timeout": "900"}, torchrun="/venv/bin/torchrun")  # fmt: skip
+    s = spec(
+        rdzv_backend="etcd-v2",
+        node_rank=1,
+        monitor_interval=0.5,
+        rdzv_conf={"read_timeout": "60", "join_timeout": "900"},
+        torchrun="/venv/bin/torchrun",
+    )
     argv = torchrun_args(s)
     assert argv[0] == "/venv/bin/torchrun"
     assert argv[argv.index("--node_rank") + 1] == "1"
@@ -52,14 +71,28 @@ def test_given_list_arguments_then_spec_stays_hashable():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("nnodes", 0), ("nnodes", "2"), ("nnodes", True), ("nproc_per_node", 0),
-        ("max_restarts", -1), ("rdzv_backend", "static"), ("rdzv_endpoint", "host"),
-        ("rdzv_endpoint", "host:0"), ("rdzv_endpoint", "host:70000"), ("rdzv_endpoint", ":29400"),
-        ("rdzv_id", ""), ("rdzv_id", "a b"), ("node_rank", 2), ("node_rank", -1),
-        ("module", "training/pretrain.py"), ("script_args", "--lr 1"), ("script_args", ("--lr", 1)),
-        ("monitor_interval", 0), ("rdzv_conf", {"join_timeout": "1,2"}), ("torchrun", " "),
+        ("nnodes", 0),
+        ("nnodes", "2"),
+        ("nnodes", True),
+        ("nproc_per_node", 0),
+        ("max_restarts", -1),
+        ("rdzv_backend", "static"),
+        ("rdzv_endpoint", "host"),
+        ("rdzv_endpoint", "host:0"),
+        ("rdzv_endpoint", "host:70000"),
+        ("rdzv_endpoint", ":29400"),
+        ("rdzv_id", ""),
+        ("rdzv_id", "a b"),
+        ("node_rank", 2),
+        ("node_rank", -1),
+        ("module", "training/pretrain.py"),
+        ("script_args", "--lr 1"),
+        ("script_args", ("--lr", 1)),
+        ("monitor_interval", 0),
+        ("rdzv_conf", {"join_timeout": "1,2"}),
+        ("torchrun", " "),
     ],
-)  # fmt: skip
+)
 def test_given_invalid_field_then_value_error_names_it(field, value):
     with pytest.raises(ValueError, match=f"^{field}"):
         spec(**{field: value})
@@ -72,11 +105,27 @@ def test_given_spec_then_frozen():
 
 def test_given_mapping_then_sorted_flags_and_bools():
     argv = script_args_from_dict(
-        {"lr": 4e-4, "batch_size": 16, "data_dir": "/data/x", "precompile": True, "param_digest": False,
-         "resume_ckpt": None, "weight_decay": 0.01}
-    )  # fmt: skip
-    assert argv == ["--batch_size", "16", "--data_dir", "/data/x", "--lr", "0.0004",
-                    "--precompile", "--weight_decay", "0.01"]  # fmt: skip
+        {
+            "lr": 4e-4,
+            "batch_size": 16,
+            "data_dir": "/data/x",
+            "precompile": True,
+            "param_digest": False,
+            "resume_ckpt": None,
+            "weight_decay": 0.01,
+        }
+    )
+    assert argv == [
+        "--batch_size",
+        "16",
+        "--data_dir",
+        "/data/x",
+        "--lr",
+        "0.0004",
+        "--precompile",
+        "--weight_decay",
+        "0.01",
+    ]
     assert script_args_from_dict({"b": 1, "a": 2}) == script_args_from_dict({"a": 2, "b": 1})
 
 
@@ -101,7 +150,7 @@ def test_given_precompile_then_same_command_short_and_without_checkpoints():
     assert trial[trial.index("--nproc_per_node") + 1] == "32"
     assert trial[trial.index("--rdzv_id") + 1] == "bert-pretrain-precompile"
     assert trial[trial.index("--max_restarts") + 1] == "0"
-    assert trial[trial.index("-m"):][:4] == ["-m", "training.pretrain", "--batch_size", "16"]
+    assert trial[trial.index("-m") :][:4] == ["-m", "training.pretrain", "--batch_size", "16"]
     assert trial[-3:] == ["--steps_this_run", "4", "--precompile"]
     assert sum(a.startswith("--steps_this_run") for a in trial) == 1
     assert real[real.index("--steps_this_run") + 1] == "500"  # the real run is untouched
@@ -115,8 +164,15 @@ def test_given_spec_then_launch_env_disables_shared_rendezvous_store():
 
 def test_given_argv_then_render_round_trips_through_shell():
     argv = torchrun_args(spec(script_args=("--output_dir", "/data/run one")))
-    assert subprocess.run(["bash", "-c", 'printf "%s\\n" ' + render(argv)[len("torchrun "):]],
-                          capture_output=True, text=True, check=True).stdout.splitlines() == argv[1:]  # fmt: skip
+    assert (
+        subprocess.run(
+            ["bash", "-c", 'printf "%s\\n" ' + render(argv)[len("torchrun ") :]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        == argv[1:]
+    )
 
 
 def test_given_no_torch_then_launch_imports():

@@ -17,8 +17,11 @@ from training.model import additive_attention_mask, build_model, count_parameter
 def test_given_config_name_then_bert_shapes(name, layers, hidden, heads, ffn):
     c = load_config(name)
     assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (
-        layers, hidden, heads, ffn,
-    )  # fmt: skip
+        layers,
+        hidden,
+        heads,
+        ffn,
+    )
     assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size) == (30522, 512, 2)
     assert load_config(name, vocab_size=400).vocab_size == 400
 

@@ -50,10 +50,14 @@ def test_given_gradients_then_lamb_matches_paper_algorithm_2():
     params = {k: nn.Parameter(torch.tensor(v, dtype=torch.float64)) for k, v in init.items()}
     lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-6
     opt = Lamb(
-        [{"params": [params["w"], params["w2"]], "weight_decay": 0.1},
-         {"params": [params["b"], params["z"]], "weight_decay": 0.0}],
-        lr=lr, betas=(b1, b2), eps=eps,
-    )  # fmt: skip
+        [
+            {"params": [params["w"], params["w2"]], "weight_decay": 0.1},
+            {"params": [params["b"], params["z"]], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(b1, b2),
+        eps=eps,
+    )
     for t in range(steps):
         for k, p in params.items():
             p.grad = torch.tensor(grads[k][t])
@@ -102,8 +106,8 @@ def test_given_schedule_then_linear_warmup_then_linear_decay_never_zero():
     warmup, total = 10, 50
     f = [warmup_linear_decay(s, warmup, total) for s in range(total)]
     assert f[0] == pytest.approx(0.1) and f[warmup - 1] == f[warmup] == 1.0
-    assert all(b > a for a, b in zip(f[:warmup], f[1:warmup]))  # strictly rising
-    assert all(b < a for a, b in zip(f[warmup:-1], f[warmup + 1 :]))  # strictly falling
+    assert all(b > a for a, b in zip(f[:warmup], f[1:warmup], strict=True))  # strictly rising
+    assert all(b < a for a, b in zip(f[warmup:-1], f[warmup + 1 :], strict=True))  # strictly falling
     np.testing.assert_allclose(np.diff(f[:warmup]), 1 / warmup)  # linear
     np.testing.assert_allclose(np.diff(f[warmup:]), -1 / (total - warmup))  # linear
     assert f[-1] == pytest.approx(1 / (total - warmup)) and max(f) == 1.0

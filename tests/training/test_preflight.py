@@ -23,8 +23,14 @@ def pretrain(shards, out: Path, *extra: str, data_dir: Path | None = None) -> su
     args = args_for(shards, out, "--max_steps", "2", *extra)
     if data_dir is not None:
         args[args.index("--data_dir") + 1] = str(data_dir)
-    return subprocess.run([PYTHON, "-m", "training.pretrain", *args], cwd=REPO, capture_output=True, text=True,
-                          env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), timeout=300)  # fmt: skip
+    return subprocess.run(
+        [PYTHON, "-m", "training.pretrain", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"),
+        timeout=300,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, pattern: str) -> str:
@@ -66,11 +72,14 @@ def not_hdf5(dst: Path, good: Path) -> None:
     dst.write_bytes(good.read_bytes()[:2000])  # a copy cut short
 
 
-@pytest.mark.parametrize(("make_bad", "pattern"), [
-    (wrong_dtype, r"zz_training_99.hdf5: dataset 'masked_lm_ids' has dtype int64, expected int32"),
-    (missing_key, r"zz_training_99.hdf5: missing dataset 'next_sentence_labels'"),
-    (not_hdf5, r"zz_training_99.hdf5: not a readable HDF5 file \(.*\); re-create or remove it"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("make_bad", "pattern"),
+    [
+        (wrong_dtype, r"zz_training_99.hdf5: dataset 'masked_lm_ids' has dtype int64, expected int32"),
+        (missing_key, r"zz_training_99.hdf5: missing dataset 'next_sentence_labels'"),
+        (not_hdf5, r"zz_training_99.hdf5: not a readable HDF5 file \(.*\); re-create or remove it"),
+    ],
+)
 def test_given_a_bad_last_shard_then_one_line_error_before_any_step(shards, tmp_path, make_bad, pattern):
     data = data_with_last(shards, tmp_path, make_bad)
     out = tmp_path / "out"
@@ -91,7 +100,9 @@ def test_given_debug_then_the_traceback_is_shown(shards, tmp_path):
 
 def test_given_no_shards_then_error_names_data_dir(shards, tmp_path):
     proc = pretrain(shards, tmp_path / "out", data_dir=tmp_path)
-    assert_one_line_error(proc, rf"--data_dir {tmp_path}: no manifest.json; a shard set is used only with its manifest")
+    assert_one_line_error(
+        proc, rf"--data_dir {tmp_path}: no manifest.json; a shard set is used only with its manifest"
+    )
 
 
 def test_given_shards_without_their_manifest_then_one_line_error_says_how_to_make_one(shards, tmp_path):
@@ -99,7 +110,9 @@ def test_given_shards_without_their_manifest_then_one_line_error_says_how_to_mak
     shutil.copytree(shards.dir, data)
     (data / "manifest.json").unlink()
     proc = pretrain(shards, tmp_path / "out", data_dir=data)
-    line = assert_one_line_error(proc, rf"--data_dir {data}: \d+ \*_training_\*.hdf5 file\(s\) but no manifest.json")
+    line = assert_one_line_error(
+        proc, rf"--data_dir {data}: \d+ \*_training_\*.hdf5 file\(s\) but no manifest.json"
+    )
     assert f"python -m training.shard_format write {data}" in line
 
 
@@ -120,8 +133,11 @@ def read_only_dir(tmp_path):
 
 def test_given_read_only_output_dir_then_error_names_it_before_any_step(shards, read_only_dir):
     proc = pretrain(shards, read_only_dir)
-    assert_one_line_error(proc, rf"--output_dir {read_only_dir}: not writable \(\w.*\); choose a "
-                                "writable directory or fix its permissions")  # fmt: skip
+    assert_one_line_error(
+        proc,
+        rf"--output_dir {read_only_dir}: not writable \(\w.*\); choose a "
+        "writable directory or fix its permissions",
+    )
     assert list(read_only_dir.iterdir()) == []
 
 
@@ -132,8 +148,13 @@ def test_given_every_checkpoint_damaged_then_error_before_any_step_and_nothing_d
         (out / "checkpoints" / ckpt.step_dir_name(step) / "state.pt").write_bytes(b"")
     log_before = (out / "train_log.jsonl").read_text()
     proc = pretrain(shards, out, "--max_steps", "4", "--checkpoint_every", "1")
-    assert_one_line_error(proc, r"none of the 2 checkpoints is usable \(newest: .*step_00000002/state.pt: 0 bytes")
-    assert "checkpoint step_00000002 skipped" in proc.stderr and "checkpoint step_00000001 skipped" in proc.stderr
+    assert_one_line_error(
+        proc, r"none of the 2 checkpoints is usable \(newest: .*step_00000002/state.pt: 0 bytes"
+    )
+    assert (
+        "checkpoint step_00000002 skipped" in proc.stderr
+        and "checkpoint step_00000001 skipped" in proc.stderr
+    )
     assert [s for s, _ in ckpt.step_dirs(out / "checkpoints")] == [1, 2]
     assert (out / "train_log.jsonl").read_text() == log_before  # no step was run
     assert json.loads((out / "metrics.json").read_text())["end_step"] == 2
@@ -151,7 +172,9 @@ def damaged_data(dst: Path, good: Path) -> None:
 
 
 @pytest.mark.parametrize("workers", ["0", "1"])
-def test_given_shard_data_damaged_behind_a_good_header_then_one_line_error_when_read(shards, tmp_path, workers):
+def test_given_shard_data_damaged_behind_a_good_header_then_one_line_error_when_read(
+    shards, tmp_path, workers
+):
     # Pre-flight reads headers only (a full read of every shard would take minutes on the real
     # dataset); the damage shows when the shard is loaded, and is reported in one line.
     data = tmp_path / "data"

@@ -114,7 +114,9 @@ def test_shard_files_keys_dtypes_shapes_and_compression(base_run):
                 dataset = handle[key]
                 assert dataset.dtype == dtype, key
                 assert dataset.compression == "gzip", key
-                width = {"masked_lm_positions": 20, "masked_lm_ids": 20, "next_sentence_labels": None}.get(key, 128)
+                width = {"masked_lm_positions": 20, "masked_lm_ids": 20, "next_sentence_labels": None}.get(
+                    key, 128
+                )
                 assert dataset.shape == ((n,) if width is None else (n, width)), key
     assert sum(sizes) == summary.samples > 1000
     assert max(sizes) - min(sizes) <= 1  # --num_shards gives balanced shards
@@ -123,7 +125,9 @@ def test_shard_files_keys_dtypes_shapes_and_compression(base_run):
 def test_sequence_length_and_prediction_count_set_the_shapes(corpus, tmp_path):
     text, vocab_path = corpus
     cfg = PrepConfig(max_seq_len=64, max_pred_len=10, dupe_factor=1)
-    summary = prepare_shards([text], vocab_path, tmp_path, cfg, samples_per_shard=150, chunk_bytes=CHUNK_BYTES)
+    summary = prepare_shards(
+        [text], vocab_path, tmp_path, cfg, samples_per_shard=150, chunk_bytes=CHUNK_BYTES
+    )
     data = load_shards(summary.shards)
     assert data["input_ids"].shape[1] == data["segment_ids"].shape[1] == 64
     assert data["masked_lm_positions"].shape[1] == data["masked_lm_ids"].shape[1] == 10
@@ -135,7 +139,7 @@ def test_sequence_length_and_prediction_count_set_the_shapes(corpus, tmp_path):
     counts = (data["masked_lm_positions"] != 0).sum(1)
     assert real.max() == 64
     # The reference's count: [CLS] and both [SEP] included, Python 3 rounding (half to even).
-    assert all(c == min(10, max(1, round(int(n) * 0.15))) for n, c in zip(real, counts))
+    assert all(c == min(10, max(1, round(int(n) * 0.15))) for n, c in zip(real, counts, strict=True))
 
 
 # --- labelling rules -----------------------------------------------------------------------
@@ -146,7 +150,7 @@ def test_every_sample_is_cls_a_sep_b_sep_with_matching_masks(base_run, vocab):
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     ids, mask, segments = original_ids(data), data["input_mask"], data["segment_ids"]
     positions = np.arange(ids.shape[1])
-    for row, seg, m in zip(ids, segments, mask):
+    for row, seg, m in zip(ids, segments, mask, strict=True):
         length = int(m.sum())
         assert np.array_equal(m, (positions < length).astype(np.int8))  # 1 exactly on real tokens
         assert row[0] == cls
@@ -164,7 +168,7 @@ def test_masked_positions_are_sorted_real_non_special_and_counted_by_the_formula
     _, data = base_run
     ids = original_ids(data)
     specials = [vocab["[CLS]"], vocab["[SEP]"]]
-    for row, positions, mask in zip(ids, data["masked_lm_positions"], data["masked_lm_ids"]):
+    for row, positions, mask in zip(ids, data["masked_lm_positions"], data["masked_lm_ids"], strict=True):
         count = int(np.count_nonzero(positions))
         listed = positions[:count]
         assert (positions[count:] == 0).all() and (mask[count:] == 0).all()  # first 0 ends the list
@@ -206,7 +210,8 @@ class TokenizedCorpus:
     def b_follows_a(self, a: str, b: str) -> bool:
         """Some document holds A and, after it, B (the needles share the space between)."""
         return any(
-            self.docs[d].find(b, self.docs[d].index(a) + len(a) - 1) >= 0 for d in self.docs_with(a) & self.docs_with(b)
+            self.docs[d].find(b, self.docs[d].index(a) + len(a) - 1) >= 0
+            for d in self.docs_with(a) & self.docs_with(b)
         )
 
 
@@ -229,7 +234,7 @@ def test_masked_lm_ids_restore_text_that_really_is_in_the_corpus(base_run, token
     ids = original_ids(data)
     corpus = tokenized_corpus
     checked_random = 0
-    for row, label in zip(ids, data["next_sentence_labels"]):
+    for row, label in zip(ids, data["next_sentence_labels"], strict=True):
         a, b = (corpus.needle(s) for s in segments(row, vocab["[SEP]"]))
         assert a in corpus.haystack and b in corpus.haystack
         if label == 0:
@@ -302,7 +307,7 @@ def _targets_per_document(pairs: np.ndarray, sentences: int) -> list[set[int]]:
     inner = np.append(doc_of_a[1:] == doc_of_a[:-1], False) & (pairs[:, 4] == 0)
     lengths = (pairs[:, 1] - pairs[:, 0]) + (pairs[:, 3] - pairs[:, 2])
     targets: dict[int, set[int]] = {}
-    for doc, length in zip(doc_of_a[inner].tolist(), lengths[inner].tolist()):
+    for doc, length in zip(doc_of_a[inner].tolist(), lengths[inner].tolist(), strict=True):
         targets.setdefault(doc, set()).add(length)
     return list(targets.values())
 
@@ -349,7 +354,7 @@ def test_whole_word_masking_masks_whole_words(corpus, tmp_path, vocab):
         summary = prepare_shards([text], vocab_path, tmp_path / str(cfg.whole_word_mask), cfg, num_shards=1)
         data = load_shards(summary.shards)
         ids, broken = original_ids(data), 0
-        for row, positions in zip(ids, data["masked_lm_positions"]):
+        for row, positions in zip(ids, data["masked_lm_positions"], strict=True):
             masked = np.zeros(row.size, dtype=bool)
             masked[positions[positions > 0]] = True
             # A "##" piece and the token before it are one word, unless truncation cut the
@@ -368,12 +373,14 @@ def test_whole_word_masking_masks_whole_words(corpus, tmp_path, vocab):
 def test_same_seed_same_samples_across_runs_and_worker_counts(base_run, corpus, tmp_path):
     text, vocab_path = corpus
     first, _ = base_run
-    again = prepare_shards([text], vocab_path, tmp_path / "again", BASE, num_shards=4, chunk_bytes=CHUNK_BYTES)
+    again = prepare_shards(
+        [text], vocab_path, tmp_path / "again", BASE, num_shards=4, chunk_bytes=CHUNK_BYTES
+    )
     two = prepare_shards(
         [text], vocab_path, tmp_path / "two", BASE, num_shards=4, chunk_bytes=CHUNK_BYTES, num_workers=2
     )
     assert len(plan_chunks([text], CHUNK_BYTES)) >= 4
-    for a, b, c in zip(first.shards, again.shards, two.shards):
+    for a, b, c in zip(first.shards, again.shards, two.shards, strict=True):
         one_shard, repeat, parallel = load_shards([a]), load_shards([b]), load_shards([c])
         for key in KEYS:
             assert np.array_equal(one_shard[key], repeat[key]), key
@@ -386,8 +393,16 @@ def test_a_sampled_pool_gives_the_same_samples_for_any_worker_count(corpus, tmp_
     text, vocab_path = corpus
     cfg = PrepConfig(dupe_factor=1, seed=3)
     runs = [
-        prepare_shards([text], vocab_path, tmp_path / f"w{workers}-{pool}", cfg, num_shards=2, chunk_bytes=CHUNK_BYTES,
-                       num_workers=workers, pool_tokens=pool)  # fmt: skip
+        prepare_shards(
+            [text],
+            vocab_path,
+            tmp_path / f"w{workers}-{pool}",
+            cfg,
+            num_shards=2,
+            chunk_bytes=CHUNK_BYTES,
+            num_workers=workers,
+            pool_tokens=pool,
+        )
         for workers, pool in ((1, 3000), (2, 3000), (1, 10**9))
     ]
     one, two, whole = (load_shards(run.shards) for run in runs)
@@ -436,9 +451,22 @@ def test_tokenize_documents_splits_on_blank_lines_and_drops_empty_text(vocab):
 def test_cli_writes_shards_quietly(corpus, tmp_path):
     text, vocab_path = corpus
     result = run_cli(
-        "--input", str(text), "--vocab", str(vocab_path), "--output_dir", str(tmp_path / "set"),
-        "--output_prefix", "wiki", "--dupe_factor", "1", "--num_shards", "2", "--num_workers", "1", "--no_progress",
-    )  # fmt: skip
+        "--input",
+        str(text),
+        "--vocab",
+        str(vocab_path),
+        "--output_dir",
+        str(tmp_path / "set"),
+        "--output_prefix",
+        "wiki",
+        "--dupe_factor",
+        "1",
+        "--num_shards",
+        "2",
+        "--num_workers",
+        "1",
+        "--no_progress",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "wrote" in result.stdout and "2 shard(s)" in result.stdout
@@ -461,30 +489,66 @@ def bad_inputs(corpus, tmp_path_factory) -> dict[str, Path]:
     occupied = root / "occupied"
     occupied.mkdir()
     (occupied / "corpus_training_0.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
-    return {"text": text, "vocab": vocab_path, "no_mask": no_mask, "pad_not_first": pad_not_first,
-            "blank": blank, "occupied": occupied, "root": root}  # fmt: skip
+    return {
+        "text": text,
+        "vocab": vocab_path,
+        "no_mask": no_mask,
+        "pad_not_first": pad_not_first,
+        "blank": blank,
+        "occupied": occupied,
+        "root": root,
+    }
 
 
 @pytest.mark.parametrize(
     "case, overrides, expected",
     [
-        ("missing vocab", {"--vocab": "{root}/nope.txt"}, r"--vocab \S+nope\.txt: file not found; build one with"),
-        ("vocab lacks a special", {"--vocab": "{no_mask}"}, r"--vocab \S+: lacks special token\(s\) \[MASK\]"),
-        ("vocab is binary", {"--vocab": "{occupied}/corpus_training_0.hdf5"}, r"--vocab \S+: not a UTF-8 text file"),
+        (
+            "missing vocab",
+            {"--vocab": "{root}/nope.txt"},
+            r"--vocab \S+nope\.txt: file not found; build one with",
+        ),
+        (
+            "vocab lacks a special",
+            {"--vocab": "{no_mask}"},
+            r"--vocab \S+: lacks special token\(s\) \[MASK\]",
+        ),
+        (
+            "vocab is binary",
+            {"--vocab": "{occupied}/corpus_training_0.hdf5"},
+            r"--vocab \S+: not a UTF-8 text file",
+        ),
         ("pad not first", {"--vocab": "{pad_not_first}"}, r"--vocab \S+: \[PAD\] has id \d+, .*first line"),
         ("empty corpus", {"--input": "{blank}"}, r"--input \S+blank\.txt: corpus is empty"),
         ("missing input", {"--input": "{root}/none"}, r"--input \S+none: no such file or directory"),
-        ("prediction > length", {"--max_pred_len": "200"}, r"--max_pred_len 200: must be between 1 and .* = 125"),
+        (
+            "prediction > length",
+            {"--max_pred_len": "200"},
+            r"--max_pred_len 200: must be between 1 and .* = 125",
+        ),
         ("probability", {"--masked_lm_prob": "1.5"}, r"--masked_lm_prob 1.5: must be in \(0, 1\]"),
         ("too many shards", {"--num_shards": "100000"}, r"--num_shards 100000: only \d+ samples were made"),
-        ("existing shards", {"--output_dir": "{occupied}"}, r"--output_dir \S+occupied: already holds 1 .*--overwrite"),
+        (
+            "existing shards",
+            {"--output_dir": "{occupied}"},
+            r"--output_dir \S+occupied: already holds 1 .*--overwrite",
+        ),
         ("not an integer", {"--dupe_factor": "two"}, r"argument --dupe_factor: invalid int value: 'two'"),
-        ("output among inputs", {"--input": "{root}", "--output_dir": "{root}"}, r"--output_dir \S+: holds input file"),
+        (
+            "output among inputs",
+            {"--input": "{root}", "--output_dir": "{root}"},
+            r"--output_dir \S+: holds input file",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_fails_with_one_line(bad_inputs, tmp_path, case, overrides, expected):
-    args = {"--input": str(bad_inputs["text"]), "--vocab": str(bad_inputs["vocab"]), "--output_dir": str(tmp_path),
-            "--dupe_factor": "1", "--num_workers": "1"}  # fmt: skip
+    args = {
+        "--input": str(bad_inputs["text"]),
+        "--vocab": str(bad_inputs["vocab"]),
+        "--output_dir": str(tmp_path),
+        "--dupe_factor": "1",
+        "--num_workers": "1",
+    }
     args.update({k: v.format(**{n: str(p) for n, p in bad_inputs.items()}) for k, v in overrides.items()})
     result = run_cli(*[item for pair in args.items() for item in pair], "--no_progress")
     assert result.returncode == 2, (case, result.stderr)

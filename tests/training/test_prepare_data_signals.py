@@ -29,11 +29,31 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
 
 def start(corpus, out: Path, workers: int) -> subprocess.Popen:
     text, vocab = corpus
-    args = ["--input", str(text), "--vocab", str(vocab), "--output_dir", str(out), "--dupe_factor", "2",
-            "--chunk_mb", "0.05", "--samples_per_shard", "40", "--num_workers", str(workers), "--no_progress"]  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "training.prepare_data", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    args = [
+        "--input",
+        str(text),
+        "--vocab",
+        str(vocab),
+        "--output_dir",
+        str(out),
+        "--dupe_factor",
+        "2",
+        "--chunk_mb",
+        "0.05",
+        "--samples_per_shard",
+        "40",
+        "--num_workers",
+        str(workers),
+        "--no_progress",
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.prepare_data", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def group_alive(pgid: int) -> bool:
@@ -44,13 +64,16 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("phase, sig, to_group, workers", [
-    ("tokenize+mask:", signal.SIGINT, True, 2),   # Ctrl-C while the spawned workers start and build
-    ("tokenize+mask:", signal.SIGTERM, False, 1),
-    ("shuffle:", signal.SIGTERM, True, 2),        # the workers die of it too: the pool breaks
-    ("write:", signal.SIGINT, False, 1),          # while shards are being written
-    ("write:", signal.SIGTERM, False, 2),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "phase, sig, to_group, workers",
+    [
+        ("tokenize+mask:", signal.SIGINT, True, 2),  # Ctrl-C while the spawned workers start and build
+        ("tokenize+mask:", signal.SIGTERM, False, 1),
+        ("shuffle:", signal.SIGTERM, True, 2),  # the workers die of it too: the pool breaks
+        ("write:", signal.SIGINT, False, 1),  # while shards are being written
+        ("write:", signal.SIGTERM, False, 2),
+    ],
+)
 def test_given_a_stop_signal_at_a_phase_then_exit_128_plus_signal_and_nothing_published(
     corpus, tmp_path, phase, sig, to_group, workers
 ):
@@ -79,7 +102,9 @@ def test_given_no_signal_then_the_same_command_publishes_a_set(corpus, tmp_path)
     proc = start(corpus, tmp_path / "set", 2)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
-    phases = [line.split(":")[0] for line in stdout.splitlines() if ":" in line and not line.startswith("wrote")]
+    phases = [
+        line.split(":")[0] for line in stdout.splitlines() if ":" in line and not line.startswith("wrote")
+    ]
     assert phases == ["tokenize+mask", "shuffle", "write", "publish"]
     assert (tmp_path / "set" / "manifest.json").is_file()
     assert len(list((tmp_path / "set").glob("*_training_*.hdf5"))) > 10  # a long write phase to hit

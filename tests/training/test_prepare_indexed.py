@@ -20,8 +20,19 @@ import pytest
 from tests.training.corpus import build_vocab, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS = ["--dupe_factor", "2", "--seed", "11", "--chunk_mb", "0.02", "--samples_per_shard", "300",
-            "--output_prefix", "own", "--no_progress"]  # fmt: skip
+SETTINGS = [
+    "--dupe_factor",
+    "2",
+    "--seed",
+    "11",
+    "--chunk_mb",
+    "0.02",
+    "--samples_per_shard",
+    "300",
+    "--output_prefix",
+    "own",
+    "--no_progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,27 +45,67 @@ def corpus(tmp_path_factory) -> tuple[Path, Path, Path]:
     write_corpus(folder / "b.txt", n_docs=90, seed=22)
     vocab = build_vocab([first], root / "vocab.txt", vocab_size=400)
     single = root / "single"
-    done = subprocess.run([sys.executable, "-m", "training.prepare_data", "--input", str(folder), "--vocab",
-                           str(vocab), "--output_dir", str(single), "--num_workers", "1", *SETTINGS],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(folder),
+            "--vocab",
+            str(vocab),
+            "--output_dir",
+            str(single),
+            "--num_workers",
+            "1",
+            *SETTINGS,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return folder, vocab, single
 
 
 def start_pod(index: int, completions: int, corpus_dir: Path, vocab: Path, root: Path, workers: int = 1):
-    args = ["--input", str(corpus_dir), "--vocab", str(vocab), "--output_dir", str(root / "datasets" / "own"),
-            "--completions", str(completions), "--work_dir", str(root / "datasets" / ".own-work"),
-            "--marker", str(root / "datasets" / "own.prepared"), "--num_workers", str(workers),
-            "--poll_seconds", "0.1", "--barrier_timeout", "120", *SETTINGS]  # fmt: skip
+    args = [
+        "--input",
+        str(corpus_dir),
+        "--vocab",
+        str(vocab),
+        "--output_dir",
+        str(root / "datasets" / "own"),
+        "--completions",
+        str(completions),
+        "--work_dir",
+        str(root / "datasets" / ".own-work"),
+        "--marker",
+        str(root / "datasets" / "own.prepared"),
+        "--num_workers",
+        str(workers),
+        "--poll_seconds",
+        "0.1",
+        "--barrier_timeout",
+        "120",
+        *SETTINGS,
+    ]
     env = {**os.environ, "JOB_COMPLETION_INDEX": str(index)}
-    return subprocess.Popen([sys.executable, "-m", "training.prepare_indexed", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.prepare_indexed", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_job(completions: int, corpus_dir: Path, vocab: Path, root: Path, workers: int = 1) -> list:
     pods = [start_pod(i, completions, corpus_dir, vocab, root, workers) for i in range(completions)]
     outputs = [pod.communicate(timeout=300) for pod in pods]
-    return [(pod.returncode, *output) for pod, output in zip(pods, outputs)]
+    return [(pod.returncode, *output) for pod, output in zip(pods, outputs, strict=True)]
 
 
 def same_bytes(a: Path, b: Path) -> None:
@@ -82,11 +133,16 @@ def test_given_pods_on_another_mount_then_the_set_is_bit_identical_to_the_single
     assert (datasets / "own.prepared").read_text().endswith(" shards\n")
     assert sorted(p.name for p in datasets.iterdir()) == ["own", "own.prepared"]  # work folder removed
     again = run_job(completions, mounted, vocab, tmp_path / "fsx", workers)
-    assert all(code == 0 and out.strip() == f"{datasets / 'own'}: already prepared ({datasets / 'own.prepared'} exists)"
-               for code, out, _ in again)  # fmt: skip
+    assert all(
+        code == 0
+        and out.strip() == f"{datasets / 'own'}: already prepared ({datasets / 'own.prepared'} exists)"
+        for code, out, _ in again
+    )
 
 
-def test_given_pod_0_stopped_by_sigterm_when_restarted_then_the_job_still_makes_the_same_set(corpus, tmp_path):
+def test_given_pod_0_stopped_by_sigterm_when_restarted_then_the_job_still_makes_the_same_set(
+    corpus, tmp_path
+):
     folder, vocab, single = corpus
     others = [start_pod(i, 3, folder, vocab, tmp_path) for i in (1, 2)]
     first = start_pod(0, 3, folder, vocab, tmp_path)
@@ -96,8 +152,9 @@ def test_given_pod_0_stopped_by_sigterm_when_restarted_then_the_job_still_makes_
             break
     _, stderr = first.communicate(timeout=120)
     assert first.returncode == 143, stderr
-    assert stderr.splitlines() == ["python -m training.prepare_indexed: interrupted by SIGTERM: pod 0 stopped; "
-                                   "nothing published"]  # fmt: skip
+    assert stderr.splitlines() == [
+        "python -m training.prepare_indexed: interrupted by SIGTERM: pod 0 stopped; nothing published"
+    ]
     assert not (tmp_path / "datasets" / "own").exists()
     retry = start_pod(0, 3, folder, vocab, tmp_path)  # what the Job's backoffLimitPerIndex does
     stdout, stderr = retry.communicate(timeout=300)
@@ -119,6 +176,8 @@ def test_given_bad_bytes_in_one_pods_unit_then_every_pod_fails_with_that_line_an
     for returncode, _, stderr in results:
         assert returncode == 2
         (line,) = stderr.splitlines()
-        assert re.search(rf"--input {re.escape(str(bad / 'b.txt'))}: invalid utf-8 at line \d+, byte offset \d+", line)
+        assert re.search(
+            rf"--input {re.escape(str(bad / 'b.txt'))}: invalid utf-8 at line \d+, byte offset \d+", line
+        )
     assert not (tmp_path / "datasets" / "own").exists()
     assert not (tmp_path / "datasets" / "own.prepared").exists()

@@ -16,11 +16,33 @@ from training.pretrain import parse_args, train
 
 def args_for(shards, out: Path, *extra: str) -> list[str]:
     return [
-        "--data_dir", str(shards.dir), "--output_dir", str(out), "--model", "tiny",
-        "--vocab_size", str(shards.vocab_size), "--batch_size", "4", "--grad_accum_usteps", "2",
-        "--max_steps", "8", "--warmup_steps", "2", "--lr", "2e-3", "--checkpoint_every", "3",
-        "--keep_checkpoints", "2", "--param_digest", "--seed", "11", *extra,
-    ]  # fmt: skip
+        "--data_dir",
+        str(shards.dir),
+        "--output_dir",
+        str(out),
+        "--model",
+        "tiny",
+        "--vocab_size",
+        str(shards.vocab_size),
+        "--batch_size",
+        "4",
+        "--grad_accum_usteps",
+        "2",
+        "--max_steps",
+        "8",
+        "--warmup_steps",
+        "2",
+        "--lr",
+        "2e-3",
+        "--checkpoint_every",
+        "3",
+        "--keep_checkpoints",
+        "2",
+        "--param_digest",
+        "--seed",
+        "11",
+        *extra,
+    ]
 
 
 def run(shards, out: Path, *extra: str) -> dict | None:
@@ -40,7 +62,9 @@ def test_given_interrupted_run_then_resume_is_bit_exact_and_stops_cleanly(shards
     full = run(shards, straight)
     assert log_steps(straight) == list(range(1, 9))
     assert full["end_step"] == 8 and full["steps_this_run"] == 8 and full["global_batch"] == 8
-    assert full["final_loss"] == json.loads((straight / "train_log.jsonl").read_text().splitlines()[-1])["loss"]
+    assert (
+        full["final_loss"] == json.loads((straight / "train_log.jsonl").read_text().splitlines()[-1])["loss"]
+    )
     assert full["average_seq_per_s"] > 0 and full["peak_seq_per_s"] >= full["average_seq_per_s"]
     assert full["average_mfu"] is None  # CPU: no known peak
     assert json.loads((straight / "metrics.json").read_text()) == full
@@ -89,10 +113,23 @@ def test_given_precompile_then_no_checkpoint_metrics_or_events(shards, tmp_path,
 
 
 @pytest.mark.parametrize(("optimizer", "lr"), [("lamb", "0.05")])  # AdamW: fp32 tests above
-def test_given_bf16_with_fp32_master_weights_then_trains_and_checkpoints_fp32(shards, tmp_path, optimizer, lr):
+def test_given_bf16_with_fp32_master_weights_then_trains_and_checkpoints_fp32(
+    shards, tmp_path, optimizer, lr
+):
     out = tmp_path / optimizer
-    result = run(shards, out, "--precision", "bf16", "--fp32_master_weights", "--optimizer", optimizer,
-                 "--max_steps", "8", "--lr", lr)  # fmt: skip
+    result = run(
+        shards,
+        out,
+        "--precision",
+        "bf16",
+        "--fp32_master_weights",
+        "--optimizer",
+        optimizer,
+        "--max_steps",
+        "8",
+        "--lr",
+        lr,
+    )
     assert result["precision"] == "bf16" and result["optimizer"] == optimizer
     losses = [json.loads(x)["loss"] for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert len(losses) == 8 and all(torch.isfinite(torch.tensor(losses)))
@@ -111,10 +148,21 @@ def test_given_bad_flags_then_usage_error():
             parse_args(["--data_dir", "x", *bad])
         assert e.value.code == 2
     args = parse_args(["--data_dir", "x"])
-    assert (args.batch_size, args.grad_accum_usteps, args.max_steps, args.steps_this_run, args.lr,
-            args.warmup_steps, args.seq_len, args.max_pred_len, args.optimizer, args.weight_decay,
-            args.max_grad_norm, args.model, args.resume_ckpt) == (
-        16, 32, 28125, 28125, 4e-4, 2000, 128, 20, "adamw", 0.01, 1.0, "large", "auto")  # fmt: skip
+    assert (
+        args.batch_size,
+        args.grad_accum_usteps,
+        args.max_steps,
+        args.steps_this_run,
+        args.lr,
+        args.warmup_steps,
+        args.seq_len,
+        args.max_pred_len,
+        args.optimizer,
+        args.weight_decay,
+        args.max_grad_norm,
+        args.model,
+        args.resume_ckpt,
+    ) == (16, 32, 28125, 28125, 4e-4, 2000, 128, 20, "adamw", 0.01, 1.0, "large", "auto")
     assert parse_args(["--data_dir", "x", "--resume_ckpt"]).resume_ckpt == "auto"  # reference's bare flag
 
 
@@ -122,9 +170,12 @@ def test_given_module_entry_point_then_runs_as_torchrun_would(shards, tmp_path):
     out = tmp_path / "cli"
     proc = subprocess.run(
         [PYTHON, "-m", "training.pretrain", *args_for(shards, out, "--max_steps", "2", "--num_workers", "1")],
-        cwd=REPO, env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), capture_output=True, text=True,
+        cwd=REPO,
+        env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"),
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 2 | loss" in proc.stdout
     assert json.loads((out / "metrics.json").read_text())["end_step"] == 2
@@ -136,10 +187,18 @@ def test_given_sigterm_mid_interval_then_that_step_is_checkpointed_and_exit_143(
 
     out = tmp_path / "stop"
     proc = subprocess.Popen(
-        [PYTHON, "-m", "training.pretrain", *args_for(shards, out, "--max_steps", "500", "--checkpoint_every", "100")],
-        cwd=REPO, env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "training.pretrain",
+            *args_for(shards, out, "--max_steps", "500", "--checkpoint_every", "100"),
+        ],
+        cwd=REPO,
+        env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (out / "train_log.jsonl").exists() or len(log_steps(out)) < 3:

@@ -37,11 +37,29 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_given_changed_schedule_and_optimizer_flags_then_applied_from_the_next_step(shards, four_steps, tmp_path, caplog):
+def test_given_changed_schedule_and_optimizer_flags_then_applied_from_the_next_step(
+    shards, four_steps, tmp_path, caplog
+):
     out = copy_run(four_steps, tmp_path / "run")
     caplog.set_level(logging.INFO, logger="training.pretrain")
-    result = run(shards, out, "--lr", "1e-3", "--max_steps", "10", "--warmup_steps", "3", "--weight_decay", "0.05",
-                 "--batch_size", "2", "--grad_accum_usteps", "3", "--steps_this_run", "1")  # fmt: skip
+    result = run(
+        shards,
+        out,
+        "--lr",
+        "1e-3",
+        "--max_steps",
+        "10",
+        "--warmup_steps",
+        "3",
+        "--weight_decay",
+        "0.05",
+        "--batch_size",
+        "2",
+        "--grad_accum_usteps",
+        "3",
+        "--steps_this_run",
+        "1",
+    )
     assert result["start_step"] == 4 and result["end_step"] == 5 and result["global_batch"] == 6
     # The update of step 5 used this run's peak LR and schedule (0-based update 4 of 10, warmup 3),
     # not the old LR the optimizer state carried.
@@ -50,7 +68,10 @@ def test_given_changed_schedule_and_optimizer_flags_then_applied_from_the_next_s
     state = torch.load(out / "checkpoints" / "step_00000005" / "state.pt", weights_only=False)
     groups = state["optimizer"]["param_groups"]
     assert [g["weight_decay"] for g in groups] == [0.05, 0.0]
-    assert [g["initial_lr"] for g in groups] == [1e-3, 1e-3] and state["scheduler"]["base_lrs"] == [1e-3, 1e-3]
+    assert [g["initial_lr"] for g in groups] == [1e-3, 1e-3] and state["scheduler"]["base_lrs"] == [
+        1e-3,
+        1e-3,
+    ]
     assert [g["lr"] for g in groups] == pytest.approx([1e-3 * warmup_linear_decay(5, 3, 10)] * 2, rel=1e-12)
     meta = json.loads((out / "checkpoints" / "step_00000005" / "meta.json").read_text())
     assert meta["args"]["lr"] == 1e-3 and meta["args"]["max_steps"] == 10 and meta["num_shards"] == 6
@@ -96,7 +117,9 @@ def test_given_fewer_shards_then_resume_refused(shards, four_steps, tmp_path):
     write_manifest(data, manifest_for_existing(data))  # a complete set, just a smaller one
     argv = args_for(shards, four_steps)
     argv[argv.index("--data_dir") + 1] = str(data)
-    with pytest.raises(ResumeError, match=rf"^--data_dir {data} holds 5 shards, the run of checkpoint .* read 6: "):
+    with pytest.raises(
+        ResumeError, match=rf"^--data_dir {data} holds 5 shards, the run of checkpoint .* read 6: "
+    ):
         train(parse_args(argv))
 
 
@@ -111,7 +134,7 @@ def test_given_every_flag_then_it_has_a_decision():
 def damage_weights(path: Path, how: str) -> None:
     """Wrong weights that still verify: rewrite state.pt and record its new digest."""
     state = torch.load(path / "state.pt", weights_only=False)
-    for name, t in state["model"].items():
+    for t in state["model"].values():
         if t.is_floating_point():
             if how == "nan":
                 t.fill_(float("nan"))
@@ -123,12 +146,23 @@ def damage_weights(path: Path, how: str) -> None:
     (path / "meta.json").write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize(("how", "pattern"), [
-    ("scaled", r"^loss \S+ at step 5, the first after resuming from .*step_00000004, which recorded \S+: the "
-               r"restored state is wrong; move that checkpoint out to fall back to an older one$"),
-    ("nan", r"^loss nan at step 5, the first after resuming from .*step_00000004: the restored state is wrong"),
-])  # fmt: skip
-def test_given_verified_but_wrong_weights_then_first_step_after_resume_fails_loudly(shards, four_steps, tmp_path, how, pattern):
+@pytest.mark.parametrize(
+    ("how", "pattern"),
+    [
+        (
+            "scaled",
+            r"^loss \S+ at step 5, the first after resuming from .*step_00000004, which recorded \S+: the "
+            r"restored state is wrong; move that checkpoint out to fall back to an older one$",
+        ),
+        (
+            "nan",
+            r"^loss nan at step 5, the first after resuming from .*step_00000004: the restored state is wrong",
+        ),
+    ],
+)
+def test_given_verified_but_wrong_weights_then_first_step_after_resume_fails_loudly(
+    shards, four_steps, tmp_path, how, pattern
+):
     out = copy_run(four_steps, tmp_path / "run")
     damage_weights(out / "checkpoints" / "step_00000004", how)
     with pytest.raises(ResumeError, match=pattern):

@@ -26,8 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def shard_format_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training.shard_format", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "training.shard_format", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_given_foreign_shards_when_a_manifest_is_made_then_it_records_counts_shapes_and_checksums(tmp_path):
@@ -73,8 +78,10 @@ def test_given_the_cli_then_write_and_verify_work_and_a_missing_pattern_is_one_l
     assert shard_format_cli("verify", str(tmp_path)).returncode == 0
     failed = shard_format_cli("write", str(tmp_path), "--pattern", "*.h5")
     assert failed.returncode == 1
-    assert failed.stderr.splitlines() == [f"python -m training.shard_format: error: {tmp_path}: no files match "
-                                          "'*.h5'; give --pattern for other shard names"]
+    assert failed.stderr.splitlines() == [
+        f"python -m training.shard_format: error: {tmp_path}: no files match "
+        "'*.h5'; give --pattern for other shard names"
+    ]
 
 
 # --- staging and publishing ----------------------------------------------------------------
@@ -118,10 +125,16 @@ def test_given_a_set_without_manifest_then_it_is_not_published(tmp_path):
     assert not (tmp_path / "wiki").exists()
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda d: (d / "notes.txt").write_text("mine"), r"holds other files \(notes\.txt\); .*new or empty directory"),
-    (lambda d: None, None),  # an empty directory is fine
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (
+            lambda d: (d / "notes.txt").write_text("mine"),
+            r"holds other files \(notes\.txt\); .*new or empty directory",
+        ),
+        (lambda d: None, None),  # an empty directory is fine
+    ],
+)
 def test_given_an_existing_directory_then_only_an_empty_one_or_a_set_is_taken(tmp_path, setup, message):
     out = tmp_path / "out"
     out.mkdir()
@@ -139,5 +152,7 @@ def test_given_an_existing_directory_then_only_an_empty_one_or_a_set_is_taken(tm
 
 def test_given_an_unwritable_place_then_one_line_names_it():
     # /sys refuses new entries even to root, so this holds whoever runs the tests.
-    with pytest.raises(ShardSetError, match=r"^--output_dir /sys/shards: cannot write in /sys \(.+\); choose a directory"):
+    with pytest.raises(
+        ShardSetError, match=r"^--output_dir /sys/shards: cannot write in /sys \(.+\); choose a directory"
+    ):
         open_staging("/sys/shards", overwrite=False)

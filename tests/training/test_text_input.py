@@ -36,16 +36,30 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training.prepare_data", *args, "--dupe_factor", "1",
-                           "--num_workers", "1", "--no_progress"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            *args,
+            "--dupe_factor",
+            "1",
+            "--num_workers",
+            "1",
+            "--no_progress",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(PROG), lines
-    return lines[0][len(PROG):]
+    return lines[0][len(PROG) :]
 
 
 def _hdf5(path: Path) -> None:
@@ -72,7 +86,10 @@ MAKERS = {
     "corpus.tar": (_tar, "a tar archive"),
     "corpus.txt.bz2": (lambda p: p.write_bytes(bz2.compress(b"hello\n")), "a bzip2 archive"),
     "corpus.txt.xz": (lambda p: p.write_bytes(lzma.compress(b"hello\n")), "an xz archive"),
-    "weights.bin": (lambda p: p.write_bytes(b"ab\x00\x01\x02" * 10), r"binary data \(a NUL byte at offset 2\)"),
+    "weights.bin": (
+        lambda p: p.write_bytes(b"ab\x00\x01\x02" * 10),
+        r"binary data \(a NUL byte at offset 2\)",
+    ),
 }
 
 
@@ -81,22 +98,41 @@ def test_given_a_binary_file_or_archive_then_one_line_names_the_file_and_what_it
     make, kind = MAKERS[name]
     bad = tmp_path / name
     make(bad)
-    message = one_line_error(run("--input", str(bad), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o")))
-    assert re.match(rf"--input {re.escape(str(bad))}: is {kind}, not text; give plain text files", message), message
+    message = one_line_error(
+        run("--input", str(bad), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    )
+    assert re.match(rf"--input {re.escape(str(bad))}: is {kind}, not text; give plain text files", message), (
+        message
+    )
     assert not (tmp_path / "o").exists()
 
 
 def test_given_an_archive_to_the_vocab_builder_then_one_line_names_it(tmp_path):
     archive = tmp_path / "corpus.zip"
     _zip(archive)
-    result = subprocess.run([sys.executable, "-m", "training.vocab", "--input", str(archive), "--output",
-                             str(tmp_path / "vocab.txt"), "--no_progress"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.vocab",
+            "--input",
+            str(archive),
+            "--output",
+            str(tmp_path / "vocab.txt"),
+            "--no_progress",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"python -m training.vocab: error: --input {archive}: is a zip archive, "
-                                          "not text; give plain text files (one sentence per line, blank line between "
-                                          "documents): unpack archives first, and leave shards out of the corpus "
-                                          "(see --help)"]  # fmt: skip
+    assert result.stderr.splitlines() == [
+        f"python -m training.vocab: error: --input {archive}: is a zip archive, "
+        "not text; give plain text files (one sentence per line, blank line between "
+        "documents): unpack archives first, and leave shards out of the corpus "
+        "(see --help)"
+    ]
     assert not (tmp_path / "vocab.txt").exists()
 
 
@@ -104,7 +140,9 @@ def test_given_a_folder_of_shards_as_input_then_the_first_shard_is_named(corpus,
     folder = tmp_path / "shards.hdf5"
     folder.mkdir()
     _hdf5(folder / "a_training_0.hdf5")
-    message = one_line_error(run("--input", str(folder), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o")))
+    message = one_line_error(
+        run("--input", str(folder), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    )
     assert message.startswith(f"--input {folder / 'a_training_0.hdf5'}: is an HDF5 file, not text")
 
 
@@ -114,7 +152,9 @@ def test_given_a_nul_byte_deep_in_a_text_file_then_file_line_and_offset_are_name
     bad = tmp_path / "late.txt"
     bad.write_bytes(text[:cut] + b"\x00\x00" + text[cut:])
     line = text[:cut].count(b"\n") + 1
-    message = one_line_error(run("--input", str(bad), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o")))
+    message = one_line_error(
+        run("--input", str(bad), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    )
     assert message.startswith(f"--input {bad}: binary data (NUL byte) at line {line}, byte offset {cut};")
 
 
@@ -122,7 +162,9 @@ def test_given_latin1_text_then_strict_utf8_names_file_line_and_offset(corpus, t
     latin = tmp_path / "latin1.txt"
     latin.write_bytes(corpus[0].read_text(encoding="utf-8").encode("latin-1"))
     offset = latin.read_bytes().index("é".encode("latin-1"))
-    message = one_line_error(run("--input", str(latin), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o")))
+    message = one_line_error(
+        run("--input", str(latin), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    )
     assert message.startswith(f"--input {latin}: invalid utf-8 at line 8, byte offset {offset} (b'\\xe9');")
     assert "give --encoding if the file uses another one (e.g. latin-1), or --errors replace" in message
 
@@ -136,24 +178,49 @@ def test_given_latin1_text_with_its_encoding_then_the_shards_equal_the_utf8_ones
     latin = tmp_path / "latin1.txt"
     latin.write_bytes(text.read_text(encoding="utf-8").encode("latin-1"))
     utf8 = run("--input", str(text), "--vocab", str(vocab), "--output_dir", str(tmp_path / "utf8"))
-    decoded = run("--input", str(latin), "--vocab", str(vocab), "--output_dir", str(tmp_path / "latin"),
-                  "--encoding", "latin-1")  # fmt: skip
-    replaced = run("--input", str(latin), "--vocab", str(vocab), "--output_dir", str(tmp_path / "replaced"),
-                   "--errors", "replace")  # fmt: skip
-    assert utf8.returncode == decoded.returncode == replaced.returncode == 0, (decoded.stderr, replaced.stderr)
+    decoded = run(
+        "--input",
+        str(latin),
+        "--vocab",
+        str(vocab),
+        "--output_dir",
+        str(tmp_path / "latin"),
+        "--encoding",
+        "latin-1",
+    )
+    replaced = run(
+        "--input",
+        str(latin),
+        "--vocab",
+        str(vocab),
+        "--output_dir",
+        str(tmp_path / "replaced"),
+        "--errors",
+        "replace",
+    )
+    assert utf8.returncode == decoded.returncode == replaced.returncode == 0, (
+        decoded.stderr,
+        replaced.stderr,
+    )
     assert shard_digests(tmp_path / "latin") == shard_digests(tmp_path / "utf8")  # no accent lost
     assert shard_digests(tmp_path / "replaced") != shard_digests(tmp_path / "utf8")  # U+FFFD instead
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--encoding", "klingon"], r"--encoding klingon: unknown encoding; e\.g\. utf-8, latin-1"),
-    (["--encoding", "utf-16"], r"--encoding utf-16: not ASCII-compatible .*convert the corpus to UTF-8"),
-    (["--errors", "ignore"], r"argument --errors: invalid choice: 'ignore'"),
-    (["--output_dir", "/sys/shards"], r"--output_dir /sys/shards: cannot write in /sys \(.+\); choose a directory"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--encoding", "klingon"], r"--encoding klingon: unknown encoding; e\.g\. utf-8, latin-1"),
+        (["--encoding", "utf-16"], r"--encoding utf-16: not ASCII-compatible .*convert the corpus to UTF-8"),
+        (["--errors", "ignore"], r"argument --errors: invalid choice: 'ignore'"),
+        (
+            ["--output_dir", "/sys/shards"],
+            r"--output_dir /sys/shards: cannot write in /sys \(.+\); choose a directory",
+        ),
+    ],
+)
 def test_given_a_bad_encoding_option_or_unwritable_output_then_one_line(corpus, tmp_path, args, expected):
     base = {"--input": str(corpus[0]), "--vocab": str(corpus[1]), "--output_dir": str(tmp_path / "o")}
-    base.update(dict(zip(args[::2], args[1::2])))
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
     message = one_line_error(run(*[item for pair in base.items() for item in pair]))
     assert re.match(expected, message), message
 

@@ -57,7 +57,11 @@ def test_vocab_has_specials_first_and_respects_the_size(cli_vocab: Path):
 
 @pytest.mark.parametrize("size", [7, 40, 120])
 def test_small_sizes_stay_within_the_bound(corpus: Path, tmp_path: Path, size: int):
-    tokens = train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=size).read_text(encoding="utf-8").split("\n")[:-1]
+    tokens = (
+        train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=size)
+        .read_text(encoding="utf-8")
+        .split("\n")[:-1]
+    )
     assert len(tokens) <= size
     assert tuple(tokens[:5]) == SPECIAL_TOKENS and len(tokens) > 5
 
@@ -70,8 +74,11 @@ def test_hugging_face_tokenizers_load_it_and_agree(cli_vocab: Path, corpus: Path
     fast = BertTokenizerFast.from_pretrained(str(cli_vocab.parent))
     assert wordpiece.get_vocab_size() == fast.vocab_size == len(vocab) == 300
     assert (fast.cls_token_id, fast.sep_token_id, fast.mask_token_id, fast.pad_token_id) == (
-        vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], vocab["[PAD]"],
-    )  # fmt: skip
+        vocab["[CLS]"],
+        vocab["[SEP]"],
+        vocab["[MASK]"],
+        vocab["[PAD]"],
+    )
     lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line][:200]
     for line in lines:
         ids = ours.encode(line, add_special_tokens=False).ids
@@ -81,7 +88,9 @@ def test_hugging_face_tokenizers_load_it_and_agree(cli_vocab: Path, corpus: Path
 
 
 def test_no_lower_case_keeps_capitals(corpus: Path, tmp_path: Path):
-    tokens = train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=300, lower_case=False).read_text().split()
+    tokens = (
+        train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=300, lower_case=False).read_text().split()
+    )
     assert any(c.isupper() for t in tokens[5:] for c in t)
 
 
@@ -102,12 +111,14 @@ def test_directories_are_walked_in_sorted_order_without_hidden_files(tmp_path: P
         ("tiny size", ["--vocab_size", "5"], r"--vocab_size 5: leaves no room for ordinary tokens"),
         ("output is a folder", ["--output", "{tmp}"], r"--output \S+: is a directory"),
     ],
-)  # fmt: skip
-def test_bad_input_fails_with_one_line(corpus: Path, tmp_path: Path, case: str, extra: list[str], expected: str):
+)
+def test_bad_input_fails_with_one_line(
+    corpus: Path, tmp_path: Path, case: str, extra: list[str], expected: str
+):
     (tmp_path / "blank.txt").write_text("\n\n  \n")
     (tmp_path / "empty").mkdir()
     args = {"--input": str(corpus), "--output": str(tmp_path / "vocab.txt")}
-    args.update(dict(zip(extra[::2], (value.format(tmp=tmp_path) for value in extra[1::2]))))
+    args.update(dict(zip(extra[::2], (value.format(tmp=tmp_path) for value in extra[1::2]), strict=True)))
     result = run_cli(*[item for pair in args.items() for item in pair], "--no_progress")
     assert result.returncode == 2, (case, result.stderr)
     assert "Traceback" not in result.stderr
@@ -133,14 +144,18 @@ def _ascii_lines(seed: int, count: int) -> list[str]:
     words = ["river", "Mountain", "don't", "U.S.A.", "e-mail", "3.14", "C++", "x_y", "#tag", "@home"]
     lines = []
     for _ in range(count):
-        parts = [rng.choice(words) if rng.random() < 0.6 else "".join(rng.choices(printable, k=rng.randint(1, 8)))
-                 for _ in range(rng.randint(1, 30))]  # fmt: skip
+        parts = [
+            rng.choice(words) if rng.random() < 0.6 else "".join(rng.choices(printable, k=rng.randint(1, 8)))
+            for _ in range(rng.randint(1, 30))
+        ]
         lines.append(rng.choice([" ", "  ", ""]).join(parts).strip() or "x")
     return lines
 
 
 @pytest.mark.parametrize("lower_case", [True, False])
-def test_fast_encoder_gives_the_ids_of_tokenizers_on_every_line(corpus: Path, tmp_path: Path, lower_case: bool):
+def test_fast_encoder_gives_the_ids_of_tokenizers_on_every_line(
+    corpus: Path, tmp_path: Path, lower_case: bool
+):
     ascii_lines = _ascii_lines(seed=5, count=3000)
     text = tmp_path / "mixed.txt"
     text.write_text("\n".join(ascii_lines + ODD_LINES) + "\n", encoding="utf-8")
@@ -149,11 +164,17 @@ def test_fast_encoder_gives_the_ids_of_tokenizers_on_every_line(corpus: Path, tm
     encoder = WordPieceEncoder(vocab_path, lower_case)
     lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     singles = [chr(c) for c in range(0x20, 0x7F)] + list(FAST_PATH_EXTRA_CHARACTERS)
-    lines += ascii_lines + ODD_LINES + singles + [f"Word{c}word {c}x" for c in singles] + [" ".join(ascii_lines)[:200_000]]
+    lines += (
+        ascii_lines
+        + ODD_LINES
+        + singles
+        + [f"Word{c}word {c}x" for c in singles]
+        + [" ".join(ascii_lines)[:200_000]]
+    )
     expected = [e.ids for e in reference.encode_batch_fast(lines, add_special_tokens=False)]
     got = encoder.encode(lines)
     assert len(got) == len(expected)
-    mismatches = [line[:80] for line, a, b in zip(lines, got, expected) if a != b]
+    mismatches = [line[:80] for line, a, b in zip(lines, got, expected, strict=True) if a != b]
     assert mismatches == []
     assert len(expected[-1]) > 50_000  # the long line was not truncated
     assert sum(map(len, expected)) > 100_000

@@ -17,7 +17,12 @@ def test_given_default_config_then_cluster_runs_the_pinned_version_with_all_logs
     props = _cluster(platform_json)
     assert props["Version"] == "1.36"
     assert [t["Type"] for t in props["Logging"]["ClusterLogging"]["EnabledTypes"]] == [
-        "api", "audit", "authenticator", "controllerManager", "scheduler"]
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    ]
 
 
 def test_given_default_config_then_secrets_use_a_rotating_kms_key(platform_json):
@@ -41,13 +46,16 @@ def test_given_default_config_then_no_auto_mode_and_access_entries_api(platform_
 
 
 def test_given_default_config_then_system_nodegroup_is_small_standard_al2023(platform_template):
-    platform_template.has_resource_properties("AWS::EKS::Nodegroup", {
-        "AmiType": "AL2023_x86_64_STANDARD",
-        "InstanceTypes": ["m7i.large"],
-        "Labels": {"trainium-eks/pool": "system"},
-        "ScalingConfig": {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2},
-        "NodeRepairConfig": {"Enabled": True},
-    })
+    platform_template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "AmiType": "AL2023_x86_64_STANDARD",
+            "InstanceTypes": ["m7i.large"],
+            "Labels": {"trainium-eks/pool": "system"},
+            "ScalingConfig": {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2},
+            "NodeRepairConfig": {"Enabled": True},
+        },
+    )
 
 
 def test_given_admins_and_public_cidrs_when_synthesized_then_access_entries_and_restricted_endpoint():
@@ -60,33 +68,53 @@ def test_given_admins_and_public_cidrs_when_synthesized_then_access_entries_and_
     # when
     template = Template.from_json(synth_platform(**context))
     # then
-    template.has_resource_properties("AWS::EKS::Cluster", {"ResourcesVpcConfig": Match.object_like({
-        "EndpointPublicAccess": True, "EndpointPrivateAccess": True, "PublicAccessCidrs": ["203.0.113.7/32"]})})
+    template.has_resource_properties(
+        "AWS::EKS::Cluster",
+        {
+            "ResourcesVpcConfig": Match.object_like(
+                {
+                    "EndpointPublicAccess": True,
+                    "EndpointPrivateAccess": True,
+                    "PublicAccessCidrs": ["203.0.113.7/32"],
+                }
+            )
+        },
+    )
     for arn in config.admin_principal_arns:
-        template.has_resource_properties("AWS::EKS::AccessEntry", {
-            "PrincipalArn": arn,
-            "AccessPolicies": [{"AccessScope": {"Type": "cluster"}, "PolicyArn": Match.any_value()}],
-        })
+        template.has_resource_properties(
+            "AWS::EKS::AccessEntry",
+            {
+                "PrincipalArn": arn,
+                "AccessPolicies": [{"AccessScope": {"Type": "cluster"}, "PolicyArn": Match.any_value()}],
+            },
+        )
 
 
 def test_given_default_config_then_an_output_gives_the_kubeconfig_command(platform_json):
     (output,) = [o for k, o in platform_json["Outputs"].items() if k.startswith("ClusterUpdateKubeconfig")]
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
-    assert output["Value"] == {"Fn::Join": ["", [
-        "aws eks update-kubeconfig --name ", {"Ref": cluster_id}, " --region us-west-2"]]}
+    assert output["Value"] == {
+        "Fn::Join": ["", ["aws eks update-kubeconfig --name ", {"Ref": cluster_id}, " --region us-west-2"]]
+    }
 
 
-def test_given_default_config_then_creator_gets_no_implicit_admin_and_kubectl_waits_for_its_entry(platform_json):
+def test_given_default_config_then_creator_gets_no_implicit_admin_and_kubectl_waits_for_its_entry(
+    platform_json,
+):
     assert _cluster(platform_json)["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
     entries = resources(platform_json, "AWS::EKS::AccessEntry")
-    functions = {k: v for k, v in resources(platform_json, "AWS::Lambda::Function").items()
-                 if k.startswith("ClusterKubectlProvider")}
+    functions = {
+        k: v
+        for k, v in resources(platform_json, "AWS::Lambda::Function").items()
+        if k.startswith("ClusterKubectlProvider")
+    }
     assert len(functions) == 2
     for logical_id, function in functions.items():
         # The provider's own admin entry: its principal is the handler's role.
         (entry,) = [e for e in function["DependsOn"] if e in entries]
         assert entries[entry]["Properties"]["PrincipalArn"]["Fn::GetAtt"][0].startswith(
-            "ClusterKubectlProviderHandlerServiceRole"), logical_id
+            "ClusterKubectlProviderHandlerServiceRole"
+        ), logical_id
 
 
 def test_given_default_config_then_every_node_has_imdsv2_hop_limit_1_and_pull_only_ecr(platform_json):
@@ -103,8 +131,12 @@ def test_given_default_config_then_every_node_has_imdsv2_hop_limit_1_and_pull_on
         assert not any("ReadOnly" in p for p in policies)
 
 
-def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_its_own_pod_identity(platform_json):
-    addons = {a["Properties"]["AddonName"]: (k, a) for k, a in resources(platform_json, "AWS::EKS::Addon").items()}
+def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_its_own_pod_identity(
+    platform_json,
+):
+    addons = {
+        a["Properties"]["AddonName"]: (k, a) for k, a in resources(platform_json, "AWS::EKS::Addon").items()
+    }
     cni_id, cni = addons["vpc-cni"]
     props = cni["Properties"]
     assert props["ConfigurationValues"] == '{"enableNetworkPolicy":"true"}'
@@ -112,7 +144,9 @@ def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_it
     (association,) = props["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "aws-node"
     role = platform_json["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
-    assert [p["Fn::Join"][1][-1] for p in role["ManagedPolicyArns"]] == [":iam::aws:policy/AmazonEKS_CNI_Policy"]
+    assert [p["Fn::Join"][1][-1] for p in role["ManagedPolicyArns"]] == [
+        ":iam::aws:policy/AmazonEKS_CNI_Policy"
+    ]
     agent_id, _ = addons["eks-pod-identity-agent"]
     for ng in resources(platform_json, "AWS::EKS::Nodegroup").values():
         # Credentials for aws-node exist before any node joins, and nodes hold no CNI policy.

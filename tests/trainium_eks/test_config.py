@@ -11,19 +11,24 @@ def test_given_no_context_when_loaded_then_defaults_are_the_reference_platform()
     config = config_from_context({})
     assert config == PlatformConfig()
     assert (config.instance_type, config.desired_nodes, config.kubernetes_version) == (
-        "trn1.32xlarge", 2, "1.36")
+        "trn1.32xlarge",
+        2,
+        "1.36",
+    )
     assert config.facts.neuron_cores == 32
 
 
 def test_given_string_context_values_when_loaded_then_they_are_coerced_to_field_types():
-    config = config_from_context({
-        "instance_type": "trn1n.32xlarge",
-        "max_nodes": "4",
-        "endpoint_public_cidrs": "203.0.113.7/32, 198.51.100.0/24",
-        "admin_principal_arns": '["arn:aws:iam::123456789012:role/Admin"]',
-        "tags": '{"team": "ml"}',
-        "capacity_reservation_id": "none",
-    })
+    config = config_from_context(
+        {
+            "instance_type": "trn1n.32xlarge",
+            "max_nodes": "4",
+            "endpoint_public_cidrs": "203.0.113.7/32, 198.51.100.0/24",
+            "admin_principal_arns": '["arn:aws:iam::123456789012:role/Admin"]',
+            "tags": '{"team": "ml"}',
+            "capacity_reservation_id": "none",
+        }
+    )
     assert config.max_nodes == 4
     assert config.endpoint_public_cidrs == ("203.0.113.7/32", "198.51.100.0/24")
     assert config.admin_principal_arns == ("arn:aws:iam::123456789012:role/Admin",)
@@ -32,11 +37,13 @@ def test_given_string_context_values_when_loaded_then_they_are_coerced_to_field_
 
 
 def test_given_cdk_own_context_keys_when_loaded_then_they_are_ignored():
-    config = config_from_context({
-        "@aws-cdk/core:newStyleStackSynthesis": True,
-        "aws:cdk:enable-path-metadata": True,
-        "availability-zones:account=1:region=us-west-2": ["a"],
-    })
+    config = config_from_context(
+        {
+            "@aws-cdk/core:newStyleStackSynthesis": True,
+            "aws:cdk:enable-path-metadata": True,
+            "availability-zones:account=1:region=us-west-2": ["a"],
+        }
+    )
     assert config == PlatformConfig()
 
 
@@ -51,18 +58,22 @@ def test_given_region_codes_then_az_id_prefix_is_derived():
     assert az_id_prefix("us-iso-east-1") is None
 
 
-@pytest.mark.parametrize("region,az_ids", [
-    ("us-gov-west-1", ("usgw1-az1", "usgw1-az2")),
-    ("us-east-1", ("use1-az6", "use1-az5")),
-])
+@pytest.mark.parametrize(
+    "region,az_ids",
+    [
+        ("us-gov-west-1", ("usgw1-az1", "usgw1-az2")),
+        ("us-east-1", ("use1-az6", "use1-az5")),
+    ],
+)
 def test_given_region_of_another_partition_with_its_az_ids_when_loaded_then_accepted(region, az_ids):
     config = config_from_context({"region": region, "trainium_az_id": az_ids[0], "second_az_id": az_ids[1]})
     assert (config.region, config.trainium_az_id) == (region, az_ids[0])
 
 
 def test_given_broad_endpoint_with_opt_in_when_loaded_then_accepted():
-    config = config_from_context({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1",
-                                  "endpoint_public_allow_broad": "true"})
+    config = config_from_context(
+        {"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1", "endpoint_public_allow_broad": "true"}
+    )
     assert config.endpoint_public_allow_broad is True
 
 
@@ -85,7 +96,11 @@ BAD_INPUTS = [
     ({"kubernetes_version": "1.29"}, "kubernetes_version", "supported: 1.34, 1.35, 1.36"),
     ({"endpoint_public_cidrs": "203.0.113.300/32"}, "endpoint_public_cidrs", "give CIDRs"),
     ({"endpoint_public_cidrs": "0.0.0.0/0"}, "endpoint_public_cidrs", "open API endpoint"),
-    ({"admin_principal_arns": "arn:aws:iam::12345:role/Admin"}, "admin_principal_arns", "IAM role or user ARNs"),
+    (
+        {"admin_principal_arns": "arn:aws:iam::12345:role/Admin"},
+        "admin_principal_arns",
+        "IAM role or user ARNs",
+    ),
     ({"capacity_reservation_id": "cr-123"}, "capacity_reservation_id", "cr-0123456789abcdef0"),
     ({"capacity_type": "capacity-block"}, "capacity_type", "needs capacity_reservation_id"),
     ({"efa_interface_layout": "ena"}, "efa_interface_layout", "choose one of efa, efa-only"),
@@ -103,7 +118,11 @@ BAD_INPUTS = [
     ({"name_prefix": "trn--bert"}, "name_prefix", "ECR repository name"),
     ({"name_prefix": "9trn"}, "name_prefix", "starting with a letter"),
     # Public endpoint: all of IPv4 in pieces, too broad, IPv6 on the IPv4 cluster.
-    ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "endpoint_public_cidrs", "endpoint_public_allow_broad"),
+    (
+        {"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"},
+        "endpoint_public_cidrs",
+        "endpoint_public_allow_broad",
+    ),
     ({"endpoint_public_cidrs": "10.0.0.0/7"}, "endpoint_public_cidrs", "more than a /8"),
     ({"endpoint_public_cidrs": "203.0.113.0/24,198.0.0.0/8"}, "endpoint_public_cidrs", "more than a /8"),
     ({"endpoint_public_cidrs": "2001:db8::/48"}, "endpoint_public_cidrs", "IPv4"),
@@ -111,24 +130,48 @@ BAD_INPUTS = [
     ({"endpoint_public_allow_broad": "maybe"}, "endpoint_public_allow_broad", "true or false"),
     # Duplicates.
     ({"endpoint_public_cidrs": "203.0.113.7/32,203.0.113.7/32"}, "endpoint_public_cidrs", "listed twice"),
-    ({"admin_principal_arns": "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:role/A"},
-     "admin_principal_arns", "listed twice"),
-    ({"existing_vpc_id": "vpc-0123456789abcdef0",
-      "existing_private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0"},
-     "existing_private_subnet_ids", "listed twice"),
+    (
+        {"admin_principal_arns": "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:role/A"},
+        "admin_principal_arns",
+        "listed twice",
+    ),
+    (
+        {
+            "existing_vpc_id": "vpc-0123456789abcdef0",
+            "existing_private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef0",
+        },
+        "existing_private_subnet_ids",
+        "listed twice",
+    ),
     # ARNs in the region's partition.
-    ({"admin_principal_arns": "arn:aws-cn:iam::123456789012:role/Admin"}, "admin_principal_arns",
-     "partition aws"),
-    ({"region": "us-gov-west-1", "trainium_az_id": "usgw1-az1", "second_az_id": "usgw1-az2",
-      "admin_principal_arns": "arn:aws:iam::123456789012:role/Admin"}, "admin_principal_arns",
-     "partition aws-us-gov"),
-    ({"admin_principal_arns": "arn:aws:iam::123456789012:group/Admins"}, "admin_principal_arns",
-     "IAM role or user ARNs"),
+    (
+        {"admin_principal_arns": "arn:aws-cn:iam::123456789012:role/Admin"},
+        "admin_principal_arns",
+        "partition aws",
+    ),
+    (
+        {
+            "region": "us-gov-west-1",
+            "trainium_az_id": "usgw1-az1",
+            "second_az_id": "usgw1-az2",
+            "admin_principal_arns": "arn:aws:iam::123456789012:role/Admin",
+        },
+        "admin_principal_arns",
+        "partition aws-us-gov",
+    ),
+    (
+        {"admin_principal_arns": "arn:aws:iam::123456789012:group/Admins"},
+        "admin_principal_arns",
+        "IAM role or user ARNs",
+    ),
     # Region <-> AZ ID in every partition.
     ({"region": "us-gov-west-1"}, "trainium_az_id", "start with 'usgw1-'"),
     ({"region": "cn-northwest-1", "trainium_az_id": "cnnw1-az1"}, "region", "Pod Identity"),
-    ({"region": "us-east-1", "trainium_az_id": "use1-az6", "second_az_id": "usw2-az3"}, "second_az_id",
-     "start with 'use1-'"),
+    (
+        {"region": "us-east-1", "trainium_az_id": "use1-az6", "second_az_id": "usw2-az3"},
+        "second_az_id",
+        "start with 'use1-'",
+    ),
     ({"region": "us-iso-east-1"}, "region", "partition aws-iso is not supported"),
     ({"region": "us-west-9"}, "region", "not an AWS region"),
     # Tags: AWS's limits.

@@ -4,8 +4,7 @@ import pytest
 
 from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
 
-FLAGS = ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled",
-         "container_insights")
+FLAGS = ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled", "container_insights")
 
 
 def test_given_no_context_then_add_on_defaults_are_the_documented_ones():
@@ -17,8 +16,9 @@ def test_given_no_context_then_add_on_defaults_are_the_documented_ones():
 
 
 @pytest.mark.parametrize("field", FLAGS)
-@pytest.mark.parametrize("raw, expected", [("true", True), ("False", False), (" TRUE ", True),
-                                           (True, True), (False, False)])
+@pytest.mark.parametrize(
+    "raw, expected", [("true", True), ("False", False), (" TRUE ", True), (True, True), (False, False)]
+)
 def test_given_context_strings_or_json_booleans_then_flags_are_coerced(field, raw, expected):
     assert getattr(config_from_context({field: raw}), field) is expected
 
@@ -59,6 +59,7 @@ def test_given_container_insights_on_1_36_then_accepted():
 
 def test_given_every_managed_pin_then_evidence_covers_the_default_kubernetes_version():
     from trainium_eks.versions import ADDON_EVIDENCE, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+
     for key, versions in ADDON_EVIDENCE.items():
         assert DEFAULT_KUBERNETES_VERSION in versions, key
         assert set(versions) <= set(KUBERNETES_RELEASES), key
@@ -66,6 +67,9 @@ def test_given_every_managed_pin_then_evidence_covers_the_default_kubernetes_ver
 
 def test_given_1_34_then_review_flags_the_always_on_add_on_without_evidence():
     from trainium_eks.review import platform_review
+
     review = platform_review(config_from_context({"kubernetes_version": "1.34"}))
-    assert "warning: eks-node-monitoring-agent v1.6.6-eksbuild.1 is not verified for Kubernetes 1.34" in review
+    assert (
+        "warning: eks-node-monitoring-agent v1.6.6-eksbuild.1 is not verified for Kubernetes 1.34" in review
+    )
     assert "is not verified" not in platform_review(config_from_context({}))

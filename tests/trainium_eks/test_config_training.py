@@ -8,15 +8,18 @@ from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
 from trainium_eks.training_config import training_review
 
 
-@pytest.mark.parametrize("context,field", [
-    ({"training_nproc_per_node": "33"}, "training_nproc_per_node"),
-    ({"training_global_batch": "1000"}, "training_global_batch"),
-    ({"training_cache_set": "c" * 64}, "training_cache_set"),
-    ({"training_rdzv_backend": "etcd", "etcd_enabled": "false"}, "training_rdzv_backend"),
-    ({"training_rdzv_backend": "zookeeper"}, "training_rdzv_backend"),
-    ({"training_dataset_source": "http://example.com/x.tar"}, "training_dataset_source"),
-    ({"training_model": "huge"}, "training_model"),
-])
+@pytest.mark.parametrize(
+    "context,field",
+    [
+        ({"training_nproc_per_node": "33"}, "training_nproc_per_node"),
+        ({"training_global_batch": "1000"}, "training_global_batch"),
+        ({"training_cache_set": "c" * 64}, "training_cache_set"),
+        ({"training_rdzv_backend": "etcd", "etcd_enabled": "false"}, "training_rdzv_backend"),
+        ({"training_rdzv_backend": "zookeeper"}, "training_rdzv_backend"),
+        ({"training_dataset_source": "http://example.com/x.tar"}, "training_dataset_source"),
+        ({"training_model": "huge"}, "training_model"),
+    ],
+)
 def test_given_bad_training_context_then_config_error(context, field):
     with pytest.raises(ConfigError) as err:
         config_from_context(context)
@@ -36,29 +39,50 @@ def test_given_defaults_then_review_shows_workers_batch_time_and_cost():
     assert "6,450 seq/s (walkthrough's 2-node EKS run): 19.8 h, $853 on demand" in lines
 
 
-@pytest.mark.parametrize("context,field,fix", [
-    # The keys the user typed, not the construct's property names.
-    ({"training_max_steps": "0"}, "training_max_steps", "at least 1"),
-    ({"training_checkpoint_every": "0"}, "training_checkpoint_every", "at least 1"),
-    ({"training_max_retry": "101"}, "training_max_retry", "0 to 100"),
-    ({"desired_nodes": "3", "max_nodes": "4", "min_nodes": "2", "training_global_batch": "16384"},
-     "training_global_batch", ""),
-    # training_script_args against training/cli.py's own parser (names, types, choices, rules).
-    ({"training_script_args": '{"warmup_step": "10"}'}, "training_script_args", "did you mean 'warmup_steps'?"),
-    ({"training_script_args": '{"warmup": "10"}'}, "training_script_args", "has no --warmup"),
-    ({"training_script_args": '{"lr": "fast"}'}, "training_script_args", "invalid float value"),
-    ({"training_script_args": '{"warmup_steps": "1.5"}'}, "training_script_args", "invalid int value"),
-    ({"training_script_args": '{"optimizer": "sgd"}'}, "training_script_args", "invalid choice"),
-    ({"training_script_args": '{"warmup_steps": "30000"}'}, "training_script_args",
-     "--warmup_steps must be between 0 and --max_steps"),
-    ({"training_script_args": '{"fp32_master_weights": "yes"}'}, "training_script_args", "is a switch"),
-    # Flags the job sets itself: the error names the key that sets them.
-    ({"training_script_args": '{"max_steps": "10"}'}, "training_script_args", "use training_max_steps"),
-    ({"training_script_args": '{"data_dir": "/x"}'}, "training_script_args", "use training_dataset_name"),
-    ({"training_script_args": '{"precompile": true}'}, "training_script_args", "set by the precompile pass"),
-    # The job's own flags against the script's rules: the key that sets the flag.
-    ({"training_max_steps": "400"}, "training_max_steps", "--warmup_steps must be between 0 and --max_steps"),
-])
+@pytest.mark.parametrize(
+    "context,field,fix",
+    [
+        # The keys the user typed, not the construct's property names.
+        ({"training_max_steps": "0"}, "training_max_steps", "at least 1"),
+        ({"training_checkpoint_every": "0"}, "training_checkpoint_every", "at least 1"),
+        ({"training_max_retry": "101"}, "training_max_retry", "0 to 100"),
+        (
+            {"desired_nodes": "3", "max_nodes": "4", "min_nodes": "2", "training_global_batch": "16384"},
+            "training_global_batch",
+            "",
+        ),
+        # training_script_args against training/cli.py's own parser (names, types, choices, rules).
+        (
+            {"training_script_args": '{"warmup_step": "10"}'},
+            "training_script_args",
+            "did you mean 'warmup_steps'?",
+        ),
+        ({"training_script_args": '{"warmup": "10"}'}, "training_script_args", "has no --warmup"),
+        ({"training_script_args": '{"lr": "fast"}'}, "training_script_args", "invalid float value"),
+        ({"training_script_args": '{"warmup_steps": "1.5"}'}, "training_script_args", "invalid int value"),
+        ({"training_script_args": '{"optimizer": "sgd"}'}, "training_script_args", "invalid choice"),
+        (
+            {"training_script_args": '{"warmup_steps": "30000"}'},
+            "training_script_args",
+            "--warmup_steps must be between 0 and --max_steps",
+        ),
+        ({"training_script_args": '{"fp32_master_weights": "yes"}'}, "training_script_args", "is a switch"),
+        # Flags the job sets itself: the error names the key that sets them.
+        ({"training_script_args": '{"max_steps": "10"}'}, "training_script_args", "use training_max_steps"),
+        ({"training_script_args": '{"data_dir": "/x"}'}, "training_script_args", "use training_dataset_name"),
+        (
+            {"training_script_args": '{"precompile": true}'},
+            "training_script_args",
+            "set by the precompile pass",
+        ),
+        # The job's own flags against the script's rules: the key that sets the flag.
+        (
+            {"training_max_steps": "400"},
+            "training_max_steps",
+            "--warmup_steps must be between 0 and --max_steps",
+        ),
+    ],
+)
 def test_given_bad_training_value_then_error_names_the_key_the_user_typed(context, field, fix):
     with pytest.raises(ConfigError) as err:
         config_from_context(context)
@@ -68,25 +92,44 @@ def test_given_bad_training_value_then_error_names_the_key_the_user_typed(contex
 
 def test_given_valid_script_args_with_a_switch_then_accepted_and_rendered_as_bare_flag():
     from trainium_eks.training_config import job_script_args
-    config = config_from_context({"training_script_args":
-                                  '{"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": "true"}'})
+
+    config = config_from_context(
+        {"training_script_args": '{"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": "true"}'}
+    )
     assert job_script_args(config) == {"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": True}
 
 
-@pytest.mark.parametrize("context,warning", [
-    ({"training_checkpoint_every": "500", "training_max_steps": "400",
-      "training_script_args": '{"warmup_steps": "40"}'}, "no checkpoint before the end"),
-    ({"training_checkpoint_every": "400", "training_max_steps": "400",
-      "training_script_args": '{"warmup_steps": "40"}'}, "no checkpoint before the end"),
-    ({"training_script_args": '{"steps_this_run": "50"}'}, "ends before its first checkpoint"),
-    ({"max_nodes": "5"}, "more than twice the job's 2 nodes"),
-])
+@pytest.mark.parametrize(
+    "context,warning",
+    [
+        (
+            {
+                "training_checkpoint_every": "500",
+                "training_max_steps": "400",
+                "training_script_args": '{"warmup_steps": "40"}',
+            },
+            "no checkpoint before the end",
+        ),
+        (
+            {
+                "training_checkpoint_every": "400",
+                "training_max_steps": "400",
+                "training_script_args": '{"warmup_steps": "40"}',
+            },
+            "no checkpoint before the end",
+        ),
+        ({"training_script_args": '{"steps_this_run": "50"}'}, "ends before its first checkpoint"),
+        ({"max_nodes": "5"}, "more than twice the job's 2 nodes"),
+    ],
+)
 def test_given_legal_but_likely_wrong_values_then_review_warns(context, warning):
     from trainium_eks.review import platform_review
+
     review = platform_review(config_from_context(context))
     assert any(line.startswith("warning: ") and warning in line for line in review.splitlines())
 
 
 def test_given_defaults_then_review_has_no_warning():
     from trainium_eks.review import platform_review
+
     assert "warning:" not in platform_review(PlatformConfig())

@@ -18,26 +18,42 @@ import pytest
 from aws_cdk import Stack
 
 from tests.support import k8s_manifests, synth_platform, validate_k8s
-from tests.trainium_eks.training_support import bare_cluster
 from tests.training.corpus import build_vocab, write_corpus
-from trainium_eks.config import ConfigError, config_from_context
-from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
+from tests.trainium_eks.training_support import bare_cluster
 from training.job_spec import job_paths
 from training.prepare_data import build_parser
+from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")
 #: The app with preparation on (the schema test synthesizes the same variant: one synth).
 PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
-ARGS = {"dupe_factor": "2", "seed": "5", "chunk_mb": "0.02", "samples_per_shard": "250", "whole_word_mask": "true"}
+ARGS = {
+    "dupe_factor": "2",
+    "seed": "5",
+    "chunk_mb": "0.02",
+    "samples_per_shard": "250",
+    "whole_word_mask": "true",
+}
 
 
 def preparation(**overrides: Any) -> DatasetPreparation:
     cluster = bare_cluster()
-    props: dict[str, Any] = dict(cluster=cluster, namespace="training", image="registry/training:abc",
-                                 image_key="abc", paths=PATHS, claim_name="fsx-claim", service_account="bert-trainer",
-                                 corpus="fsx:/dataset/corpus", vocab="fsx:/dataset/vocab.txt", pods=3, cpus_per_pod=1,
-                                 args=ARGS)  # fmt: skip
+    props: dict[str, Any] = dict(
+        cluster=cluster,
+        namespace="training",
+        image="registry/training:abc",
+        image_key="abc",
+        paths=PATHS,
+        claim_name="fsx-claim",
+        service_account="bert-trainer",
+        corpus="fsx:/dataset/corpus",
+        vocab="fsx:/dataset/vocab.txt",
+        pods=3,
+        cpus_per_pod=1,
+        args=ARGS,
+    )
     props.update(overrides)
     return DatasetPreparation(Stack.of(cluster), "Prep", **props)
 
@@ -60,14 +76,22 @@ def test_given_a_preparation_then_the_job_is_an_indexed_job_valid_for_kubernetes
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"] == {
-        "batch.kubernetes.io/job-name": prep.job_name}
+        "batch.kubernetes.io/job-name": prep.job_name
+    }
     (container,) = pod["containers"]
     assert container["command"][:3] == ["python", "-m", "training.prepare_indexed"]
-    assert container["resources"]["requests"] == container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    assert (
+        container["resources"]["requests"]
+        == container["resources"]["limits"]
+        == {"cpu": "1", "memory": "2Gi"}
+    )
     # Hardened like the staging pod: no capabilities, read-only root with a scratch /tmp.
     sc = container["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
-    assert sc["readOnlyRootFilesystem"] is True and {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert (
+        sc["readOnlyRootFilesystem"] is True
+        and {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    )
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert prep.job_name.startswith("prepare-dataset-")
     assert preparation(pods=2).job_name != prep.job_name  # a changed spec is a new Job
@@ -79,21 +103,48 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
     text = write_corpus(root / "dataset" / "corpus" / "part-0.txt", n_docs=120, seed=8)
     write_corpus(root / "dataset" / "corpus" / "part-1.txt", n_docs=60, seed=9)
     build_vocab([text], root / "dataset" / "vocab.txt", vocab_size=400)
-    command = [part.replace("/data/", f"{root}/") for part in preparation().job["spec"]["template"]["spec"]
-               ["containers"][0]["command"]]  # fmt: skip
+    command = [
+        part.replace("/data/", f"{root}/")
+        for part in preparation().job["spec"]["template"]["spec"]["containers"][0]["command"]
+    ]
     assert command[0] == "python"  # the image's; here the test environment's
-    pods = [subprocess.Popen([sys.executable, *command[1:]], cwd=REPO,
-                             env={**os.environ, "JOB_COMPLETION_INDEX": str(i)},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]  # fmt: skip
+    pods = [
+        subprocess.Popen(
+            [sys.executable, *command[1:]],
+            cwd=REPO,
+            env={**os.environ, "JOB_COMPLETION_INDEX": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     outputs = [pod.communicate(timeout=300) for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0, 0], [err for _, err in outputs]
     data_dir = Path(PATHS.data_dir.replace("/data/", f"{root}/"))
     assert Path(PATHS.dataset_marker.replace("/data/", f"{root}/")).read_text().endswith(" shards\n")
     flags = [f"--{k}" if v == "true" else f"--{k}={v}" for k, v in ARGS.items()]
-    single = subprocess.run([sys.executable, "-m", "training.prepare_data", "--input", str(root / "dataset" / "corpus"),
-                             "--vocab", str(root / "dataset" / "vocab.txt"), "--output_dir", str(tmp_path / "single"),
-                             "--num_workers", "1", "--no_progress", *flags],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    single = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.prepare_data",
+            "--input",
+            str(root / "dataset" / "corpus"),
+            "--vocab",
+            str(root / "dataset" / "vocab.txt"),
+            "--output_dir",
+            str(tmp_path / "single"),
+            "--num_workers",
+            "1",
+            "--no_progress",
+            *flags,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr
     names = sorted(p.name for p in (tmp_path / "single").iterdir())
     assert sorted(p.name for p in data_dir.iterdir() if p.name != ".staged") == names
@@ -102,17 +153,32 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
         assert (data_dir / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("context, field, fix", [
-    ({"preparation_enabled": "true", "preparation_pods": "40"}, "preparation_pods", r"all pods must run at once"),
-    ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"1 or more"),
-    ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
-    ({"preparation_vocab": "fsx:/../etc/passwd"}, "preparation_vocab", r"no '\.\.'"),
-    ({"preparation_args": '{"dupe": "5"}'}, "preparation_args", r"not a setting of training\.prepare_data"),
-    ({"preparation_args": '{"seed": "1; rm -rf /"}'}, "preparation_args", r"plain number or name"),
-    ({"preparation_args": '{"whole_word_mask": "yes"}'}, "preparation_args", r"a switch"),
-    ({"preparation_enabled": "maybe"}, "preparation_enabled", r"true or false"),
-    ({"preparation_enabled": "true", "training_enabled": "false"}, "preparation_enabled", r"training_enabled=true"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "context, field, fix",
+    [
+        (
+            {"preparation_enabled": "true", "preparation_pods": "40"},
+            "preparation_pods",
+            r"all pods must run at once",
+        ),
+        ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"1 or more"),
+        ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
+        ({"preparation_vocab": "fsx:/../etc/passwd"}, "preparation_vocab", r"no '\.\.'"),
+        (
+            {"preparation_args": '{"dupe": "5"}'},
+            "preparation_args",
+            r"not a setting of training\.prepare_data",
+        ),
+        ({"preparation_args": '{"seed": "1; rm -rf /"}'}, "preparation_args", r"plain number or name"),
+        ({"preparation_args": '{"whole_word_mask": "yes"}'}, "preparation_args", r"a switch"),
+        ({"preparation_enabled": "maybe"}, "preparation_enabled", r"true or false"),
+        (
+            {"preparation_enabled": "true", "training_enabled": "false"},
+            "preparation_enabled",
+            r"training_enabled=true",
+        ),
+    ],
+)
 def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix):
     with pytest.raises(ConfigError) as err:
         config_from_context(context)
@@ -124,14 +190,19 @@ def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_
 
     assert not any("prepared from" in line for line in training_review(config_from_context({})))
     lines = training_review(config_from_context({"preparation_enabled": "true", "preparation_pods": "6"}))
-    assert ("  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
-            "/data/datasets/bert-wikicorpus-seq128") in lines
+    assert (
+        "  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
+        "/data/datasets/bert-wikicorpus-seq128"
+    ) in lines
 
 
 def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_training():
     template = synth_platform(**PREPARATION_ON)
-    jobs = {obj["metadata"]["name"].split("-")[0]: (logical_id, obj) for logical_id, obj in k8s_manifests(template)
-            if obj["kind"] == "Job"}  # fmt: skip
+    jobs = {
+        obj["metadata"]["name"].split("-")[0]: (logical_id, obj)
+        for logical_id, obj in k8s_manifests(template)
+        if obj["kind"] == "Job"
+    }
     assert set(jobs) == {"prepare", "trn"}  # no staging Job
     _, prep = jobs["prepare"]
     validate_k8s(prep, "1.36")

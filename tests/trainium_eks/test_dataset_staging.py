@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.training.test_data import make_shards
-from trainium_eks.dataset_staging import staging_script
 from training.job_spec import job_paths
 from training.shard_format import read_manifest, verify_checksums
+from trainium_eks.dataset_staging import staging_script
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="wiki", cache_set="c", run_name="r")
@@ -31,15 +31,16 @@ cp -r "$FAKE_S3/${5#s3://}/." "$6"
 
 
 def run_staging(source: str, root: Path) -> subprocess.CompletedProcess:
-    script = staging_script(source, PATHS).replace("/data/", f"{root}/data/").replace("=/data/", f"={root}/data/")
+    script = (
+        staging_script(source, PATHS).replace("/data/", f"{root}/data/").replace("=/data/", f"={root}/data/")
+    )
     bin_dir = root / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "aws").write_text(FAKE_AWS)
     (bin_dir / "aws").chmod(0o755)
     # The test environment's python (with h5py) plays the training image's.
     path = f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"
-    env = {**os.environ, "PATH": path, "FAKE_S3": str(root / "s3"),
-           "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {**os.environ, "PATH": path, "FAKE_S3": str(root / "s3"), "PYTHONPATH": str(REPO)}
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -69,8 +70,11 @@ def test_given_a_source_when_staged_then_a_verified_set_with_manifest_and_marker
     data_dir = s3 / "data" / "datasets" / "wiki"
     manifest = verify_checksums(data_dir)
     assert (manifest.samples, manifest.seq_len, manifest.settings) == (12, 128, {"source": source})
-    assert sorted(p.name for p in data_dir.iterdir()) == [".staged", "manifest.json",
-                                                         *(f"x_training_{i}.hdf5" for i in range(3))]  # fmt: skip
+    assert sorted(p.name for p in data_dir.iterdir()) == [
+        ".staged",
+        "manifest.json",
+        *(f"x_training_{i}.hdf5" for i in range(3)),
+    ]
     assert [p.name for p in (s3 / "data" / "datasets").iterdir()] == ["wiki"]  # no staging leftovers
     again = run_staging(source, s3)
     assert again.returncode == 0 and again.stdout.strip() == "dataset already staged"

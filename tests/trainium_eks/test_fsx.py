@@ -25,21 +25,36 @@ def _file_system(template_json):
 def _small_stack(**props):
     """A stack holding only a VPC and the file system (no cluster): fast, for variants."""
     stack = cdk.Stack(cdk.App(), "Fsx", env=cdk.Environment(region="us-west-2"))
-    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0, subnet_configuration=[
-        ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
-    TrainingFileSystem(stack, "Fs", vpc=vpc, subnet=vpc.isolated_subnets[0],
-                       client_security_group_ids=[CLIENT_SG], **props)
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        max_azs=1,
+        nat_gateways=0,
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        ],
+    )
+    TrainingFileSystem(
+        stack, "Fs", vpc=vpc, subnet=vpc.isolated_subnets[0], client_security_group_ids=[CLIENT_SG], **props
+    )
     return Template.from_stack(stack).to_json()
 
 
 def test_given_default_config_then_a_persistent_2_lustre_2_15_file_system_with_lz4(platform_json):
     _, fs = _file_system(platform_json)
     props = fs["Properties"]
-    assert (props["FileSystemType"], props["FileSystemTypeVersion"], props["StorageType"],
-            props["StorageCapacity"]) == ("LUSTRE", "2.15", "SSD", 1200)
+    assert (
+        props["FileSystemType"],
+        props["FileSystemTypeVersion"],
+        props["StorageType"],
+        props["StorageCapacity"],
+    ) == ("LUSTRE", "2.15", "SSD", 1200)
     assert props["LustreConfiguration"] == {
-        "DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 125,
-        "DataCompressionType": "LZ4", "AutomaticBackupRetentionDays": 7, "CopyTagsToBackups": True,
+        "DeploymentType": "PERSISTENT_2",
+        "PerUnitStorageThroughput": 125,
+        "DataCompressionType": "LZ4",
+        "AutomaticBackupRetentionDays": 7,
+        "CopyTagsToBackups": True,
     }
 
 
@@ -50,8 +65,11 @@ def test_given_default_config_then_file_system_lives_in_the_trainium_az_private_
     assert subnet["AvailabilityZoneId"] == "usw2-az4"
     assert subnet["MapPublicIpOnLaunch"] is False
     # The same subnet as the Trainium nodegroup.
-    (trainium,) = [n for n in resources(platform_json, "AWS::EKS::Nodegroup").values()
-                   if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"]
+    (trainium,) = [
+        n
+        for n in resources(platform_json, "AWS::EKS::Nodegroup").values()
+        if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"
+    ]
     assert trainium["Properties"]["Subnets"] == [subnet_ref]
 
 
@@ -72,9 +90,12 @@ def test_given_default_config_then_the_file_systems_group_and_its_own_rules_are_
     _, fs = _file_system(platform_json)
     (sg_ref,) = fs["Properties"]["SecurityGroupIds"]
     sg = sg_ref["Fn::GetAtt"][0]
-    kept = [sg] + [k for k, r in platform_json["Resources"].items()
-                   if r["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
-                   and r["Properties"]["GroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}]
+    kept = [sg] + [
+        k
+        for k, r in platform_json["Resources"].items()
+        if r["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
+        and r["Properties"]["GroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}
+    ]
     assert len(kept) == 5
     for logical_id in kept:
         resource = platform_json["Resources"][logical_id]
@@ -84,6 +105,7 @@ def test_given_default_config_then_the_file_systems_group_and_its_own_rules_are_
 def _rules_of(template_json, group_logical_id):
     """Every rule into or out of the group, inline or separate, and every client rule naming it
     as source: (direction, protocol, from, to, peer logical id or CIDR)."""
+
     def peer(value):
         return value["Fn::GetAtt"][0] if isinstance(value, dict) and "Fn::GetAtt" in value else value
 
@@ -91,10 +113,14 @@ def _rules_of(template_json, group_logical_id):
         return (direction, props["IpProtocol"], props["FromPort"], props["ToPort"], other)
 
     group = template_json["Resources"][group_logical_id]["Properties"]
-    rules = {rule("in", r, peer(r.get("SourceSecurityGroupId", r.get("CidrIp"))))
-             for r in group.get("SecurityGroupIngress", [])}
-    rules |= {rule("out", r, peer(r.get("DestinationSecurityGroupId", r.get("CidrIp"))))
-              for r in group.get("SecurityGroupEgress", [])}
+    rules = {
+        rule("in", r, peer(r.get("SourceSecurityGroupId", r.get("CidrIp"))))
+        for r in group.get("SecurityGroupIngress", [])
+    }
+    rules |= {
+        rule("out", r, peer(r.get("DestinationSecurityGroupId", r.get("CidrIp"))))
+        for r in group.get("SecurityGroupEgress", [])
+    }
     for res in template_json["Resources"].values():
         props = res.get("Properties", {})
         if res["Type"] == "AWS::EC2::SecurityGroupIngress":
@@ -114,8 +140,13 @@ def test_given_default_config_then_only_lustre_ports_between_nodes_and_file_serv
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
     expected = set()
     for low, high in ((988, 988), (1018, 1023)):
-        for direction, other in (("in", sg), ("out", sg), ("in", cluster_id), ("out", cluster_id),
-                                 ("client-in", cluster_id)):
+        for direction, other in (
+            ("in", sg),
+            ("out", sg),
+            ("in", cluster_id),
+            ("out", cluster_id),
+            ("client-in", cluster_id),
+        ):
             expected.add((direction, "tcp", low, high, other))
     # Exactly these: no CIDR source or destination, no other port, no other group.
     assert _rules_of(platform_json, sg) == expected
@@ -125,8 +156,11 @@ def test_given_default_config_then_the_cluster_group_is_the_one_both_nodegroups_
     # Managed nodegroups without their own groups get the cluster group; the Trainium launch
     # template lists it on every interface: that is why it is the FSx client group.
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
-    (lt,) = [lt for lt in resources(platform_json, "AWS::EC2::LaunchTemplate").values()
-             if "NetworkInterfaces" in lt["Properties"]["LaunchTemplateData"]]
+    (lt,) = [
+        lt
+        for lt in resources(platform_json, "AWS::EC2::LaunchTemplate").values()
+        if "NetworkInterfaces" in lt["Properties"]["LaunchTemplateData"]
+    ]
     for nic in lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]:
         assert {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]} in nic["Groups"]
 
@@ -134,9 +168,12 @@ def test_given_default_config_then_the_cluster_group_is_the_one_both_nodegroups_
 def test_given_default_config_then_file_system_waits_for_its_self_referencing_rules(platform_json):
     logical_id, fs = _file_system(platform_json)
     depends = set(fs.get("DependsOn", []))
-    self_rules = {k for k, r in platform_json["Resources"].items()
-                  if r["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
-                  and k.startswith("StorageSecurityGroup")}
+    self_rules = {
+        k
+        for k, r in platform_json["Resources"].items()
+        if r["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
+        and k.startswith("StorageSecurityGroup")
+    }
     assert len(self_rules) == 4 and self_rules <= depends
 
 
@@ -145,7 +182,9 @@ def test_given_scratch_2_when_synthesized_then_no_kms_key_throughput_or_backups(
     _, fs = _file_system(template)
     assert "KmsKeyId" not in fs["Properties"]
     assert fs["Properties"]["LustreConfiguration"] == {
-        "DeploymentType": "SCRATCH_2", "DataCompressionType": "LZ4"}
+        "DeploymentType": "SCRATCH_2",
+        "DataCompressionType": "LZ4",
+    }
     assert fs["Properties"]["StorageCapacity"] == 2400
     assert resources(template, "AWS::KMS::Key") == {}
 
@@ -159,10 +198,11 @@ def test_given_other_tier_capacity_and_no_compression_then_they_reach_the_templa
 
 
 def test_given_s3_uris_then_dataset_is_imported_and_outputs_exported_at_fixed_paths():
-    template = _small_stack(s3_import_uri="s3://my-data/bert/hdf5",
-                            s3_export_uri="s3://my-results/run1/")
-    associations = {a["Properties"]["FileSystemPath"]: a["Properties"]
-                    for a in resources(template, "AWS::FSx::DataRepositoryAssociation").values()}
+    template = _small_stack(s3_import_uri="s3://my-data/bert/hdf5", s3_export_uri="s3://my-results/run1/")
+    associations = {
+        a["Properties"]["FileSystemPath"]: a["Properties"]
+        for a in resources(template, "AWS::FSx::DataRepositoryAssociation").values()
+    }
     assert associations["/dataset"]["DataRepositoryPath"] == "s3://my-data/bert/hdf5/"
     assert associations["/dataset"]["BatchImportMetaDataOnCreate"] is True
     assert associations["/dataset"]["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
@@ -175,24 +215,37 @@ def test_given_no_s3_uris_then_no_associations(platform_json):
     assert resources(platform_json, "AWS::FSx::DataRepositoryAssociation") == {}
 
 
-@pytest.mark.parametrize("props, message", [
-    ({"storage_gib": 2000}, "storage_gib: 2000"),
-    ({"throughput_per_tib": 200}, "throughput_per_tib: 200"),
-    ({"deployment_type": "SCRATCH_2", "throughput_per_tib": 125}, "SCRATCH_2 has a fixed throughput"),
-    ({"deployment_type": "SCRATCH_2", "backup_retention_days": 3}, "no automatic backups"),
-    ({"deployment_type": "PERSISTENT_1"}, "deployment_type"),
-    ({"s3_import_uri": "https://bucket/x"}, "s3_import_uri"),
-    ({"s3_import_uri": "s3://bkt1/x/", "s3_export_uri": "s3://bkt1/x/out/"}, "overlaps"),
-])
+@pytest.mark.parametrize(
+    "props, message",
+    [
+        ({"storage_gib": 2000}, "storage_gib: 2000"),
+        ({"throughput_per_tib": 200}, "throughput_per_tib: 200"),
+        ({"deployment_type": "SCRATCH_2", "throughput_per_tib": 125}, "SCRATCH_2 has a fixed throughput"),
+        ({"deployment_type": "SCRATCH_2", "backup_retention_days": 3}, "no automatic backups"),
+        ({"deployment_type": "PERSISTENT_1"}, "deployment_type"),
+        ({"s3_import_uri": "https://bucket/x"}, "s3_import_uri"),
+        ({"s3_import_uri": "s3://bkt1/x/", "s3_export_uri": "s3://bkt1/x/out/"}, "overlaps"),
+    ],
+)
 def test_given_invalid_props_when_constructed_then_value_error_names_the_prop(props, message):
     with pytest.raises(ValueError, match=message):
         _small_stack(**props)
 
 
-@pytest.mark.parametrize("gib, ok", [
-    (1200, True), (2400, True), (4800, True), (26400, True),
-    (0, False), (1000, False), (1800, False), (3600, False), (2500, False),
-])
+@pytest.mark.parametrize(
+    "gib, ok",
+    [
+        (1200, True),
+        (2400, True),
+        (4800, True),
+        (26400, True),
+        (0, False),
+        (1000, False),
+        (1800, False),
+        (3600, False),
+        (2500, False),
+    ],
+)
 def test_given_a_capacity_then_only_1200_or_multiples_of_2400_pass(gib, ok):
     assert (storage_capacity_problem("PERSISTENT_2", gib) is None) is ok
 
@@ -212,22 +265,39 @@ def test_given_a_non_tier_then_persistent_2_rejects_it(tier):
     assert "125, 250, 500, 1000" in throughput_problem("PERSISTENT_2", tier)
 
 
-@pytest.mark.parametrize("uri, expected", [
-    ("s3://my-bucket", ("my-bucket", "")),
-    ("s3://my-bucket/", ("my-bucket", "")),
-    ("s3://my.bucket-1/a/b", ("my.bucket-1", "a/b/")),
-    ("s3://abc/a/b/", ("abc", "a/b/")),
-])
+@pytest.mark.parametrize(
+    "uri, expected",
+    [
+        ("s3://my-bucket", ("my-bucket", "")),
+        ("s3://my-bucket/", ("my-bucket", "")),
+        ("s3://my.bucket-1/a/b", ("my.bucket-1", "a/b/")),
+        ("s3://abc/a/b/", ("abc", "a/b/")),
+    ],
+)
 def test_given_a_valid_s3_uri_then_it_parses_to_bucket_and_slash_ended_prefix(uri, expected):
     assert parse_s3_uri(uri) == expected
 
 
-@pytest.mark.parametrize("uri", [
-    "my-bucket/prefix", "s3:/my-bucket", "s3://", "s3://ab", "s3://My-Bucket/x", "s3://-bucket/x",
-    "s3://bucket-/x", "s3://my..bucket", "s3://192.168.1.1/x", "s3://xn--bucket/x",
-    "s3://bucket-s3alias/x", "s3://my bucket/x", "s3://bucket/a//b", "s3://bucket/a b\n",
-    "s3://" + "a" * 64,
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "my-bucket/prefix",
+        "s3:/my-bucket",
+        "s3://",
+        "s3://ab",
+        "s3://My-Bucket/x",
+        "s3://-bucket/x",
+        "s3://bucket-/x",
+        "s3://my..bucket",
+        "s3://192.168.1.1/x",
+        "s3://xn--bucket/x",
+        "s3://bucket-s3alias/x",
+        "s3://my bucket/x",
+        "s3://bucket/a//b",
+        "s3://bucket/a b\n",
+        "s3://" + "a" * 64,
+    ],
+)
 def test_given_a_malformed_s3_uri_then_parsing_fails(uri):
     with pytest.raises(ValueError):
         parse_s3_uri(uri)

@@ -18,8 +18,9 @@ def _objects(template_json, kind):
 
 
 def _driver(template_json):
-    (chart,) = [(lid, c) for lid, c in helm_charts(template_json).items()
-                if c["Chart"] == "aws-fsx-csi-driver"]
+    (chart,) = [
+        (lid, c) for lid, c in helm_charts(template_json).items() if c["Chart"] == "aws-fsx-csi-driver"
+    ]
     return chart
 
 
@@ -31,8 +32,10 @@ def _file_system_id(template_json):
 def test_given_default_config_then_the_driver_chart_is_the_pinned_one(platform_json):
     _, chart = _driver(platform_json)
     assert (chart["Repository"], chart["Chart"], chart["Version"]) == (
-        ADDON_PINS["fsx-csi-driver"].repository, ADDON_PINS["fsx-csi-driver"].name,
-        ADDON_PINS["fsx-csi-driver"].version)
+        ADDON_PINS["fsx-csi-driver"].repository,
+        ADDON_PINS["fsx-csi-driver"].name,
+        ADDON_PINS["fsx-csi-driver"].version,
+    )
     assert chart["Version"] == "1.16.0"
     assert chart["Namespace"] == "kube-system"
 
@@ -57,9 +60,12 @@ def test_given_default_config_then_controller_gets_describe_only_through_pod_ide
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
     assert "ManagedPolicyArns" not in role
-    statements = [s for p in resources(platform_json, "AWS::IAM::Policy").values()
-                  if {"Ref": role_id} in p["Properties"]["Roles"]
-                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s
+        for p in resources(platform_json, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
     assert statements == [{"Action": "fsx:DescribeFileSystems", "Effect": "Allow", "Resource": "*"}]
 
 
@@ -70,13 +76,16 @@ def test_given_default_config_then_chart_waits_for_the_pod_identity_association(
 
 
 def test_given_default_config_then_the_training_namespace_is_created(platform_json):
-    (_, namespace), = [(lid, o) for lid, o in _objects(platform_json, "Namespace")
-                       if o["metadata"]["name"] == TRAINING_NAMESPACE]
+    ((_, namespace),) = [
+        (lid, o)
+        for lid, o in _objects(platform_json, "Namespace")
+        if o["metadata"]["name"] == TRAINING_NAMESPACE
+    ]
     validate_k8s(namespace, "1.36")
 
 
 def test_given_default_config_then_a_static_retained_rwx_volume_names_the_file_system(platform_json):
-    (_, pv), = _objects(platform_json, "PersistentVolume")
+    ((_, pv),) = _objects(platform_json, "PersistentVolume")
     spec = pv["spec"]
     fs_id = _file_system_id(platform_json)
     assert spec["csi"] == {
@@ -93,8 +102,8 @@ def test_given_default_config_then_a_static_retained_rwx_volume_names_the_file_s
 
 
 def test_given_default_config_then_the_claim_binds_that_volume_by_name(platform_json):
-    (_, pv), = _objects(platform_json, "PersistentVolume")
-    (_, pvc), = _objects(platform_json, "PersistentVolumeClaim")
+    ((_, pv),) = _objects(platform_json, "PersistentVolume")
+    ((_, pvc),) = _objects(platform_json, "PersistentVolumeClaim")
     assert (pvc["metadata"]["name"], pvc["metadata"]["namespace"]) == ("fsx-claim", "training")
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
     assert pvc["spec"]["storageClassName"] == ""  # no dynamic provisioning
@@ -104,14 +113,17 @@ def test_given_default_config_then_the_claim_binds_that_volume_by_name(platform_
 
 @pytest.mark.parametrize("kind", ["PersistentVolume", "PersistentVolumeClaim"])
 def test_given_default_config_then_volume_and_claim_are_valid_kubernetes_1_36(platform_json, kind):
-    (_, obj), = _objects(platform_json, kind)
+    ((_, obj),) = _objects(platform_json, kind)
     validate_k8s(obj, "1.36")
 
 
 def test_given_default_config_then_volume_is_applied_after_the_driver_and_namespace(platform_json):
-    (pv_manifest, _), = _objects(platform_json, "PersistentVolume")
-    (ns_manifest, _), = [(lid, o) for lid, o in _objects(platform_json, "Namespace")
-                         if o["metadata"]["name"] == TRAINING_NAMESPACE]
+    ((pv_manifest, _),) = _objects(platform_json, "PersistentVolume")
+    ((ns_manifest, _),) = [
+        (lid, o)
+        for lid, o in _objects(platform_json, "Namespace")
+        if o["metadata"]["name"] == TRAINING_NAMESPACE
+    ]
     chart_id, _ = _driver(platform_json)
     depends = platform_json["Resources"][pv_manifest]["DependsOn"]
     assert chart_id in depends and ns_manifest in depends
@@ -119,8 +131,8 @@ def test_given_default_config_then_volume_is_applied_after_the_driver_and_namesp
 
 def test_given_a_larger_file_system_then_volume_grows_and_claim_request_stays_resizable():
     template = synth_platform(fsx_storage_gib="4800", fsx_throughput_per_tib="250")
-    (_, pv), = _objects(template, "PersistentVolume")
-    (_, pvc), = _objects(template, "PersistentVolumeClaim")
+    ((_, pv),) = _objects(template, "PersistentVolume")
+    ((_, pvc),) = _objects(template, "PersistentVolumeClaim")
     assert pv["spec"]["capacity"] == {"storage": "4800Gi"}
     # A static claim cannot be resized: its request stays at the smallest FSx size.
     assert pvc["spec"]["resources"]["requests"]["storage"] == "1200Gi"

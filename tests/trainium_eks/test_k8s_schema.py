@@ -9,8 +9,9 @@ its CRD's rules when you add the object.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -20,17 +21,20 @@ from tests.trainium_eks.addons import ALL_OPTIONS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
 # Quantity pattern of `x-kubernetes-int-or-string` resource lists in the Volcano CRDs.
-_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                       r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 
 def _quantities(value: Any) -> bool:
     return isinstance(value, dict) and all(
-        isinstance(q, int) or (isinstance(q, str) and _QUANTITY.match(q)) for q in value.values())
+        isinstance(q, int) or (isinstance(q, str) and _QUANTITY.match(q)) for q in value.values()
+    )
 
 
 def _int32(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,10 @@ class CrdRules:
 
 def _pod_template_valid(template: Any) -> bool:
     # A Volcano task template is a core PodTemplateSpec: validate it as one.
-    validate_k8s({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "task"},
-                  "template": template}, DEFAULT_KUBERNETES_VERSION)
+    validate_k8s(
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "task"}, "template": template},
+        DEFAULT_KUBERNETES_VERSION,
+    )
     return True
 
 
@@ -58,9 +64,12 @@ def _tasks_valid(tasks: Any) -> bool:
     if not isinstance(tasks, list) or not tasks:
         return False
     names = [task.get("name") for task in tasks]
-    return (len(set(names)) == len(names) and all(isinstance(n, str) and n for n in names)
-            and all(_int32(task.get("replicas", 0)) and task.get("replicas", 0) >= 0 for task in tasks)
-            and all(_pod_template_valid(task["template"]) for task in tasks))
+    return (
+        len(set(names)) == len(names)
+        and all(isinstance(n, str) and n for n in names)
+        and all(_int32(task.get("replicas", 0)) and task.get("replicas", 0) >= 0 for task in tasks)
+        and all(_pod_template_valid(task["template"]) for task in tasks)
+    )
 
 
 #: Sources: volcano-sh/volcano installer/helm/chart/volcano/crd/bases/
@@ -91,13 +100,14 @@ CUSTOM_RESOURCES: dict[tuple[str, str], CrdRules] = {
             "queue": lambda v: isinstance(v, str),
             "schedulerName": lambda v: isinstance(v, str),
             "priorityClassName": lambda v: isinstance(v, str),
-            "plugins": lambda v: isinstance(v, dict) and all(
-                isinstance(a, list) and all(isinstance(s, str) for s in a) for a in v.values()),
+            "plugins": lambda v: (
+                isinstance(v, dict)
+                and all(isinstance(a, list) and all(isinstance(s, str) for s in a) for a in v.values())
+            ),
         },
         # Only the fields above are checked; the CRD has more (policies, volumes, ...).
         closed=False,
-        checks=(("spec.tasks is required by the job controller",
-                 lambda o: "tasks" in o.get("spec", {})),),
+        checks=(("spec.tasks is required by the job controller", lambda o: "tasks" in o.get("spec", {})),),
     ),
 }
 
@@ -169,26 +179,37 @@ def test_given_the_pinned_version_then_kubernetes_validate_has_its_schema():
     assert DEFAULT_KUBERNETES_VERSION == "1.36"
     # An unknown field in a core object must fail: strict validation is on.
     with pytest.raises(kubernetes_validate.ValidationError):
-        validate_k8s({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
-                      "spec": {"port": 1}}, DEFAULT_KUBERNETES_VERSION)
+        validate_k8s(
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"port": 1}},
+            DEFAULT_KUBERNETES_VERSION,
+        )
 
 
-QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-         "metadata": {"name": "training"},
-         "spec": {"weight": 1, "reclaimable": False, "capability": {"cpu": "256", "memory": "1024Gi"}}}
+QUEUE = {
+    "apiVersion": "scheduling.volcano.sh/v1beta1",
+    "kind": "Queue",
+    "metadata": {"name": "training"},
+    "spec": {"weight": 1, "reclaimable": False, "capability": {"cpu": "256", "memory": "1024Gi"}},
+}
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda q: q["metadata"].update(namespace="training"), "cluster-scoped"),
-    (lambda q: q["spec"].update(weight=0), "spec.weight"),
-    (lambda q: q["spec"].update(reclaimable="false"), "spec.reclaimable"),
-    (lambda q: q["spec"]["capability"].update(memory="1 TB"), "spec.capability"),
-    (lambda q: q["spec"].update(capacity={}), "not in the CRD"),
-    (lambda q: q.update(kind="Queues"), "no schema and no CRD rules"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda q: q["metadata"].update(namespace="training"), "cluster-scoped"),
+        (lambda q: q["spec"].update(weight=0), "spec.weight"),
+        (lambda q: q["spec"].update(reclaimable="false"), "spec.reclaimable"),
+        (lambda q: q["spec"]["capability"].update(memory="1 TB"), "spec.capability"),
+        (lambda q: q["spec"].update(capacity={}), "not in the CRD"),
+        (lambda q: q.update(kind="Queues"), "no schema and no CRD rules"),
+    ],
+)
 def test_given_a_broken_queue_then_the_crd_check_fails(mutate, message):
-    queue = {**QUEUE, "metadata": dict(QUEUE["metadata"]),
-             "spec": {**QUEUE["spec"], "capability": dict(QUEUE["spec"]["capability"])}}
+    queue = {
+        **QUEUE,
+        "metadata": dict(QUEUE["metadata"]),
+        "spec": {**QUEUE["spec"], "capability": dict(QUEUE["spec"]["capability"])},
+    }
     check_custom_resource(queue)  # the original passes
     mutate(queue)
     with pytest.raises(AssertionError, match=message):
@@ -196,11 +217,22 @@ def test_given_a_broken_queue_then_the_crd_check_fails(mutate, message):
 
 
 def test_given_a_volcano_job_with_a_bad_pod_template_then_the_check_fails():
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "bert", "namespace": "training"},
-           "spec": {"queue": "training", "minAvailable": 2,
-                    "tasks": [{"name": "worker", "replicas": 2, "template": {
-                        "spec": {"containers": [{"name": "w", "image": "i"}]}}}]}}
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "bert", "namespace": "training"},
+        "spec": {
+            "queue": "training",
+            "minAvailable": 2,
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 2,
+                    "template": {"spec": {"containers": [{"name": "w", "image": "i"}]}},
+                }
+            ],
+        },
+    }
     check_custom_resource(job)
     job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resource"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):

@@ -13,11 +13,21 @@ from trainium_eks.launch_template import TrainiumLaunchTemplate
 def _synth(instance_type: str, **kwargs) -> dict:
     app = cdk.App()
     stack = cdk.Stack(app, "Lt")
-    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0,
-                  subnet_configuration=[ec2.SubnetConfiguration(
-                      name="p", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
-    TrainiumLaunchTemplate(stack, "Lt", facts=instance_facts(instance_type), vpc=vpc,
-                           cluster_security_group_id="sg-cluster", **kwargs)
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        max_azs=1,
+        nat_gateways=0,
+        subnet_configuration=[ec2.SubnetConfiguration(name="p", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
+    )
+    TrainiumLaunchTemplate(
+        stack,
+        "Lt",
+        facts=instance_facts(instance_type),
+        vpc=vpc,
+        cluster_security_group_id="sg-cluster",
+        **kwargs,
+    )
     return Template.from_stack(stack).to_json()
 
 
@@ -26,8 +36,9 @@ def _data(template: dict) -> dict:
     return lt["Properties"]["LaunchTemplateData"]
 
 
-@pytest.mark.parametrize("instance_type,cards", [("trn1.32xlarge", 8), ("trn1n.32xlarge", 16),
-                                                 ("trn2.48xlarge", 16)])
+@pytest.mark.parametrize(
+    "instance_type,cards", [("trn1.32xlarge", 8), ("trn1n.32xlarge", 16), ("trn2.48xlarge", 16)]
+)
 def test_given_multi_node_type_when_efa_layout_then_one_efa_per_card_device_0_then_1(instance_type, cards):
     nics = _data(_synth(instance_type))["NetworkInterfaces"]
     assert [n["NetworkCardIndex"] for n in nics] == list(range(cards))
@@ -55,8 +66,10 @@ def test_given_efa_group_then_it_allows_all_traffic_only_to_and_from_itself():
     (sg_id,) = resources(template, "AWS::EC2::SecurityGroup")
     (ingress,) = resources(template, "AWS::EC2::SecurityGroupIngress").values()
     (egress,) = resources(template, "AWS::EC2::SecurityGroupEgress").values()
-    for rule, peer_key in ((ingress["Properties"], "SourceSecurityGroupId"),
-                           (egress["Properties"], "DestinationSecurityGroupId")):
+    for rule, peer_key in (
+        (ingress["Properties"], "SourceSecurityGroupId"),
+        (egress["Properties"], "DestinationSecurityGroupId"),
+    ):
         assert rule["IpProtocol"] == "-1"
         assert rule[peer_key] == {"Fn::GetAtt": [sg_id, "GroupId"]}
     sg = template["Resources"][sg_id]["Properties"]
@@ -68,24 +81,31 @@ def test_given_efa_group_then_it_allows_all_traffic_only_to_and_from_itself():
 def test_given_defaults_then_cluster_placement_imdsv2_encrypted_gp3_and_no_ssh_key():
     template = _synth("trn1.32xlarge", root_volume_gib=600)
     data = _data(template)
-    (pg_id, pg), = resources(template, "AWS::EC2::PlacementGroup").items()
+    ((pg_id, pg),) = resources(template, "AWS::EC2::PlacementGroup").items()
     assert pg["Properties"]["Strategy"] == "cluster"
     assert data["Placement"] == {"GroupName": {"Fn::GetAtt": [pg_id, "GroupName"]}}
-    assert data["MetadataOptions"] == {"HttpTokens": "required", "HttpEndpoint": "enabled",
-                                       "HttpPutResponseHopLimit": 1}
-    assert data["BlockDeviceMappings"] == [{"DeviceName": "/dev/xvda", "Ebs": {
-        "VolumeSize": 600, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}}]
+    assert data["MetadataOptions"] == {
+        "HttpTokens": "required",
+        "HttpEndpoint": "enabled",
+        "HttpPutResponseHopLimit": 1,
+    }
+    assert data["BlockDeviceMappings"] == [
+        {
+            "DeviceName": "/dev/xvda",
+            "Ebs": {"VolumeSize": 600, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+        }
+    ]
     assert data["InstanceType"] == "trn1.32xlarge"
     assert "KeyName" not in data
     assert "CapacityReservationSpecification" not in data
 
 
 def test_given_capacity_block_then_market_type_and_reservation_are_targeted():
-    data = _data(_synth("trn1.32xlarge", capacity_reservation_id="cr-0123456789abcdef0",
-                        capacity_block=True))
+    data = _data(_synth("trn1.32xlarge", capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True))
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {
-        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
 
 
 def test_given_single_node_type_then_one_plain_interface():

@@ -11,7 +11,12 @@ from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from stacks import TrainiumPlatformStack
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (
-    ACKNOWLEDGEMENTS, PlatformChecks, StaleAcknowledgement, acknowledge_findings, eks_cluster_problems, findings,
+    ACKNOWLEDGEMENTS,
+    PlatformChecks,
+    StaleAcknowledgement,
+    acknowledge_findings,
+    eks_cluster_problems,
+    findings,
 )
 
 
@@ -19,10 +24,16 @@ def _bare_cluster(**kwargs) -> cdk.App:
     app = cdk.App()
     stack = cdk.Stack(app, "S", env=cdk.Environment(region="us-west-2"))
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
-    eks.Cluster(stack, "Cluster", version=eks.KubernetesVersion.of("1.36"), vpc=vpc, default_capacity=0,
-                default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
-                kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV36Layer(stack, "L")),
-                **kwargs)
+    eks.Cluster(
+        stack,
+        "Cluster",
+        version=eks.KubernetesVersion.of("1.36"),
+        vpc=vpc,
+        default_capacity=0,
+        default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+        kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV36Layer(stack, "L")),
+        **kwargs,
+    )
     return app
 
 
@@ -30,27 +41,54 @@ def test_given_aws_eks_v2_cluster_with_defaults_then_pack_reports_endpoint_logs_
     report = PlatformChecks().validate_scope(_bare_cluster())
     assert not report.success
     assert sorted(v.rule_name for v in report.violations) == [
-        "TrainiumEks-EKS1", "TrainiumEks-EKS2", "TrainiumEks-EKS3"]
+        "TrainiumEks-EKS1",
+        "TrainiumEks-EKS2",
+        "TrainiumEks-EKS3",
+    ]
     assert all(v.violating_resources[0].construct_path == "S/Cluster/Resource" for v in report.violations)
 
 
 def test_given_public_endpoint_open_to_all_and_two_log_types_then_pack_names_what_is_missing():
-    app = _bare_cluster(endpoint_access=eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from("0.0.0.0/0"),
-                        cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT])
+    app = _bare_cluster(
+        endpoint_access=eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from("0.0.0.0/0"),
+        cluster_logging=[eks.ClusterLoggingTypes.API, eks.ClusterLoggingTypes.AUDIT],
+    )
     descriptions = {v.rule_name: v.description for v in PlatformChecks().validate_scope(app).violations}
     assert "0.0.0.0/0" in descriptions["TrainiumEks-EKS1"]
     assert "authenticator, controllerManager, scheduler" in descriptions["TrainiumEks-EKS2"]
 
 
-@pytest.mark.parametrize("props,expected", [
-    ({"resourcesVpcConfig": {"endpointPublicAccess": False}}, {"EKS2", "EKS3"}),
-    ({"resourcesVpcConfig": {"endpointPublicAccess": True, "publicAccessCidrs": ["203.0.113.7/32"]},
-      "logging": {"clusterLogging": {"enabledTypes": [{"type": t} for t in (
-          "api", "audit", "authenticator", "controllerManager", "scheduler")]}},
-      "encryptionConfig": [{"resources": ["secrets"], "provider": {"keyArn": "arn:aws:kms:x"}}]}, set()),
-    ({"resourcesVpcConfig": {"endpointPublicAccess": True, "publicAccessCidrs": ["10.0.0.0/8", "0.0.0.0/0"]},
-      "encryptionConfig": [{"resources": ["secrets"]}]}, {"EKS1", "EKS2", "EKS3"}),
-])
+@pytest.mark.parametrize(
+    "props,expected",
+    [
+        ({"resourcesVpcConfig": {"endpointPublicAccess": False}}, {"EKS2", "EKS3"}),
+        (
+            {
+                "resourcesVpcConfig": {"endpointPublicAccess": True, "publicAccessCidrs": ["203.0.113.7/32"]},
+                "logging": {
+                    "clusterLogging": {
+                        "enabledTypes": [
+                            {"type": t}
+                            for t in ("api", "audit", "authenticator", "controllerManager", "scheduler")
+                        ]
+                    }
+                },
+                "encryptionConfig": [{"resources": ["secrets"], "provider": {"keyArn": "arn:aws:kms:x"}}],
+            },
+            set(),
+        ),
+        (
+            {
+                "resourcesVpcConfig": {
+                    "endpointPublicAccess": True,
+                    "publicAccessCidrs": ["10.0.0.0/8", "0.0.0.0/0"],
+                },
+                "encryptionConfig": [{"resources": ["secrets"]}],
+            },
+            {"EKS1", "EKS2", "EKS3"},
+        ),
+    ],
+)
 def test_given_cluster_properties_then_problems_are_the_rules_broken(props, expected):
     assert set(eks_cluster_problems(props)) == expected
 
@@ -58,8 +96,11 @@ def test_given_cluster_properties_then_problems_are_the_rules_broken(props, expe
 @pytest.fixture(scope="module")
 def public_platform():
     app = cdk.App()
-    return TrainiumPlatformStack(app, "P", config=config_from_context(
-        {"endpoint_public_cidrs": "203.0.113.7/32", "training_enabled": "false"}))
+    return TrainiumPlatformStack(
+        app,
+        "P",
+        config=config_from_context({"endpoint_public_cidrs": "203.0.113.7/32", "training_enabled": "false"}),
+    )
 
 
 def test_given_platform_with_public_endpoint_then_pack_finds_nothing(public_platform):
@@ -69,16 +110,23 @@ def test_given_platform_with_public_endpoint_then_pack_finds_nothing(public_plat
 
 def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it(public_platform):
     entry = ("Cluster/Cluster/Role", "AwsSolutions-IAM5[Resource::*]", "x" * 50)
-    with pytest.raises(StaleAcknowledgement, match=r"AwsSolutions-IAM5\[Resource::\*\] on P/Cluster/Cluster/Role"):
+    with pytest.raises(
+        StaleAcknowledgement, match=r"AwsSolutions-IAM5\[Resource::\*\] on P/Cluster/Cluster/Role"
+    ):
         acknowledge_findings(public_platform, (entry,))
 
 
 def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
     import stacks.platform_stack as platform_stack
+
     applied = []
     # Built without acknowledgements: every platform entry must name something cdk-nag reports.
-    monkeypatch.setattr(platform_stack, "suppress_platform_findings", lambda s, options=None: applied.append(s))
-    platform = TrainiumPlatformStack(cdk.App(), "P2", config=config_from_context({"training_enabled": "false"}))
+    monkeypatch.setattr(
+        platform_stack, "suppress_platform_findings", lambda s, options=None: applied.append(s)
+    )
+    platform = TrainiumPlatformStack(
+        cdk.App(), "P2", config=config_from_context({"training_enabled": "false"})
+    )
     assert applied == [platform]
     found = findings(platform)
     for path, finding, _ in ACKNOWLEDGEMENTS:

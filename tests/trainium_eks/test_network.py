@@ -1,14 +1,16 @@
 """Network: subnets pinned by AZ ID, NAT, flow logs, and the existing-VPC option."""
 
-
 from tests.support import resources, synth_platform
 
 
 def test_given_default_config_then_public_and_private_subnet_in_each_az_id(platform_json):
     subnets = [s["Properties"] for s in resources(platform_json, "AWS::EC2::Subnet").values()]
     assert sorted((s["AvailabilityZoneId"], s["CidrBlock"]) for s in subnets) == [
-        ("usw2-az3", "10.0.1.0/24"), ("usw2-az3", "10.0.128.0/18"),
-        ("usw2-az4", "10.0.0.0/24"), ("usw2-az4", "10.0.64.0/18")]
+        ("usw2-az3", "10.0.1.0/24"),
+        ("usw2-az3", "10.0.128.0/18"),
+        ("usw2-az4", "10.0.0.0/24"),
+        ("usw2-az4", "10.0.64.0/18"),
+    ]
     # AZ IDs replace AZ names: no lookup at synth, same physical zone in every account.
     assert all("AvailabilityZone" not in s and s["MapPublicIpOnLaunch"] is False for s in subnets)
 
@@ -31,21 +33,28 @@ def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subn
         existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
     )
     assert resources(template, "AWS::EC2::VPC") == {}
-    (trainium,) = [n for n in resources(template, "AWS::EKS::Nodegroup").values()
-                   if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"]
+    (trainium,) = [
+        n
+        for n in resources(template, "AWS::EKS::Nodegroup").values()
+        if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"
+    ]
     assert trainium["Properties"]["Subnets"] == ["subnet-0aaaaaaaaaaaaaaaa"]
     (cluster,) = resources(template, "AWS::EKS::Cluster").values()
     assert cluster["Properties"]["ResourcesVpcConfig"]["SubnetIds"] == [
-        "subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"]
+        "subnet-0aaaaaaaaaaaaaaaa",
+        "subnet-0bbbbbbbbbbbbbbbb",
+    ]
 
 
 def test_given_created_vpc_then_vpc_and_trainium_subnet_outlive_a_stack_delete(platform_json):
     # FSx (retained) keeps network interfaces in the Trainium subnet: deleting it would fail.
     (vpc,) = resources(platform_json, "AWS::EC2::VPC").values()
     assert vpc["DeletionPolicy"] == "Retain" and vpc["UpdateReplacePolicy"] == "Retain"
-    retained = [s["Properties"]["AvailabilityZoneId"] + " " + s["Properties"]["CidrBlock"]
-                for s in resources(platform_json, "AWS::EC2::Subnet").values()
-                if s.get("DeletionPolicy") == "Retain"]
+    retained = [
+        s["Properties"]["AvailabilityZoneId"] + " " + s["Properties"]["CidrBlock"]
+        for s in resources(platform_json, "AWS::EC2::Subnet").values()
+        if s.get("DeletionPolicy") == "Retain"
+    ]
     assert retained == ["usw2-az4 10.0.64.0/18"]
 
 

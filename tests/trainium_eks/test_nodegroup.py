@@ -6,8 +6,11 @@ from tests.support import resources
 
 
 def _trainium_nodegroup(platform_json):
-    (ng,) = [r for r in resources(platform_json, "AWS::EKS::Nodegroup").values()
-             if r["Properties"]["Labels"].get("trainium-eks/pool") == "trainium"]
+    (ng,) = [
+        r
+        for r in resources(platform_json, "AWS::EKS::Nodegroup").values()
+        if r["Properties"]["Labels"].get("trainium-eks/pool") == "trainium"
+    ]
     return ng["Properties"]
 
 
@@ -26,12 +29,17 @@ def test_given_default_config_then_two_nodes_with_auto_repair(platform_json):
 
 
 def test_given_default_config_then_nodes_are_tainted_for_training_only(platform_template):
-    platform_template.has_resource_properties("AWS::EKS::Nodegroup", {
-        "AmiType": "AL2023_x86_64_NEURON",
-        "Taints": [{"Key": "aws.amazon.com/neuron", "Value": "true", "Effect": "NO_SCHEDULE"}],
-        "LaunchTemplate": {"Id": {"Ref": Match.string_like_regexp("TrainiumLaunchTemplate")},
-                           "Version": Match.any_value()},
-    })
+    platform_template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "AmiType": "AL2023_x86_64_NEURON",
+            "Taints": [{"Key": "aws.amazon.com/neuron", "Value": "true", "Effect": "NO_SCHEDULE"}],
+            "LaunchTemplate": {
+                "Id": {"Ref": Match.string_like_regexp("TrainiumLaunchTemplate")},
+                "Version": Match.any_value(),
+            },
+        },
+    )
 
 
 def test_given_default_config_then_nodegroup_uses_only_the_trainium_az_subnet(platform_json):

@@ -37,15 +37,21 @@ def test_given_default_platform_then_every_namespace_it_creates_enforces_a_pod_s
 def test_given_training_namespace_then_privileged_only_because_of_ipc_lock_and_warned_at_baseline():
     (training,) = [ns for ns in _objects("Namespace") if ns["metadata"]["name"] == "training"]
     labels = training["metadata"]["labels"]
-    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "baseline"
+    assert (
+        labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "baseline"
+    )
     problems = sorted({p for spec in _pod_specs()["training"] for p in baseline_violations(spec)})
     # The one reason the namespace cannot enforce baseline.
     assert problems == ["trainer: capabilities ['IPC_LOCK']"]
 
 
 def test_given_staging_job_then_no_capabilities_read_only_root_and_runtime_default_seccomp():
-    (job,) = [o for o in _objects("Job") if o["apiVersion"] == "batch/v1"
-              and o["metadata"]["labels"]["app.kubernetes.io/name"] == "dataset-staging"]
+    (job,) = [
+        o
+        for o in _objects("Job")
+        if o["apiVersion"] == "batch/v1"
+        and o["metadata"]["labels"]["app.kubernetes.io/name"] == "dataset-staging"
+    ]
     spec = job["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     sc = container["securityContext"]
@@ -60,9 +66,16 @@ def test_given_volcano_then_its_namespace_is_ours_enforces_baseline_and_the_char
     (ns,) = [n for n in _objects("Namespace") if n["metadata"]["name"] == "volcano-system"]
     labels = ns["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
-    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
-    (chart,) = [r for r in resources(synth_platform(), "Custom::AWSCDK-EKS-HelmChart").values()
-                if r["Properties"]["Release"] == "volcano"]
+    assert (
+        labels["pod-security.kubernetes.io/warn"]
+        == labels["pod-security.kubernetes.io/audit"]
+        == "restricted"
+    )
+    (chart,) = [
+        r
+        for r in resources(synth_platform(), "Custom::AWSCDK-EKS-HelmChart").values()
+        if r["Properties"]["Release"] == "volcano"
+    ]
     assert chart["Properties"]["Namespace"] == "volcano-system"
     assert chart["Properties"].get("CreateNamespace") in (None, False)
     assert any("Namespace" in dep for dep in chart.get("DependsOn", []))

@@ -34,8 +34,10 @@ def test_given_default_config_then_a_stack_delete_keeps_the_images(platform_json
 def test_given_default_config_then_untagged_expire_first_and_the_newest_20_stay(platform_json):
     policy = json.loads(_repository(platform_json)["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])
     assert [(r["rulePriority"], r["selection"]) for r in policy["rules"]] == [
-        (1, {"tagStatus": "untagged", "countType": "sinceImagePushed", "countNumber": 7,
-             "countUnit": "days"}),
+        (
+            1,
+            {"tagStatus": "untagged", "countType": "sinceImagePushed", "countNumber": 7, "countUnit": "days"},
+        ),
         (2, {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": 20}),
     ]
     assert all(r["action"] == {"type": "expire"} for r in policy["rules"])
@@ -48,8 +50,11 @@ def _small_stack(**props):
 
 
 def test_given_other_retention_then_the_lifecycle_follows():
-    policy = json.loads(_repository(_small_stack(keep_images=5, untagged_expiry_days=1))
-                        ["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])
+    policy = json.loads(
+        _repository(_small_stack(keep_images=5, untagged_expiry_days=1))["Properties"]["LifecyclePolicy"][
+            "LifecyclePolicyText"
+        ]
+    )
     assert [r["selection"]["countNumber"] for r in policy["rules"]] == [1, 5]
 
 

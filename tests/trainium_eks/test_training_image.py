@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainium_eks.training_image import DOCKER_DIR, build_context
 from training.neuron_stack import NEURON_STACK
+from trainium_eks.training_image import DOCKER_DIR, build_context
 
 BASE = NEURON_STACK.base_image
 
@@ -35,6 +35,12 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
     a, b = build_context(tmp_path), build_context(tmp_path)
     assert a == b
     names = {p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()}
-    assert {"Dockerfile", "tensorboard.Dockerfile", "training/requirements.txt", "training/pretrain.py",
-            "training/launch.py", "training/model_configs/large.json"} <= names
+    assert {
+        "Dockerfile",
+        "tensorboard.Dockerfile",
+        "training/requirements.txt",
+        "training/pretrain.py",
+        "training/launch.py",
+        "training/model_configs/large.json",
+    } <= names
     assert not any("__pycache__" in n for n in names)

@@ -9,7 +9,12 @@ import pytest
 
 from tests.support import validate_k8s
 from tests.trainium_eks.training_support import (
-    VOLCANO_ACTIONS, VOLCANO_EVENTS, VOLCANO_JOB_REQUIRED, baseline_violations, job_stack, manifests_of,
+    VOLCANO_ACTIONS,
+    VOLCANO_EVENTS,
+    VOLCANO_JOB_REQUIRED,
+    baseline_violations,
+    job_stack,
+    manifests_of,
 )
 from trainium_eks.config import ConfigError
 
@@ -19,14 +24,17 @@ def default_job():
     return job_stack()
 
 
-@pytest.mark.parametrize("overrides,field", [
-    ({"nproc_per_node": 33}, "nproc_per_node"),
-    ({"nodes": 3}, "nodes"),
-    ({"global_batch": 16000}, "global_batch"),
-    ({"name_prefix": "x" * 50}, "name_prefix"),
-    ({"run_name": "r" * 64}, "run_name"),
-    ({"rdzv_backend": "etcd"}, "rdzv_backend"),
-])
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        ({"nproc_per_node": 33}, "nproc_per_node"),
+        ({"nodes": 3}, "nodes"),
+        ({"global_batch": 16000}, "global_batch"),
+        ({"name_prefix": "x" * 50}, "name_prefix"),
+        ({"run_name": "r" * 64}, "run_name"),
+        ({"rdzv_backend": "etcd"}, "rdzv_backend"),
+    ],
+)
 def test_given_bad_props_when_job_built_then_config_error_names_the_prop(overrides, field):
     with pytest.raises(ConfigError) as err:
         job_stack(**overrides)
@@ -36,6 +44,7 @@ def test_given_bad_props_when_job_built_then_config_error_names_the_prop(overrid
 
 def test_given_trn1_2xlarge_on_two_nodes_when_job_built_then_error():
     from trainium_eks.instance_types import instance_facts
+
     with pytest.raises(ConfigError, match="no EFA"):
         job_stack(facts=instance_facts("trn1.2xlarge"), nodes=2, max_nodes=2, global_batch=64)
 
@@ -55,7 +64,9 @@ def test_given_default_job_then_volcano_job_has_gang_retries_and_svc(default_job
     assert spec["schedulerName"] == "volcano" and spec["queue"] == "training"
     assert spec["minAvailable"] == 2 and spec["maxRetry"] == 3
     assert {(p["event"], p["action"]) for p in spec["policies"]} == {
-        ("PodEvicted", "RestartJob"), ("PodFailed", "RestartJob")}
+        ("PodEvicted", "RestartJob"),
+        ("PodFailed", "RestartJob"),
+    }
     for p in spec["policies"]:
         assert p["event"] in VOLCANO_EVENTS and p["action"] in VOLCANO_ACTIONS
     assert "svc" in spec["plugins"]
@@ -71,10 +82,13 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert res["limits"]["vpc.amazonaws.com/efa"] == "8"
     assert res["requests"] == res["limits"]
     assert res["limits"]["cpu"] == "124000m" and res["limits"]["memory"] == f"{512 * 1024 - 32768}Mi"
-    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "trn1.32xlarge",
-                                   "trainium-eks/pool": "trainium"}
-    assert pod["tolerations"] == [{"key": "aws.amazon.com/neuron", "operator": "Equal", "value": "true",
-                                   "effect": "NoSchedule"}]
+    assert pod["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "trn1.32xlarge",
+        "trainium-eks/pool": "trainium",
+    }
+    assert pod["tolerations"] == [
+        {"key": "aws.amazon.com/neuron", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["data"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory"}
@@ -104,16 +118,25 @@ def test_given_default_job_then_command_waits_precompiles_once_and_runs_torchrun
     assert argv[argv.index("--rdzv_backend") + 1] == "c10d"
     assert argv[argv.index("--max_restarts") + 1] == "3"
     assert argv[argv.index("--nproc_per_node") + 1] == "32"
-    for flag, value in (("--batch_size", "16"), ("--grad_accum_usteps", "16"), ("--max_steps", "28125"),
-                        ("--data_dir", "/data/datasets/bert-wikicorpus-seq128"),
-                        ("--output_dir", "/data/runs/bert-large-phase1"), ("--checkpoint_every", "200")):
+    for flag, value in (
+        ("--batch_size", "16"),
+        ("--grad_accum_usteps", "16"),
+        ("--max_steps", "28125"),
+        ("--data_dir", "/data/datasets/bert-wikicorpus-seq128"),
+        ("--output_dir", "/data/runs/bert-large-phase1"),
+        ("--checkpoint_every", "200"),
+    ):
         assert argv[argv.index(flag) + 1] == value
 
 
 def test_given_pod_template_then_valid_pod_and_baseline_pod_security(default_job):
     template = default_job.job["spec"]["tasks"][0]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **copy.deepcopy(template["metadata"])},
-           "spec": copy.deepcopy(template["spec"])}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", **copy.deepcopy(template["metadata"])},
+        "spec": copy.deepcopy(template["spec"]),
+    }
     validate_k8s(pod, "1.36")
     # IPC_LOCK (EFA's pinned buffers) is the one capability beyond baseline; nothing else is.
     assert baseline_violations(pod["spec"]) == ["trainer: capabilities ['IPC_LOCK']"]
@@ -157,7 +180,8 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
     assert ("batch.volcano.sh/v1alpha1", "Job") in kinds
     for obj in objs:
         if obj["metadata"].get("namespace") == "training" and not obj["apiVersion"].startswith(
-                ("batch.volcano.sh", "scheduling.volcano.sh")):
+            ("batch.volcano.sh", "scheduling.volcano.sh")
+        ):
             validate_k8s(obj, "1.36")
     service = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "tensorboard")
     assert service["spec"]["type"] == "ClusterIP"
@@ -177,9 +201,9 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
 
 
 def test_given_default_job_then_pod_grace_period_and_torchrun_timeout_fit_a_bert_large_stop(default_job):
+    from training.job_spec import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
     from trainium_eks.config import PlatformConfig
     from trainium_eks.fsx import resolved_throughput
-    from training.job_spec import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
 
     pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
@@ -188,5 +212,10 @@ def test_given_default_job_then_pod_grace_period_and_torchrun_timeout_fit_a_bert
     assert pod["terminationGracePeriodSeconds"] == 79
     # The estimate is for the file system the platform deploys by default.
     defaults = PlatformConfig()
-    assert defaults.fsx_deployment_type == "PERSISTENT_2" and defaults.fsx_storage_gib == DEFAULT_FSX_STORAGE_GIB
-    assert resolved_throughput(defaults.fsx_deployment_type, defaults.fsx_throughput_per_tib) == DEFAULT_FSX_MB_S_PER_TIB
+    assert (
+        defaults.fsx_deployment_type == "PERSISTENT_2" and defaults.fsx_storage_gib == DEFAULT_FSX_STORAGE_GIB
+    )
+    assert (
+        resolved_throughput(defaults.fsx_deployment_type, defaults.fsx_throughput_per_tib)
+        == DEFAULT_FSX_MB_S_PER_TIB
+    )

@@ -28,7 +28,8 @@ def test_given_same_recipe_then_torchx_and_construct_agree():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = create_scheduler("test").submit_dryrun(
-            app, {"queue": "training", "namespace": "training", "validate_spec": False})
+            app, {"queue": "training", "namespace": "training", "validate_spec": False}
+        )
     tx = client.ApiClient().sanitize_for_serialization(info.request.resource)
     ours = job_stack().job
 
@@ -44,6 +45,7 @@ def test_given_same_recipe_then_torchx_and_construct_agree():
     def normal(cmd: list[str]) -> list[str]:
         text = re.sub(r"--rdzv_endpoint \S+", "--rdzv_endpoint EP", cmd[-1])
         return cmd[:-1] + [re.sub(r"--rdzv_id \S+", "--rdzv_id ID", text)]
+
     assert normal(txc["command"]) == normal(oc["command"])
     assert "-worker-0-0." in txc["command"][-1]
 
@@ -53,11 +55,18 @@ def test_given_same_recipe_then_torchx_and_construct_agree():
     for device in ("aws.amazon.com/neuron", "vpc.amazonaws.com/efa"):
         assert txc["resources"]["limits"][device] == oc["resources"]["limits"][device]
     assert txc["resources"]["limits"]["cpu"] == oc["resources"]["limits"]["cpu"]
-    assert abs(_quantity_mb(txc["resources"]["limits"]["memory"]) - _quantity_mb(oc["resources"]["limits"]["memory"])) <= 1
+    assert (
+        abs(
+            _quantity_mb(txc["resources"]["limits"]["memory"])
+            - _quantity_mb(oc["resources"]["limits"]["memory"])
+        )
+        <= 1
+    )
 
     def mounts(pod, container):
         sources = {v["name"]: {k: v[k] for k in v if k != "name"} for v in pod["volumes"]}
         return {m["mountPath"]: sources[m["name"]] for m in container["volumeMounts"]}
+
     tx_mounts = mounts(tx_pod, txc)
     assert tx_mounts["/data"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert {p: set(s) for p, s in tx_mounts.items()} == {p: set(s) for p, s in mounts(our_pod, oc).items()}

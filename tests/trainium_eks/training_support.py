@@ -16,10 +16,30 @@ from trainium_eks.versions import KUBERNETES_RELEASES
 #: (volcano-sh/volcano installer/helm/chart/volcano/crd/bases/batch.volcano.sh_jobs.yaml:
 #: spec.tasks[].template is the pod template; policies[].action/event are enums).
 VOLCANO_JOB_REQUIRED = {"spec": ("tasks",)}
-VOLCANO_ACTIONS = {"AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob",
-                   "SyncJob", "EnqueueJob", "ResumeJob"}
-VOLCANO_EVENTS = {"*", "PodPending", "PodRunning", "PodFailed", "PodEvicted", "Unknown", "TaskCompleted",
-                  "OutOfSync", "CommandIssued", "JobUpdated", "TaskFailed"}
+VOLCANO_ACTIONS = {
+    "AbortJob",
+    "RestartJob",
+    "RestartTask",
+    "RestartPod",
+    "TerminateJob",
+    "CompleteJob",
+    "SyncJob",
+    "EnqueueJob",
+    "ResumeJob",
+}
+VOLCANO_EVENTS = {
+    "*",
+    "PodPending",
+    "PodRunning",
+    "PodFailed",
+    "PodEvicted",
+    "Unknown",
+    "TaskCompleted",
+    "OutOfSync",
+    "CommandIssued",
+    "JobUpdated",
+    "TaskFailed",
+}
 
 
 def bare_cluster() -> eks.Cluster:
@@ -27,18 +47,26 @@ def bare_cluster() -> eks.Cluster:
     app = cdk.App()
     stack = cdk.Stack(app, "T", env=cdk.Environment(region="us-west-2"))
     release = KUBERNETES_RELEASES["1.36"]
-    return eks.Cluster(stack, "C", version=release.eks_version, default_capacity=0,
-                       default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
-                       kubectl_provider_options=eks.KubectlProviderOptions(
-                           kubectl_layer=release.kubectl_layer(stack, "L")))  # fmt: skip
+    return eks.Cluster(
+        stack,
+        "C",
+        version=release.eks_version,
+        default_capacity=0,
+        default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+        kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=release.kubectl_layer(stack, "L")),
+    )
 
 
 def job_stack(**overrides: Any) -> BertPretrainingJob:
     cluster = bare_cluster()
     props: dict[str, Any] = dict(
-        cluster=cluster, facts=instance_facts("trn1.32xlarge"), nodes=2, max_nodes=2,
+        cluster=cluster,
+        facts=instance_facts("trn1.32xlarge"),
+        nodes=2,
+        max_nodes=2,
         image="123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc",
-        namespace="training", claim_name="fsx-claim",
+        namespace="training",
+        claim_name="fsx-claim",
     )
     props.update(overrides)
     return BertPretrainingJob(cdk.Stack.of(cluster), "Job", **props)
@@ -57,8 +85,21 @@ def baseline_violations(pod_spec: dict[str, Any]) -> list[str]:
     for volume in pod_spec.get("volumes", []):
         if "hostPath" in volume:
             problems.append(f"hostPath volume {volume['name']}")
-    allowed_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+    allowed_caps = {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
     if pod_spec.get("securityContext", {}).get("sysctls"):
         problems.append("sysctls")
     for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
@@ -80,6 +121,7 @@ def baseline_violations(pod_spec: dict[str, Any]) -> list[str]:
 
 def manifests_of(template: dict[str, Any]) -> list[dict[str, Any]]:
     from tests.support import k8s_manifests
+
     return [obj for _, obj in k8s_manifests(template)]
 
 

@@ -26,7 +26,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 @pytest.fixture(scope="session", autouse=True)
 def pjrt_cpu() -> None:
     if os.environ.get("PJRT_DEVICE") != "CPU":
-        pytest.fail("the XLA tests run on torch-xla's CPU runtime: PJRT_DEVICE=CPU (make test-xla)", pytrace=False)
+        pytest.fail(
+            "the XLA tests run on torch-xla's CPU runtime: PJRT_DEVICE=CPU (make test-xla)", pytrace=False
+        )
     import torch_xla
 
     # Start the runtime before any CPU backward in this process: autograd sizes its
@@ -34,22 +36,45 @@ def pjrt_cpu() -> None:
     torch_xla.device()
 
 
-def tiny_args(shards: Shards, out: Path, *extra: str) -> list[str]:
+def tiny_args(data: Shards, out: Path, *extra: str) -> list[str]:
     """pretrain flags for a tiny BERT on the test shards (extra flags override earlier ones)."""
     return [
-        "--data_dir", str(shards.dir), "--output_dir", str(out), "--model", "tiny",
-        "--vocab_size", str(shards.vocab_size), "--batch_size", "4", "--grad_accum_usteps", "2",
-        "--max_steps", "8", "--warmup_steps", "2", "--lr", "2e-3", "--seed", "11",
-        "--device", "xla", *extra,
-    ]  # fmt: skip
+        "--data_dir",
+        str(data.dir),
+        "--output_dir",
+        str(out),
+        "--model",
+        "tiny",
+        "--vocab_size",
+        str(data.vocab_size),
+        "--batch_size",
+        "4",
+        "--grad_accum_usteps",
+        "2",
+        "--max_steps",
+        "8",
+        "--warmup_steps",
+        "2",
+        "--lr",
+        "2e-3",
+        "--seed",
+        "11",
+        "--device",
+        "xla",
+        *extra,
+    ]
 
 
 def run_pretrain(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
     """``python -m training.pretrain ARGS`` in a fresh process; fails with its output's tail."""
     proc = subprocess.run(
-        [PYTHON, "-m", "training.pretrain", *args], cwd=REPO, env=child_env(**env),
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        [PYTHON, "-m", "training.pretrain", *args],
+        cwd=REPO,
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -57,9 +82,13 @@ def run_pretrain(args: list[str], timeout: int = 300, **env: str) -> subprocess.
 def run_probe(out_json: Path, args: list[str], timeout: int = 400) -> dict:
     """pretrain under ``bench/xla_graph_probe.py`` (per-step counters) in a fresh process."""
     proc = subprocess.run(
-        [PYTHON, str(PROBE), str(out_json), "--", *args], cwd=REPO, env=child_env(),
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        [PYTHON, str(PROBE), str(out_json), "--", *args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out_json.read_text())
 

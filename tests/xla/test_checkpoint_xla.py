@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -42,7 +41,9 @@ def test_given_xla_run_killed_after_a_checkpoint_when_restarted_then_losses_equa
 ):
     out = tmp_path / "killed"
     cmd = [PYTHON, "-m", "training.pretrain", *tiny_args(shards, out, *FLAGS)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     first = out / "checkpoints" / ckpt.step_dir_name(3)
     deadline = time.monotonic() + 300
     while not ckpt.is_complete(first):
@@ -51,7 +52,7 @@ def test_given_xla_run_killed_after_a_checkpoint_when_restarted_then_losses_equa
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    steps, _ = zip(*ckpt.complete_checkpoints(out / "checkpoints"))
+    steps, _ = zip(*ckpt.complete_checkpoints(out / "checkpoints"), strict=True)
     assert max(steps) < STEPS, "killed too late: the run had finished"
 
     run_pretrain(tiny_args(shards, out, *FLAGS))  # the same command again
@@ -73,10 +74,23 @@ def test_given_xla_checkpoint_then_it_holds_cpu_tensors_only_and_resumes_on_cpu(
         assert devices == {"cpu"}, (name, devices)
     loaded = torch.load(step6 / ckpt.STATE_FILE, weights_only=False)
     assert loaded["model"]["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
-    result = train(parse_args(tiny_args(
-        shards, tmp_path / "cpu", *FLAGS, "--device", "cpu", "--precision", "bf16",
-        "--resume_ckpt", str(step6), "--steps_this_run", "2",
-    )))  # fmt: skip
+    result = train(
+        parse_args(
+            tiny_args(
+                shards,
+                tmp_path / "cpu",
+                *FLAGS,
+                "--device",
+                "cpu",
+                "--precision",
+                "bf16",
+                "--resume_ckpt",
+                str(step6),
+                "--steps_this_run",
+                "2",
+            )
+        )
+    )
     assert (result["device"], result["start_step"], result["end_step"]) == ("cpu", 6, 8)
     assert all(r["loss"] == r["loss"] and r["loss"] < 10 for r in step_log(tmp_path / "cpu"))
 
@@ -87,9 +101,21 @@ def test_given_cpu_checkpoint_then_xla_resumes_from_it(shards, tmp_path):
     step3 = cpu / "checkpoints" / ckpt.step_dir_name(3)
     assert ckpt.is_complete(step3)
     xla = tmp_path / "xla"
-    result = train(parse_args(tiny_args(
-        shards, xla, *FLAGS, "--precision", "fp32", "--resume_ckpt", str(step3), "--steps_this_run", "2",
-    )))  # fmt: skip
+    result = train(
+        parse_args(
+            tiny_args(
+                shards,
+                xla,
+                *FLAGS,
+                "--precision",
+                "fp32",
+                "--resume_ckpt",
+                str(step3),
+                "--steps_this_run",
+                "2",
+            )
+        )
+    )
     assert (result["device"], result["start_step"], result["end_step"]) == ("xla", 3, 5)
     cpu_losses = [r["loss"] for r in step_log(cpu)]
     xla_losses = [r["loss"] for r in step_log(xla)]

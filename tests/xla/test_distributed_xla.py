@@ -24,13 +24,29 @@ from training.model import build_model
 from training.step import make_trainer, optimizer_step
 
 
-def test_given_two_processes_on_pjrt_cpu_then_the_run_stops_before_training_naming_both_worlds(shards, tmp_path):
+def test_given_two_processes_on_pjrt_cpu_then_the_run_stops_before_training_naming_both_worlds(
+    shards, tmp_path
+):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-         "-m", "training.pretrain", *tiny_args(shards, out)],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "training.pretrain",
+            *tiny_args(shards, out),
+        ],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert "WORLD_SIZE=2 (torchrun) but the XLA runtime (PJRT_DEVICE=CPU) joins 1 device(s)" in proc.stderr
     # Pre-flight has made (and proven writable) the output directories; nothing was written into them.
@@ -60,9 +76,17 @@ def one_step(shards, world_size: int, recorder: Recorder | None = None):
     module = backend.prepare_model(build_model("tiny", vocab_size=shards.vocab_size, attn="eager"), "fp32")
     module.eval()  # no dropout: both calls compute the same values
     trainer = make_trainer(
-        backend, module, precision="fp32", optimizer="adamw", lr=1e-3, weight_decay=0.01,
-        warmup_steps=1, max_steps=2, grad_accum=3, max_grad_norm=1e9,
-    )  # fmt: skip
+        backend,
+        module,
+        precision="fp32",
+        optimizer="adamw",
+        lr=1e-3,
+        weight_decay=0.01,
+        warmup_steps=1,
+        max_steps=2,
+        grad_accum=3,
+        max_grad_norm=1e9,
+    )
     stream = ShardStream(list_shards(str(shards.dir)), batch_size=2, seq_len=128, max_pred_len=20, seed=5)
     if recorder is not None:
         module.register_forward_hook(recorder.forward_hook)
@@ -70,7 +94,9 @@ def one_step(shards, world_size: int, recorder: Recorder | None = None):
     return result.loss.item(), result.grad_norm.item(), len(trainer.model_params)
 
 
-def test_given_world_of_two_then_one_gradient_all_reduce_per_optimizer_step_inside_the_graph(shards, monkeypatch):
+def test_given_world_of_two_then_one_gradient_all_reduce_per_optimizer_step_inside_the_graph(
+    shards, monkeypatch
+):
     # xm.all_reduce returns its input untouched when the runtime's world is 1, unless this is set.
     monkeypatch.setenv("XLA_ALWAYS_ALLREDUCE", "1")
     recorder = Recorder()

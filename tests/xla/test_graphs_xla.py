@@ -25,10 +25,19 @@ def run_dir(tmp_path_factory) -> Path:
 def probe(shards, run_dir) -> dict:
     """26 steps at the XLA default (bf16), 3 micro-batches each: logs, checkpoints, LR warmup."""
     args = tiny_args(
-        shards, run_dir, "--max_steps", str(STEPS), "--grad_accum_usteps", str(ACCUM),
-        "--warmup_steps", str(LR_WARMUP), "--log_every", str(LOG_EVERY),
-        "--checkpoint_every", str(CHECKPOINT_EVERY),
-    )  # fmt: skip
+        shards,
+        run_dir,
+        "--max_steps",
+        str(STEPS),
+        "--grad_accum_usteps",
+        str(ACCUM),
+        "--warmup_steps",
+        str(LR_WARMUP),
+        "--log_every",
+        str(LOG_EVERY),
+        "--checkpoint_every",
+        str(CHECKPOINT_EVERY),
+    )
     return run_probe(run_dir.parent / "probe.json", args)
 
 

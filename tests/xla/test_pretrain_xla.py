@@ -36,8 +36,8 @@ def test_given_fp32_when_trained_on_xla_then_losses_match_cpu_eager(shards, tmp_
     train(parse_args(tiny_args(shards, tmp_path / "cpu", *common, "--device", "cpu")))
     xla, cpu = step_log(tmp_path / "xla"), step_log(tmp_path / "cpu")
     assert [r["step"] for r in xla] == [r["step"] for r in cpu] == list(range(1, 9))
-    diffs = [abs(a["loss"] - b["loss"]) for a, b in zip(xla, cpu)]
-    print("fp32 |loss xla - loss cpu| per step:", ["%.2e" % d for d in diffs])
+    diffs = [abs(a["loss"] - b["loss"]) for a, b in zip(xla, cpu, strict=True)]
+    print("fp32 |loss xla - loss cpu| per step:", [f"{d:.2e}" for d in diffs])
     assert max(diffs) <= FP32_LOSS_ATOL, diffs
     # Same updates, not merely similar starts: the last step's loss moved well away from the first.
     assert cpu[0]["loss"] - cpu[-1]["loss"] > 50 * FP32_LOSS_ATOL
@@ -47,8 +47,10 @@ def test_given_neuron_precompile_env_then_no_checkpoint_metrics_or_logs_to_resum
     # neuron_parallel_compile runs the command with NEURON_EXTRACT_GRAPHS_ONLY set (Neuron docs,
     # "PyTorch Neuron Environment Variables"): graphs are extracted, outputs are stubs (zeros).
     out = tmp_path / "run"
-    run_pretrain(tiny_args(shards, out, "--steps_this_run", "3", "--checkpoint_every", "1", "--param_digest"),
-                 NEURON_EXTRACT_GRAPHS_ONLY="1")  # fmt: skip
+    run_pretrain(
+        tiny_args(shards, out, "--steps_this_run", "3", "--checkpoint_every", "1", "--param_digest"),
+        NEURON_EXTRACT_GRAPHS_ONLY="1",
+    )
     # The real run resumes from the newest complete checkpoint: there is none, so it starts at 0.
     assert ckpt.newest_complete(out / "checkpoints") is None
     for name in ("metrics.json", "train_log.jsonl", "tensorboard", "param_digest"):

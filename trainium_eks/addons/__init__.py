@@ -22,8 +22,13 @@ from .observability import ObservabilityAddons
 from .volcano import VolcanoScheduler
 
 __all__ = [
-    "EbsCsiDriver", "EfaDevicePlugin", "EtcdServer", "NeuronDevicePlugin", "ObservabilityAddons",
-    "TrainiumAddons", "VolcanoScheduler",
+    "EbsCsiDriver",
+    "EfaDevicePlugin",
+    "EtcdServer",
+    "NeuronDevicePlugin",
+    "ObservabilityAddons",
+    "TrainiumAddons",
+    "VolcanoScheduler",
 ]
 
 
@@ -72,7 +77,8 @@ class TrainiumAddons(Construct):
         facts = trainium.facts
 
         self.observability = ObservabilityAddons(
-            self, "Observability", cluster=eks_cluster, container_insights=container_insights)
+            self, "Observability", cluster=eks_cluster, container_insights=container_insights
+        )
         # The pod identity agent comes before the nodes (they need it for the VPC CNI's
         # credentials; the stack orders the nodegroups after it); the rest runs on system nodes.
         for addon in (self.observability.node_monitoring_agent, self.observability.cloudwatch):
@@ -80,7 +86,9 @@ class TrainiumAddons(Construct):
                 addon.node.add_dependency(system_nodes)
 
         self.neuron = NeuronDevicePlugin(
-            self, "Neuron", cluster=eks_cluster,
+            self,
+            "Neuron",
+            cluster=eks_cluster,
             scheduler_extension=neuron_scheduler_extension,
             node_problem_detector=neuron_node_problem_detector,
         )
@@ -91,7 +99,11 @@ class TrainiumAddons(Construct):
             self.efa.chart.node.add_dependency(trainium.nodegroup)
 
         self.volcano = VolcanoScheduler(
-            self, "Volcano", cluster=eks_cluster, facts=facts, max_nodes=max_nodes,
+            self,
+            "Volcano",
+            cluster=eks_cluster,
+            facts=facts,
+            max_nodes=max_nodes,
             queue_name=queue_name,
         )
         self.volcano.chart.node.add_dependency(system_nodes)
@@ -103,7 +115,8 @@ class TrainiumAddons(Construct):
         if etcd_enabled:
             self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
             self.ebs_csi.node.add_dependency(system_nodes, self.observability.pod_identity_agent)
-            self.etcd = EtcdServer(self, "Etcd", cluster=eks_cluster,
-                                   storage_class_name=self.ebs_csi.storage_class_name)
+            self.etcd = EtcdServer(
+                self, "Etcd", cluster=eks_cluster, storage_class_name=self.ebs_csi.storage_class_name
+            )
             self.etcd.node.add_dependency(system_nodes, self.ebs_csi)
             self.etcd_endpoint = self.etcd.endpoint

@@ -50,22 +50,28 @@ class EbsCsiDriver(Construct):
         super().__init__(scope, id)
         self.storage_class_name = storage_class_name
         self.role = pod_identity_role(
-            self, "ControllerRole", managed_policy="service-role/AmazonEBSCSIDriverPolicy",
+            self,
+            "ControllerRole",
+            managed_policy="service-role/AmazonEBSCSIDriverPolicy",
             description="EBS CSI driver controller (EKS Pod Identity)",
         )
-        self.addon = managed_addon(self, "Addon", cluster=cluster, pin=pin,
-                                   pod_identity=(CONTROLLER_SERVICE_ACCOUNT, self.role))
+        self.addon = managed_addon(
+            self, "Addon", cluster=cluster, pin=pin, pod_identity=(CONTROLLER_SERVICE_ACCOUNT, self.role)
+        )
         self.storage_class = eks.KubernetesManifest(
-            self, "StorageClass",
+            self,
+            "StorageClass",
             cluster=cluster,
-            manifest=[{
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": storage_class_name},
-                "provisioner": "ebs.csi.aws.com",
-                "parameters": {"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "allowVolumeExpansion": True,
-            }],
+            manifest=[
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass",
+                    "metadata": {"name": storage_class_name},
+                    "provisioner": "ebs.csi.aws.com",
+                    "parameters": {"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
+                    "reclaimPolicy": "Delete",
+                    "volumeBindingMode": "WaitForFirstConsumer",
+                    "allowVolumeExpansion": True,
+                }
+            ],
         )

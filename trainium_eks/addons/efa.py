@@ -56,10 +56,13 @@ class EfaDevicePlugin(Construct):
         """
         super().__init__(scope, id)
         if not facts.multi_node:
-            raise ValueError(f"facts: {facts.name} has no EFA interfaces; the EFA device plugin "
-                             "would crash-loop there, leave it out")
+            raise ValueError(
+                f"facts: {facts.name} has no EFA interfaces; the EFA device plugin "
+                "would crash-loop there, leave it out"
+            )
         self.chart = eks.HelmChart(
-            self, "Chart",
+            self,
+            "Chart",
             cluster=cluster,
             **pin.chart_props(),
             release="efa",

@@ -29,7 +29,7 @@ Choices:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -78,23 +78,39 @@ def etcd_manifests(
             f"--quota-backend-bytes={quota_bytes}",
         ],
         "ports": [{"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/health", **http_probe},
-                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/livez", **http_probe},
-                          "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5,
-                          "failureThreshold": 6},
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"cpu": "1", "memory": "1Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "readinessProbe": {
+            "httpGet": {"path": "/health", **http_probe},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/livez", **http_probe},
+            "initialDelaySeconds": 15,
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
     }
     return [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {
-                **_LABELS, "pod-security.kubernetes.io/enforce": "restricted"}},
+            "metadata": {
+                "name": namespace,
+                "labels": {**_LABELS, "pod-security.kubernetes.io/enforce": "restricted"},
+            },
         },
         {
             "apiVersion": "v1",
@@ -103,8 +119,7 @@ def etcd_manifests(
             "spec": {
                 "type": "ClusterIP",
                 "selector": dict(selector),
-                "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": "client",
-                           "protocol": "TCP"}],
+                "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}],
             },
         },
         {
@@ -115,29 +130,33 @@ def etcd_manifests(
                 "serviceName": name,
                 "replicas": 1,
                 "selector": {"matchLabels": dict(selector)},
-                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
-                                                         "whenScaled": "Retain"},
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
                 "template": {
                     "metadata": {"labels": {**_LABELS, **selector}},
                     "spec": {
                         "automountServiceAccountToken": False,
                         "nodeSelector": dict(SYSTEM_NODE_LABEL),
                         "securityContext": {
-                            "runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID,
-                            "fsGroup": _UID, "seccompProfile": {"type": "RuntimeDefault"},
+                            "runAsNonRoot": True,
+                            "runAsUser": _UID,
+                            "runAsGroup": _UID,
+                            "fsGroup": _UID,
+                            "seccompProfile": {"type": "RuntimeDefault"},
                         },
                         "terminationGracePeriodSeconds": 30,
                         "containers": [container],
                     },
                 },
-                "volumeClaimTemplates": [{
-                    "metadata": {"name": "data"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": storage_class_name,
-                        "resources": {"requests": {"storage": f"{volume_gib}Gi"}},
-                    },
-                }],
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": storage_class_name,
+                            "resources": {"requests": {"storage": f"{volume_gib}Gi"}},
+                        },
+                    }
+                ],
             },
         },
         {
@@ -147,11 +166,15 @@ def etcd_manifests(
             "spec": {
                 "podSelector": {"matchLabels": dict(selector)},
                 "policyTypes": ["Ingress"],
-                "ingress": [{
-                    "from": [{"namespaceSelector": {"matchLabels": {
-                        "kubernetes.io/metadata.name": client}}} for client in client_namespaces],
-                    "ports": [{"protocol": "TCP", "port": CLIENT_PORT}],
-                }],
+                "ingress": [
+                    {
+                        "from": [
+                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": client}}}
+                            for client in client_namespaces
+                        ],
+                        "ports": [{"protocol": "TCP", "port": CLIENT_PORT}],
+                    }
+                ],
             },
         },
     ]
@@ -176,7 +199,7 @@ class EtcdServer(Construct):
         namespace: str = "etcd",
         client_namespaces: Sequence[str] = ("training",),
         volume_gib: int = 2,
-        quota_bytes: int = 1024 ** 3,
+        quota_bytes: int = 1024**3,
         pin: AddonPin = ADDON_PINS["etcd"],
     ) -> None:
         """
@@ -191,21 +214,28 @@ class EtcdServer(Construct):
         """
         super().__init__(scope, id)
         if not pin.version.startswith("v3.5."):
-            raise ValueError(f"pin: etcd {pin.version} is invalid; the v2 API needs etcd 3.5.x "
-                             "(3.6 removed it)")
+            raise ValueError(
+                f"pin: etcd {pin.version} is invalid; the v2 API needs etcd 3.5.x (3.6 removed it)"
+            )
         if not client_namespaces:
             raise ValueError("client_namespaces: () is invalid; name the namespaces of the jobs")
-        if quota_bytes >= volume_gib * 1024 ** 3:
-            raise ValueError(f"quota_bytes: {quota_bytes} is invalid; keep it below the "
-                             f"{volume_gib} GiB volume so the quota alarm precedes a full disk")
+        if quota_bytes >= volume_gib * 1024**3:
+            raise ValueError(
+                f"quota_bytes: {quota_bytes} is invalid; keep it below the "
+                f"{volume_gib} GiB volume so the quota alarm precedes a full disk"
+            )
         self.namespace = namespace
         self.endpoint = f"etcd.{namespace}.svc.cluster.local:{CLIENT_PORT}"
         self.manifest = eks.KubernetesManifest(
-            self, "Manifest",
+            self,
+            "Manifest",
             cluster=cluster,
             manifest=etcd_manifests(
-                namespace=namespace, image=pin.image, storage_class_name=storage_class_name,
-                volume_gib=volume_gib, quota_bytes=quota_bytes,
+                namespace=namespace,
+                image=pin.image,
+                storage_class_name=storage_class_name,
+                volume_gib=volume_gib,
+                quota_bytes=quota_bytes,
                 client_namespaces=client_namespaces,
             ),
         )

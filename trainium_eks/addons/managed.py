@@ -12,7 +12,8 @@ from ..versions import AddonPin
 def pod_identity_role(scope: Construct, id: str, *, managed_policy: str, description: str) -> iam.Role:
     """A role EKS Pod Identity can assume (and tag the session of), with one AWS managed policy."""
     return iam.Role(
-        scope, id,
+        scope,
+        id,
         assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
         managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(managed_policy)],
         description=description,
@@ -33,7 +34,8 @@ def managed_addon(
     ``pod_identity`` is (service account, role): EKS creates that association with the add-on.
     """
     addon = eks.Addon(
-        scope, id,
+        scope,
+        id,
         cluster=cluster,
         addon_name=pin.name,
         addon_version=pin.version,
@@ -45,7 +47,8 @@ def managed_addon(
         # The L2 has no property for it (aws-cdk-lib 2.275); the L1 does.
         cfn: eks.CfnAddon = addon.node.default_child
         cfn.pod_identity_associations = [
-            eks.CfnAddon.PodIdentityAssociationProperty(role_arn=role.role_arn,
-                                                        service_account=service_account),
+            eks.CfnAddon.PodIdentityAssociationProperty(
+                role_arn=role.role_arn, service_account=service_account
+            ),
         ]
     return addon

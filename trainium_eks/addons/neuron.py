@@ -83,14 +83,16 @@ class NeuronDevicePlugin(Construct):
         """
         super().__init__(scope, id)
         self.chart = eks.HelmChart(
-            self, "Chart",
+            self,
+            "Chart",
             cluster=cluster,
             # An OCI chart: the handler pulls `repository` (the full reference) at `version`.
             **pin.chart_props(),
             release="neuron",
             namespace="kube-system",
             create_namespace=False,
-            values=neuron_chart_values(scheduler_extension=scheduler_extension,
-                                       node_problem_detector=node_problem_detector),
+            values=neuron_chart_values(
+                scheduler_extension=scheduler_extension, node_problem_detector=node_problem_detector
+            ),
             timeout=Duration.minutes(10),
         )

@@ -50,18 +50,25 @@ class ObservabilityAddons(Construct):
         """
         super().__init__(scope, id)
         self.pod_identity_agent = managed_addon(
-            self, "PodIdentityAgent", cluster=cluster, pin=ADDON_PINS["pod-identity-agent"])
+            self, "PodIdentityAgent", cluster=cluster, pin=ADDON_PINS["pod-identity-agent"]
+        )
         self.node_monitoring_agent = managed_addon(
-            self, "NodeMonitoringAgent", cluster=cluster, pin=ADDON_PINS["node-monitoring-agent"])
+            self, "NodeMonitoringAgent", cluster=cluster, pin=ADDON_PINS["node-monitoring-agent"]
+        )
         self.cloudwatch = None
         self.cloudwatch_role = None
         if container_insights:
             self.cloudwatch_role = pod_identity_role(
-                self, "CloudWatchAgentRole", managed_policy="CloudWatchAgentServerPolicy",
+                self,
+                "CloudWatchAgentRole",
+                managed_policy="CloudWatchAgentServerPolicy",
                 description="CloudWatch agent of Container Insights (EKS Pod Identity)",
             )
             self.cloudwatch = managed_addon(
-                self, "CloudWatch", cluster=cluster, pin=ADDON_PINS["cloudwatch-observability"],
+                self,
+                "CloudWatch",
+                cluster=cluster,
+                pin=ADDON_PINS["cloudwatch-observability"],
                 pod_identity=(CLOUDWATCH_AGENT_SERVICE_ACCOUNT, self.cloudwatch_role),
             )
             # Its Pod Identity association only works once the agent serves credentials.

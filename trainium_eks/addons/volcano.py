@@ -114,13 +114,20 @@ class VolcanoScheduler(Construct):
         self.queue_name = queue_name
         # The namespace is ours, not the chart's (create_namespace), so it carries PSA labels.
         self.namespace = eks.KubernetesManifest(
-            self, "Namespace",
+            self,
+            "Namespace",
             cluster=cluster,
-            manifest=[{"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": VOLCANO_NAMESPACE, "labels": dict(VOLCANO_POD_SECURITY)}}],
-        )  # fmt: skip
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": VOLCANO_NAMESPACE, "labels": dict(VOLCANO_POD_SECURITY)},
+                }
+            ],
+        )
         self.chart = eks.HelmChart(
-            self, "Chart",
+            self,
+            "Chart",
             cluster=cluster,
             **pin.chart_props(),
             release="volcano",
@@ -134,7 +141,8 @@ class VolcanoScheduler(Construct):
         )
         self.chart.node.add_dependency(self.namespace)
         self.queue = eks.KubernetesManifest(
-            self, "TrainingQueue",
+            self,
+            "TrainingQueue",
             cluster=cluster,
             manifest=[training_queue(queue_name, facts, max_nodes)],
         )

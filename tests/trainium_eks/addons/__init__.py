@@ -31,13 +31,14 @@ def depends_on(template: dict[str, Any], logical_id: str) -> list[str]:
 
 
 def logical_ids(template: dict[str, Any], type_name: str, prefix: str) -> list[str]:
-    return [k for k, r in template["Resources"].items()
-            if r["Type"] == type_name and k.startswith(prefix)]
+    return [k for k, r in template["Resources"].items() if r["Type"] == type_name and k.startswith(prefix)]
 
 
 def nodegroup_id(template: dict[str, Any], pool: str) -> str:
     """Logical id of the nodegroup labelled ``trainium-eks/pool=<pool>``."""
-    (found,) = [k for k, r in template["Resources"].items()
-                if r["Type"] == "AWS::EKS::Nodegroup"
-                and r["Properties"]["Labels"].get("trainium-eks/pool") == pool]
+    (found,) = [
+        k
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::EKS::Nodegroup" and r["Properties"]["Labels"].get("trainium-eks/pool") == pool
+    ]
     return found

@@ -5,8 +5,11 @@ from tests.trainium_eks.addons import depends_on, logical_ids
 
 
 def _addon(template, name):
-    (found,) = [(k, r["Properties"]) for k, r in resources(template, "AWS::EKS::Addon").items()
-                if r["Properties"]["AddonName"] == name]
+    (found,) = [
+        (k, r["Properties"])
+        for k, r in resources(template, "AWS::EKS::Addon").items()
+        if r["Properties"]["AddonName"] == name
+    ]
     return found
 
 
@@ -34,4 +37,6 @@ def test_given_default_config_then_node_role_gets_no_ebs_permissions(platform_js
     (driver_role,) = logical_ids(platform_json, "AWS::IAM::Role", "AddonsEbsCsiControllerRole")
     for logical_id, role in resources(platform_json, "AWS::IAM::Role").items():
         if logical_id != driver_role:
-            assert "AmazonEBSCSIDriverPolicy" not in str(role["Properties"].get("ManagedPolicyArns")), logical_id
+            assert "AmazonEBSCSIDriverPolicy" not in str(role["Properties"].get("ManagedPolicyArns")), (
+                logical_id
+            )

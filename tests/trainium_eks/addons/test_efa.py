@@ -20,10 +20,13 @@ def test_given_default_config_then_the_pinned_eks_chart_is_installed_in_kube_sys
 
 def test_given_default_config_then_plugin_is_selected_onto_trainium_nodes_and_tolerates_them(platform_json):
     values = chart(platform_json, "efa")[1]["Values"]
-    assert values["nodeSelector"] == {"trainium-eks/pool": "trainium",
-                                      "node.kubernetes.io/instance-type": "trn1.32xlarge"}
+    assert values["nodeSelector"] == {
+        "trainium-eks/pool": "trainium",
+        "node.kubernetes.io/instance-type": "trn1.32xlarge",
+    }
     assert values["tolerations"] == [
-        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+    ]
 
 
 def test_given_default_config_then_chart_waits_for_the_trainium_nodegroup(platform_json):
@@ -34,12 +37,12 @@ def test_given_default_config_then_chart_waits_for_the_trainium_nodegroup(platfo
 def test_given_trn1n_then_selector_names_that_instance_type():
     template = synth_platform(instance_type="trn1n.32xlarge")
     assert chart(template, "efa")[1]["Values"]["nodeSelector"]["node.kubernetes.io/instance-type"] == (
-        "trn1n.32xlarge")
+        "trn1n.32xlarge"
+    )
 
 
 def test_given_an_instance_type_without_efa_then_no_efa_plugin_is_installed():
-    template = synth_platform(instance_type="trn1.2xlarge", min_nodes="1", desired_nodes="1",
-                              max_nodes="1")
+    template = synth_platform(instance_type="trn1.2xlarge", min_nodes="1", desired_nodes="1", max_nodes="1")
     releases = {p["Release"] for p in helm_charts(template).values()}
     assert "efa" not in releases
     assert "neuron" in releases

@@ -64,8 +64,9 @@ def test_given_default_config_then_data_lives_on_an_encrypted_gp3_claim(platform
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
     assert _container(platform_json)["volumeMounts"] == [{"name": "data", "mountPath": "/var/lib/etcd"}]
     assert "--quota-backend-bytes=1073741824" in _container(platform_json)["args"]
-    (storage_class,) = [o for _, o in objects(platform_json, "StorageClass")
-                        if o["metadata"]["name"] == "gp3-encrypted"]
+    (storage_class,) = [
+        o for _, o in objects(platform_json, "StorageClass") if o["metadata"]["name"] == "gp3-encrypted"
+    ]
     assert storage_class["provisioner"] == "ebs.csi.aws.com"
     assert storage_class["parameters"]["type"] == "gp3"
     assert storage_class["parameters"]["encrypted"] == "true"
@@ -77,16 +78,20 @@ def test_given_default_config_then_service_etcd_exposes_client_port_2379(platfor
     assert service["metadata"]["namespace"] == "etcd"
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [
-        {"name": "client", "port": 2379, "targetPort": "client", "protocol": "TCP"}]
+        {"name": "client", "port": 2379, "targetPort": "client", "protocol": "TCP"}
+    ]
     _, statefulset = _one(platform_json, "StatefulSet")
-    assert service["spec"]["selector"].items() <= statefulset["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        service["spec"]["selector"].items() <= statefulset["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_given_default_config_then_only_the_training_namespace_may_connect(platform_json):
     _, policy = _one(platform_json, "NetworkPolicy")
     (rule,) = policy["spec"]["ingress"]
-    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {
-        "kubernetes.io/metadata.name": "training"}}}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "training"}}}
+    ]
     assert rule["ports"] == [{"protocol": "TCP", "port": 2379}]
 
 
@@ -109,11 +114,14 @@ def test_given_etcd_disabled_then_no_etcd_no_ebs_driver_and_no_endpoint():
     assert stack.addons.etcd is None and stack.addons.etcd_endpoint is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"pin": AddonPin("gcr.io/etcd-development/etcd", "v3.6.13")}, "needs etcd 3.5.x"),
-    ({"quota_bytes": 2 * 1024 ** 3}, "keep it below the 2 GiB volume"),
-    ({"client_namespaces": ()}, "client_namespaces"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"pin": AddonPin("gcr.io/etcd-development/etcd", "v3.6.13")}, "needs etcd 3.5.x"),
+        ({"quota_bytes": 2 * 1024**3}, "keep it below the 2 GiB volume"),
+        ({"client_namespaces": ()}, "client_namespaces"),
+    ],
+)
 def test_given_bad_props_then_etcd_refuses_with_the_field_named(kwargs, message):
     stack = cdk.Stack(cdk.App(), "Direct")
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")

@@ -18,8 +18,10 @@ _EKSBUILD = r"^v\d+\.\d+\.\d+-eksbuild\.\d+$"
 
 
 def _addons(template):
-    return {r["Properties"]["AddonName"]: (k, r["Properties"])
-            for k, r in resources(template, "AWS::EKS::Addon").items()}
+    return {
+        r["Properties"]["AddonName"]: (k, r["Properties"])
+        for k, r in resources(template, "AWS::EKS::Addon").items()
+    }
 
 
 def test_given_default_config_then_agents_are_installed_at_their_pinned_versions(platform_json):
@@ -34,7 +36,9 @@ def test_given_default_config_then_container_insights_is_off(platform_json):
     assert "amazon-cloudwatch-observability" not in _addons(platform_json)
 
 
-def test_given_default_config_then_monitoring_waits_for_system_nodes_and_nodes_for_pod_identity(platform_json):
+def test_given_default_config_then_monitoring_waits_for_system_nodes_and_nodes_for_pod_identity(
+    platform_json,
+):
     system = nodegroup_id(platform_json, "system")
     addons = _addons(platform_json)
     assert system in depends_on(platform_json, addons["eks-node-monitoring-agent"][0])
@@ -43,8 +47,13 @@ def test_given_default_config_then_monitoring_waits_for_system_nodes_and_nodes_f
 
 
 def test_given_every_managed_pin_then_versions_have_the_eksbuild_format():
-    for key in ("pod-identity-agent", "node-monitoring-agent", "ebs-csi-driver",
-                "cloudwatch-observability", "vpc-cni"):
+    for key in (
+        "pod-identity-agent",
+        "node-monitoring-agent",
+        "ebs-csi-driver",
+        "cloudwatch-observability",
+        "vpc-cni",
+    ):
         assert re.match(_EKSBUILD, ADDON_PINS[key].version), key
 
 
@@ -57,7 +66,8 @@ def test_given_container_insights_on_then_agent_gets_its_policy_through_pod_iden
     assert association["ServiceAccount"] == "cloudwatch-agent"
     role = template["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
-        "Service": "pods.eks.amazonaws.com"}
+        "Service": "pods.eks.amazonaws.com"
+    }
     (policy,) = role["ManagedPolicyArns"]
     assert policy["Fn::Join"][1][-1].endswith(":iam::aws:policy/CloudWatchAgentServerPolicy")
     assert addons["eks-pod-identity-agent"][0] in depends_on(template, logical_id)
@@ -88,7 +98,15 @@ def test_given_every_add_on_option_on_then_cdk_nag_reports_nothing_unacknowledge
 
 
 def test_given_every_add_on_option_on_then_cfn_lint_finds_nothing(all_options_outdir):
-    proc = subprocess.run([str(VENV_BIN / "cfn-lint"), "--format", "parseable",
-                           str(all_options_outdir / "TrainiumPlatform.template.json")],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "cfn-lint"),
+            "--format",
+            "parseable",
+            str(all_options_outdir / "TrainiumPlatform.template.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

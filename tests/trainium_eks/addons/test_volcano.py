@@ -50,8 +50,10 @@ def test_given_default_config_then_training_queue_holds_two_full_trn1_nodes(plat
     assert queue["spec"]["reclaimable"] is False
     assert queue["spec"]["weight"] == 1
     assert queue["spec"]["capability"] == {
-        "cpu": "256", "memory": "1024Gi",
-        "aws.amazon.com/neuron": "32", "aws.amazon.com/neuroncore": "64",
+        "cpu": "256",
+        "memory": "1024Gi",
+        "aws.amazon.com/neuron": "32",
+        "aws.amazon.com/neuroncore": "64",
         "vpc.amazonaws.com/efa": "16",
     }
 
@@ -59,21 +61,39 @@ def test_given_default_config_then_training_queue_holds_two_full_trn1_nodes(plat
 def test_given_trn1n_with_four_nodes_max_then_capability_follows_the_maximum_size():
     template = synth_platform(instance_type="trn1n.32xlarge", max_nodes="4")
     assert _queue(template)[1]["spec"]["capability"] == {
-        "cpu": "512", "memory": "2048Gi",
-        "aws.amazon.com/neuron": "64", "aws.amazon.com/neuroncore": "128",
+        "cpu": "512",
+        "memory": "2048Gi",
+        "aws.amazon.com/neuron": "64",
+        "aws.amazon.com/neuroncore": "128",
         "vpc.amazonaws.com/efa": "64",
     }
 
 
-@pytest.mark.parametrize("instance_type, max_nodes, expected", [
-    ("trn2.48xlarge", 3, {"cpu": "576", "memory": "6144Gi", "aws.amazon.com/neuron": "48",
-                          "aws.amazon.com/neuroncore": "192", "vpc.amazonaws.com/efa": "48"}),
-    # No EFA on trn1.2xlarge: no EFA entry rather than a zero.
-    ("trn1.2xlarge", 1, {"cpu": "8", "memory": "32Gi", "aws.amazon.com/neuron": "1",
-                         "aws.amazon.com/neuroncore": "2"}),
-])
+@pytest.mark.parametrize(
+    "instance_type, max_nodes, expected",
+    [
+        (
+            "trn2.48xlarge",
+            3,
+            {
+                "cpu": "576",
+                "memory": "6144Gi",
+                "aws.amazon.com/neuron": "48",
+                "aws.amazon.com/neuroncore": "192",
+                "vpc.amazonaws.com/efa": "48",
+            },
+        ),
+        # No EFA on trn1.2xlarge: no EFA entry rather than a zero.
+        (
+            "trn1.2xlarge",
+            1,
+            {"cpu": "8", "memory": "32Gi", "aws.amazon.com/neuron": "1", "aws.amazon.com/neuroncore": "2"},
+        ),
+    ],
+)
 def test_given_instance_type_and_max_nodes_then_capability_is_per_node_facts_times_nodes(
-        instance_type, max_nodes, expected):
+    instance_type, max_nodes, expected
+):
     assert queue_capability(instance_facts(instance_type), max_nodes) == expected
 
 
