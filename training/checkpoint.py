@@ -113,7 +113,7 @@ class _HashingWriter:
         self._f.flush()
 
 
-def write_file_durably(path: Path, write: Callable[[BinaryIO], None]) -> dict[str, Any]:
+def write_file_durably(path: Path, write: Callable[[BinaryIO], object]) -> dict[str, Any]:
     """Write ``path`` via a temp file in the same directory, fsync, then os.replace.
 
     Returns ``{"bytes": size, "sha256": hex digest}`` of what was written.

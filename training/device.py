@@ -23,7 +23,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -31,6 +31,8 @@ from torch import nn
 
 from training.cli import DEVICES, PRECISIONS  # noqa: F401  (re-exported)
 from training.metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ def resolve_precision(device: str, requested: str, fp32_master_weights: bool = F
     return precision
 
 
-def move_keeping_ties(model: nn.Module, device: torch.device) -> nn.Module:
+def move_keeping_ties(model: ModuleT, device: torch.device) -> ModuleT:
     """``model.to(device)``, then the parameters shared before (tied weights) shared again.
 
     ``Module.to`` swaps the tensor inside each Parameter where it can (CPU <-> CUDA, dtype
@@ -139,7 +141,7 @@ class Backend:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def prepare_model(self, model: nn.Module, precision: str) -> nn.Module:
+    def prepare_model(self, model: ModuleT, precision: str) -> ModuleT:
         model = move_keeping_ties(model, self.device)
         return model.to(torch.bfloat16) if precision == "bf16" else model
 

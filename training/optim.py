@@ -34,7 +34,7 @@ EPS = 1e-6
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: with weight decay, and without it for biases and LayerNorm parameters."""
-    no_decay_ids = set()
+    no_decay_ids: set[int] = set()
     for module in model.modules():
         if isinstance(module, nn.LayerNorm):
             no_decay_ids.update(id(p) for p in module.parameters(recurse=False))

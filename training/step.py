@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.lr_scheduler import LambdaLR
 
 from training.device import Backend
 from training.model import PretrainingModule
@@ -27,7 +27,7 @@ class Trainer:
     module: PretrainingModule
     model: nn.Module
     optimizer: Optimizer
-    scheduler: LRScheduler
+    scheduler: LambdaLR
     precision: str
     grad_accum: int
     max_grad_norm: float

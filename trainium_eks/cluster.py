@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, CfnResource, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from .escape_hatch import as_icluster, descendant, l1
 from .versions import KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
 
 #: Node label that places controllers (Volcano, etcd, TensorBoard) on the system nodegroup.
@@ -116,10 +117,7 @@ class TrainiumCluster(Construct):
             "KubectlProvider/Handler/Resource",
             "KubectlProvider/Provider/framework-onEvent/Resource",
         ):
-            function = self.cluster
-            for part in path.split("/"):
-                function = function.node.find_child(part)
-            function.node.add_dependency(kubectl_access)
+            descendant(self.cluster, path, CfnResource).node.add_dependency(kubectl_access)
         for index, arn in enumerate(admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{index}",
@@ -152,12 +150,12 @@ class TrainiumCluster(Construct):
         self.vpc_cni = managed_addon(
             self,
             "VpcCni",
-            cluster=self.cluster,
+            cluster=as_icluster(self.cluster),
             pin=ADDON_PINS["vpc-cni"],
             pod_identity=(VPC_CNI_SERVICE_ACCOUNT, self.vpc_cni_role),
             configuration=dict(VPC_CNI_CONFIGURATION),
         )
-        self.vpc_cni.node.default_child.resolve_conflicts = "OVERWRITE"
+        l1(self.vpc_cni, eks.CfnAddon).resolve_conflicts = "OVERWRITE"
         # IMDSv2 with hop limit 1 here too (the AMI default is 2: pods could reach the node role).
         self.system_launch_template = ec2.CfnLaunchTemplate(
             self,
@@ -180,7 +178,7 @@ class TrainiumCluster(Construct):
         self.system_nodegroup = eks.Nodegroup(
             self,
             "SystemNodes",
-            cluster=self.cluster,
+            cluster=as_icluster(self.cluster),
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             instance_types=[ec2.InstanceType(system_instance_type)],
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),

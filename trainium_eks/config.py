@@ -592,7 +592,7 @@ def _coerce(name: str, raw: Any) -> Any:
         if text in ("true", "false"):
             return text == "true"
         raise ConfigError(name, raw, "must be true or false")
-    if annotation == "Optional[int]":
+    if annotation == "int | None":
         if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
             return None
         annotation = "int"
@@ -621,7 +621,7 @@ def _coerce(name: str, raw: Any) -> Any:
         if not isinstance(raw, dict):
             raise ConfigError(name, raw, 'give a JSON object such as {"team": "ml"}')
         return dict(raw)
-    if annotation.startswith("Optional"):
+    if annotation.endswith("| None"):
         if raw is None or (isinstance(raw, str) and raw.strip() in ("", "none", "null")):
             return None
     if not isinstance(raw, str):

@@ -6,6 +6,8 @@ accepts it. A path that no longer exists is an error, so a stale entry cannot hi
 
 from __future__ import annotations
 
+from typing import cast
+
 import jsii
 from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
@@ -146,11 +148,11 @@ class StaleAcknowledgement(ValueError):
 def findings(scope: IConstruct) -> set[tuple[str, str]]:
     """(construct path, finding id) of every finding AwsSolutions and :class:`PlatformChecks`
     report on ``scope``, ignoring no acknowledgement made later."""
-    found = set()
+    found: set[tuple[str, str]] = set()
     for pack in (AwsSolutionsChecks(), PlatformChecks()):
         for violation in pack.validate_scope(scope).violations:
             for resource in violation.violating_resources:
-                found.add((resource.construct_path, violation.rule_name))
+                found.add((resource.construct_path or "", violation.rule_name))
     return found
 
 
@@ -256,28 +258,28 @@ class _Rule:
     def __init__(self, suffix: str, node: CfnResource, problems: dict[str, str]) -> None:
         self._suffix, self._node, self._problems = suffix, node, problems
 
-    @property  # type: ignore[misc]
+    @property
     @jsii.member(jsii_name="ruleSuffixOverride")
     def rule_suffix_override(self) -> str:
         return self._suffix
 
-    @property  # type: ignore[misc]
+    @property
     @jsii.member(jsii_name="explanation")
     def explanation(self) -> str:
         return PLATFORM_RULES[self._suffix]
 
-    @property  # type: ignore[misc]
+    @property
     @jsii.member(jsii_name="info")
     def info(self) -> str:
         detail = self._problems.get(self._suffix)
         return f"{PLATFORM_PACK}-{self._suffix}: {detail or PLATFORM_RULES[self._suffix]}"
 
-    @property  # type: ignore[misc]
+    @property
     @jsii.member(jsii_name="level")
     def level(self) -> NagMessageLevel:
         return NagMessageLevel.ERROR
 
-    @property  # type: ignore[misc]
+    @property
     @jsii.member(jsii_name="node")
     def node(self) -> CfnResource:
         return self._node
@@ -309,7 +311,9 @@ class PlatformChecks(NagPack):
         props = Stack.of(node).resolve(_cluster_properties(node))
         problems = eks_cluster_problems(props)
         for suffix in PLATFORM_RULES:
-            self._apply_rule(_Rule(suffix, node, problems))
+            # jsii.implements makes _Rule an IApplyRule at run time; the Python protocol types its
+            # members as settable attributes, which jsii's read-only properties are not.
+            self._apply_rule(cast(IApplyRule, _Rule(suffix, node, problems)))
 
 
 def _cluster_properties(cluster: CfnResource) -> dict:

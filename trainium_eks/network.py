@@ -12,6 +12,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from .escape_hatch import l1
+
 #: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
 #: (name, prefix length). Private /18s: every EFA interface and every pod (VPC CNI) takes an address.
 SUBNET_LAYOUT: tuple[tuple[str, int], ...] = (("public", 24), ("private", 18))
@@ -91,7 +93,7 @@ class TrainiumNetwork(Construct):
         self.trainium_subnet: ec2.ISubnet = self.private_subnets[0]
         if retain_on_delete and not existing_vpc_id:
             for construct in (self.vpc, self.trainium_subnet):
-                construct.node.default_child.apply_removal_policy(RemovalPolicy.RETAIN)
+                l1(construct).apply_removal_policy(RemovalPolicy.RETAIN)
 
     def _create_vpc(self, cidr: str, nat_gateways: int) -> ec2.Vpc:
         vpc = ec2.Vpc(
@@ -113,12 +115,12 @@ class TrainiumNetwork(Construct):
         )
         for subnets in (vpc.public_subnets, vpc.private_subnets):
             for az_id, subnet in zip(self.az_ids, subnets, strict=True):
-                cfn = subnet.node.default_child
+                cfn = l1(subnet)
                 cfn.add_property_deletion_override("AvailabilityZone")
                 cfn.add_property_override("AvailabilityZoneId", az_id)
         # Public subnets exist only for the NAT gateways; nothing gets a public address by default.
         for subnet in vpc.public_subnets:
-            subnet.node.default_child.add_property_override("MapPublicIpOnLaunch", False)
+            l1(subnet).add_property_override("MapPublicIpOnLaunch", False)
         # Flow logs name peers and ports: encrypted with a key of their own (kept with the logs).
         key = kms.Key(
             self,

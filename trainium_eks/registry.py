@@ -6,6 +6,8 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
+from .escape_hatch import l1
+
 
 class TrainingImageRepository(Construct):
     """A private ECR repository for the training container images.
@@ -67,6 +69,4 @@ class TrainingImageRepository(Construct):
             ],
         )
         # aws-cdk-lib leaves the AES256 default implicit; state it so the template shows it.
-        self.repository.node.default_child.add_property_override(
-            "EncryptionConfiguration", {"EncryptionType": "AES256"}
-        )
+        l1(self.repository).add_property_override("EncryptionConfiguration", {"EncryptionType": "AES256"})

@@ -24,7 +24,7 @@ _LABELS = {"app.kubernetes.io/name": NAME}
 
 def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: str) -> list[dict[str, Any]]:
     """Deployment (system nodes, read-only FSx, non-root) and its ClusterIP Service."""
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(_LABELS)},

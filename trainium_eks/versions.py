@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda
@@ -64,6 +65,14 @@ FSX_LUSTRE_VERSION = "2.15"
 
 
 # [addons] pinned Helm charts, managed add-ons and images go here.
+class ChartSource(TypedDict):
+    """Where ``aws_eks_v2.HelmChart`` gets a chart: its ``repository``, ``chart`` and ``version``."""
+
+    repository: str
+    chart: str
+    version: str
+
+
 @dataclass(frozen=True)
 class AddonPin:
     """One pinned cluster add-on: a Helm chart, an EKS managed add-on or a container image.
@@ -84,11 +93,11 @@ class AddonPin:
         """``name:version``, for image pins."""
         return f"{self.name}:{self.version}"
 
-    def chart_props(self) -> dict[str, str]:
+    def chart_props(self) -> ChartSource:
         """``repository``/``chart``/``version`` keyword arguments of ``aws_eks_v2.HelmChart``."""
         if self.repository is None:
             raise ValueError(f"{self.name}: not a Helm chart pin (no repository)")
-        return {"repository": self.repository, "chart": self.name, "version": self.version}
+        return ChartSource(repository=self.repository, chart=self.name, version=self.version)
 
 
 #: Every add-on the platform installs, pinned. Checked 2026-11 against the sources named here;

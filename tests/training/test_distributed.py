@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -199,7 +200,7 @@ def test_given_worker_killed_mid_run_then_restart_resumes_from_checkpoint(shards
     runs = list(attempts.values())
     assert len(runs) >= 2, (runs, job.log_tail())  # restarted (normally exactly once)
     assert runs[0] == list(range(1, len(runs[0]) + 1)) and runs[0][-1] >= killed_at
-    for before, after in zip(runs, runs[1:], strict=True):
+    for before, after in pairwise(runs):
         resumed_from = after[0] - 1
         assert resumed_from % CKPT_EVERY == 0 and resumed_from >= CKPT_EVERY  # from a checkpoint
         assert 0 <= before[-1] - resumed_from <= CKPT_EVERY  # lost at most one checkpoint interval

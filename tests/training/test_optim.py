@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import torch
@@ -106,7 +108,7 @@ def test_given_schedule_then_linear_warmup_then_linear_decay_never_zero():
     warmup, total = 10, 50
     f = [warmup_linear_decay(s, warmup, total) for s in range(total)]
     assert f[0] == pytest.approx(0.1) and f[warmup - 1] == f[warmup] == 1.0
-    assert all(b > a for a, b in zip(f[:warmup], f[1:warmup], strict=True))  # strictly rising
+    assert all(b > a for a, b in pairwise(f[:warmup]))  # strictly rising
     assert all(b < a for a, b in zip(f[warmup:-1], f[warmup + 1 :], strict=True))  # strictly falling
     np.testing.assert_allclose(np.diff(f[:warmup]), 1 / warmup)  # linear
     np.testing.assert_allclose(np.diff(f[warmup:]), -1 / (total - warmup))  # linear

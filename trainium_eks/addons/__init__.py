@@ -13,6 +13,7 @@ from __future__ import annotations
 from constructs import Construct
 
 from ..cluster import TrainiumCluster
+from ..escape_hatch import as_icluster
 from ..nodegroup import NeuronNodegroup
 from .ebs_csi import EbsCsiDriver
 from .efa import EfaDevicePlugin
@@ -72,7 +73,7 @@ class TrainiumAddons(Construct):
             queue_name: name of the training Queue. Default "training".
         """
         super().__init__(scope, id)
-        eks_cluster = cluster.cluster
+        eks_cluster = as_icluster(cluster.cluster)
         system_nodes = cluster.system_nodegroup
         facts = trainium.facts
 

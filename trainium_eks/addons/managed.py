@@ -6,6 +6,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from ..escape_hatch import l1
 from ..versions import AddonPin
 
 
@@ -45,7 +46,7 @@ def managed_addon(
     if pod_identity is not None:
         service_account, role = pod_identity
         # The L2 has no property for it (aws-cdk-lib 2.275); the L1 does.
-        cfn: eks.CfnAddon = addon.node.default_child
+        cfn = l1(addon, eks.CfnAddon)
         cfn.pod_identity_associations = [
             eks.CfnAddon.PodIdentityAssociationProperty(
                 role_arn=role.role_arn, service_account=service_account
