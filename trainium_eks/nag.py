@@ -8,8 +8,10 @@ longer exists, or an entry that matches no finding, is an error, so a stale entr
 
 from __future__ import annotations
 
+import re
+
 import jsii
-from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
@@ -62,7 +64,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (f"{_KUBECTL}/Handler/ServiceRole", _managed("AmazonEC2ContainerRegistryReadOnly"), _KUBECTL_REASON),
     (
         f"{_KUBECTL}/Handler/ServiceRole",
-        'AwsSolutions-IAM4[Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic6FE395CA",'
+        f'AwsSolutions-IAM4[Policy::{{"Fn::If":["<logical-id:{_KUBECTL}/Handler/HasEcrPublic>",'
         '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
         'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
         _KUBECTL_REASON + " ECR Public read is only attached when a chart comes from ECR Public.",
@@ -80,7 +82,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole/DefaultPolicy",
-        "AwsSolutions-IAM5[Resource::<ClusterKubectlProviderHandler93C0312D.Arn>:*]",
+        f"AwsSolutions-IAM5[Resource::<<logical-id:{_KUBECTL}/Handler/Resource>.Arn>:*]",
         _KUBECTL_REASON + " The wildcard covers the versions of that one handler function.",
     ),
     # [storage] entries go here.
@@ -130,6 +132,23 @@ WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: A placeholder for the logical ID of the element at a path under the owner: findings that name
+#: a condition or resource by logical ID change with the ID the owner is given.
+_LOGICAL_ID = re.compile(r"<logical-id:([^>]+)>")
+
+
+def resolve_finding(root: IConstruct, finding: str) -> str:
+    """``finding`` with each ``<logical-id:PATH>`` replaced by the logical ID of ``root``/PATH."""
+
+    def logical_id(match: re.Match[str]) -> str:
+        element = _find(root, match.group(1))
+        if not isinstance(element, CfnElement):
+            raise LookupError(f"cdk-nag acknowledgement names {match.group(1)}, which has no logical ID")
+        return str(Stack.of(root).resolve(element.logical_id))
+
+    return _LOGICAL_ID.sub(logical_id, finding)
+
+
 def _find(root: IConstruct, path: str) -> IConstruct:
     node: IConstruct = root
     for part in path.split("/"):
@@ -161,7 +180,9 @@ def acknowledge_findings(root: IConstruct, entries: tuple[tuple[str, str, str], 
     Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
     otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
     """
-    targets = [(_find(root, path), path, finding, reason) for path, finding, reason in entries]
+    targets = [
+        (_find(root, path), path, resolve_finding(root, finding), reason) for path, finding, reason in entries
+    ]
     found = findings(root)
     for construct, path, finding, _reason in targets:
         base = construct.node.path

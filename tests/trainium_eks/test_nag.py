@@ -23,6 +23,7 @@ from trainium_eks.nag import (
     acknowledge_findings,
     eks_cluster_problems,
     findings,
+    resolve_finding,
 )
 
 
@@ -135,8 +136,8 @@ def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_i
     )
     assert applied == [platform.platform]
     found = findings(platform)
-    for path, finding, _ in ACKNOWLEDGEMENTS:
-        base = f"P2/Default/{path}"
+    for path, entry, _ in ACKNOWLEDGEMENTS:
+        base, finding = f"P2/Default/{path}", resolve_finding(platform.platform, entry)
         assert any(rule == finding and where.startswith(base) for where, rule in found), (path, finding)
 
 
