@@ -18,6 +18,7 @@ from constructs import Construct
 from .addons import TrainiumAddons
 from .cluster import TrainiumCluster
 from .config import PlatformConfig
+from .errors import ConfigError
 from .fsx import TrainingFileSystem
 from .fsx_csi import FsxCsiVolume
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
@@ -185,6 +186,13 @@ class TrainiumPlatform(Construct):
         here, there = Stack.of(self), Stack.of(scope)
         if here is there:
             return self.workload_target
+        if here.environment != there.environment:
+            # The repository's ARN and URI are built from the consuming stack's account and region.
+            raise ConfigError(
+                "region",
+                there.region,
+                f"put the workload's stack in the platform's environment ({here.environment})",
+            )
         there.node.add_dependency(here)
 
         def read(output_id: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from tests.support import k8s_manifests, resources
-from trainium_eks import TrainingWorkload, TrainiumPlatform, config_from_context
+from trainium_eks import ConfigError, TrainingWorkload, TrainiumPlatform, config_from_context
 
 SETTINGS = {"training_rdzv_backend": "etcd", "name_prefix": "mine"}
 
@@ -82,3 +82,12 @@ def test_given_a_workload_in_another_stack_then_its_target_is_imported_and_that_
         "PlatformWorkloadClusterName"
     )
     assert platform.workload_target_in(stack) == platform.workload_target
+
+
+def test_given_a_workload_stack_in_another_region_then_one_line_names_the_platform_environment(composed):
+    stack, platform, _, _ = composed
+    elsewhere = cdk.Stack(stack.node.scope, "Elsewhere", env=cdk.Environment(region="us-east-1"))
+    with pytest.raises(
+        ConfigError, match=r"'region' = 'us-east-1' is invalid: .*\(aws://unknown-account/us-west-2\)"
+    ):
+        platform.workload_target_in(elsewhere)
