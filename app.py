@@ -9,10 +9,15 @@ from pathlib import Path
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from stacks import TrainiumPlatformStack
-from trainium_eks.config import ConfigError, config_from_context
-from trainium_eks.nag import PlatformChecks, StaleAcknowledgement
-from trainium_eks.review import platform_review
+from stacks import TrainingStack, TrainiumPlatformStack
+from trainium_eks import (
+    ConfigError,
+    PlatformChecks,
+    PlatformConfig,
+    StaleAcknowledgement,
+    config_from_context,
+    platform_review,
+)
 
 #: What a cloud assembly consists of (the CLI's lock files are left alone).
 ASSEMBLY_PATTERNS = (
@@ -43,11 +48,21 @@ def remove_stale_assembly(outdir: str) -> None:
                 path.unlink(missing_ok=True)
 
 
+def instantiate_stacks(app: cdk.App, config: PlatformConfig) -> list[cdk.Stack]:
+    """The platform stack and, when ``training_enabled``, the training stack on it."""
+    platform = TrainiumPlatformStack(app, "TrainiumPlatform", config=config)
+    if not config.training_enabled:
+        return [platform]
+    # The CLI selects stacks by construct ID: `cdk deploy <prefix>-training --exclusively`.
+    training = TrainingStack(app, f"{config.name_prefix}-training", platform=platform.platform, config=config)
+    return [platform, training]
+
+
 def main() -> int:
     app = cdk.App()
     try:
         config = config_from_context(app.node.get_all_context())
-        TrainiumPlatformStack(app, "TrainiumPlatform", config=config)
+        instantiate_stacks(app, config)
     except (ConfigError, StaleAcknowledgement) as err:
         # One line for the user; the CLI's output directory must not keep an older assembly.
         print(f"error: {err}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Stacks of the default app: each only composes constructs from ``trainium_eks``."""
 
 from .platform_stack import TrainiumPlatformStack
+from .training_stack import TrainingStack
 
-__all__ = ["TrainiumPlatformStack"]
+__all__ = ["TrainingStack", "TrainiumPlatformStack"]

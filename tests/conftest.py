@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import PLATFORM_STACK, Synth, run_cdk_synth
+from tests.support import PLATFORM_STACK, TRAINING_STACK, Synth, run_cdk_synth
 
 
 @pytest.fixture(scope="session")
 def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """``cdk synth`` of the default configuration (no context, no credentials)."""
+    """``cdk synth`` of the default configuration (no context, no credentials): both stacks,
+    synthesized once for the session."""
     synth = run_cdk_synth(tmp_path_factory.mktemp("cdk.out"))
     assert synth.returncode == 0, synth.stderr[-4000:]
     return synth
@@ -25,3 +26,15 @@ def platform_json(default_synth: Synth) -> dict:
 def platform_template(default_synth: Synth):
     """The platform stack's template for ``aws_cdk.assertions``."""
     return default_synth.template(PLATFORM_STACK)
+
+
+@pytest.fixture(scope="session")
+def training_json(default_synth: Synth) -> dict:
+    """The training stack's template as JSON."""
+    return default_synth.templates[TRAINING_STACK]
+
+
+@pytest.fixture(scope="session")
+def training_template(default_synth: Synth):
+    """The training stack's template for ``aws_cdk.assertions``."""
+    return default_synth.template(TRAINING_STACK)

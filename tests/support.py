@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
 CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
 PLATFORM_STACK = "TrainiumPlatform"
+#: The training stack's construct ID (and template name) for the default ``name_prefix``.
+TRAINING_STACK = "trn-bert-training"
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -72,20 +74,36 @@ def run_app(context: Mapping[str, Any], outdir: Path) -> subprocess.CompletedPro
 
 
 @cache
-def _synth_variant(items: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def _synth_variant(items: tuple[tuple[str, str], ...]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     import aws_cdk as cdk
 
-    from stacks import TrainiumPlatformStack
+    from app import instantiate_stacks
     from trainium_eks.config import config_from_context
 
-    config = config_from_context(dict(items))
-    return Template.from_stack(TrainiumPlatformStack(cdk.App(), "Variant", config=config)).to_json()
+    stacks = instantiate_stacks(cdk.App(), config_from_context(dict(items)))
+    templates = [Template.from_stack(stack).to_json() for stack in stacks]
+    return templates[0], (templates[1] if len(templates) > 1 else None)
 
 
 def synth_platform(**context: str) -> dict[str, Any]:
-    """The platform template for a non-default ``context``, synthesized in-process once per
-    context for the whole session (shared by every test module; treat it as read only)."""
-    return _synth_variant(tuple(sorted(context.items())))
+    """The platform template for a non-default ``context``, synthesized in-process (as ``app.py``
+    composes it) once per context for the whole session (shared by every test module; treat it
+    as read only)."""
+    return _synth_variant(tuple(sorted(context.items())))[0]
+
+
+def synth_training(**context: str) -> dict[str, Any]:
+    """The training stack's template for ``context``, from the same synthesis as
+    :func:`synth_platform`."""
+    training = _synth_variant(tuple(sorted(context.items())))[1]
+    assert training is not None, "training_enabled is false: the app has no training stack"
+    return training
+
+
+def synth_app(**context: str) -> dict[str, dict[str, Any]]:
+    """Stack -> template of the app for ``context`` (both stacks when training is on)."""
+    platform, training = _synth_variant(tuple(sorted(context.items())))
+    return {PLATFORM_STACK: platform, **({"training": training} if training is not None else {})}
 
 
 def resources(template: Mapping[str, Any], type_name: str) -> dict[str, dict[str, Any]]:

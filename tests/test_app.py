@@ -56,6 +56,8 @@ def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_
         "cdk.out",
         "TrainiumPlatform.template.json",
         "TrainiumPlatform.assets.json",
+        "trn-bert-training.template.json",
+        "trn-bert-training.assets.json",
     ):
         (out / name).write_text("{}")
     (out / "asset.0123abcd").mkdir()

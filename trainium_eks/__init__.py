@@ -12,15 +12,23 @@ from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
-from .nag import acknowledge_findings, suppress_platform_findings
+from .nag import (
+    PlatformChecks,
+    StaleAcknowledgement,
+    acknowledge_findings,
+    suppress_platform_findings,
+    suppress_workload_findings,
+)
 from .network import TrainiumNetwork
 from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup
+from .platform import TrainiumPlatform
 from .registry import TrainingImageRepository
 from .review import platform_review
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
 from .training_job import BertPretrainingJob, TrainingPlan, plan_training
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES, KubernetesRelease
+from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
     "acknowledge_findings",
@@ -43,20 +51,26 @@ __all__ = [
     "NeuronNodegroup",
     "OUTPUT_PATH",
     "plan_training",
+    "PlatformChecks",
     "platform_review",
     "PlatformConfig",
     "PUBLIC_BERT_SHARDS",
+    "StaleAcknowledgement",
     "suppress_platform_findings",
+    "suppress_workload_findings",
     "SYSTEM_NODE_LABEL",
     "TensorBoard",
     "TRAINING_NAMESPACE",
     "TrainingFileSystem",
     "TrainingImageRepository",
     "TrainingImages",
+    "TrainingWorkload",
     "TrainingPlan",
     "TRAINIUM_NODE_LABEL",
     "TrainiumAddons",
     "TrainiumCluster",
     "TrainiumLaunchTemplate",
     "TrainiumNetwork",
+    "TrainiumPlatform",
+    "WorkloadTarget",
 ]

@@ -1,15 +1,18 @@
 """cdk-nag: the one place where AwsSolutions findings are acknowledged, each with its reason.
 
-Each entry names the construct (path under the stack), the exact finding and why the platform
-accepts it. A path that no longer exists is an error, so a stale entry cannot hide.
+Each entry names the construct (path under its owner: :class:`TrainiumPlatform` for
+:data:`ACKNOWLEDGEMENTS` and :data:`OPTIONAL_ACKNOWLEDGEMENTS`, :class:`TrainingWorkload` for
+:data:`WORKLOAD_ACKNOWLEDGEMENTS`), the exact finding and why it is accepted. A path that no
+longer exists, or an entry that matches no finding, is an error, so a stale entry cannot hide.
 """
 
 from __future__ import annotations
 
+import re
 from typing import cast
 
 import jsii
-from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
@@ -30,7 +33,7 @@ _KUBECTL_REASON = (
     "and runtime are set by the library and only run during deployments."
 )
 
-#: (construct path under the stack, finding id, reason)
+#: The platform's entries: (construct path under the platform construct, finding id, reason)
 ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     *(
         (path, _managed(policy), _NODE_ROLE_REASON)
@@ -62,7 +65,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (f"{_KUBECTL}/Handler/ServiceRole", _managed("AmazonEC2ContainerRegistryReadOnly"), _KUBECTL_REASON),
     (
         f"{_KUBECTL}/Handler/ServiceRole",
-        'AwsSolutions-IAM4[Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic6FE395CA",'
+        f'AwsSolutions-IAM4[Policy::{{"Fn::If":["<logical-id:{_KUBECTL}/Handler/HasEcrPublic>",'
         '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
         'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
         _KUBECTL_REASON + " ECR Public read is only attached when a chart comes from ECR Public.",
@@ -80,7 +83,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         f"{_KUBECTL}/Provider/framework-onEvent/ServiceRole/DefaultPolicy",
-        "AwsSolutions-IAM5[Resource::<ClusterKubectlProviderHandler93C0312D.Arn>:*]",
+        f"AwsSolutions-IAM5[Resource::<<logical-id:{_KUBECTL}/Handler/Resource>.Arn>:*]",
         _KUBECTL_REASON + " The wildcard covers the versions of that one handler function.",
     ),
     # [storage] entries go here.
@@ -92,18 +95,17 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'.",
     ),
     # [addons] entries: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
-    # [training] entries: in TRAINING_ACKNOWLEDGEMENTS below (applied only when the job is on).
 )
 
-# [training] The image copy into ECR: cdk-ecr-deployment's singleton function runs with the
-# bounded role of trainium_eks/training_image.py. Applied only when the job is on.
+# The workload's entries (paths under the workload construct): the image copy into ECR.
+# cdk-ecr-deployment's singleton function runs with the bounded role of training_image.py.
 _COPY_ROLE = "TrainingImages/CopyRole"
 _ECR_DEPLOYMENT_REASON = (
     "cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
     "runs only during deployments to copy the built training images into the "
     "platform's ECR repository."
 )
-TRAINING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
         _COPY_ROLE,
         _managed("service-role/AWSLambdaBasicExecutionRole"),
@@ -131,12 +133,29 @@ TRAINING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _find(stack: Stack, path: str) -> IConstruct:
-    node: IConstruct = stack
+#: A placeholder for the logical ID of the element at a path under the owner: findings that name
+#: a condition or resource by logical ID change with the ID the owner is given.
+_LOGICAL_ID = re.compile(r"<logical-id:([^>]+)>")
+
+
+def resolve_finding(root: IConstruct, finding: str) -> str:
+    """``finding`` with each ``<logical-id:PATH>`` replaced by the logical ID of ``root``/PATH."""
+
+    def logical_id(match: re.Match[str]) -> str:
+        element = _find(root, match.group(1))
+        if not isinstance(element, CfnElement):
+            raise LookupError(f"cdk-nag acknowledgement names {match.group(1)}, which has no logical ID")
+        return str(Stack.of(root).resolve(element.logical_id))
+
+    return _LOGICAL_ID.sub(logical_id, finding)
+
+
+def _find(root: IConstruct, path: str) -> IConstruct:
+    node: IConstruct = root
     for part in path.split("/"):
         child = node.node.try_find_child(part)
         if child is None:
-            raise LookupError(f"cdk-nag acknowledgement for missing construct {stack.node.path}/{path}")
+            raise LookupError(f"cdk-nag acknowledgement for missing construct {root.node.path}/{path}")
         node = child
     return node
 
@@ -156,21 +175,23 @@ def findings(scope: IConstruct) -> set[tuple[str, str]]:
     return found
 
 
-def acknowledge_findings(stack: Stack, entries: tuple[tuple[str, str, str], ...]) -> None:
-    """Acknowledge ``entries`` (path, finding, reason) on the constructs of ``stack``.
+def acknowledge_findings(root: IConstruct, entries: tuple[tuple[str, str, str], ...]) -> None:
+    """Acknowledge ``entries`` (path under ``root``, finding, reason) on the constructs of ``root``.
 
     Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
     otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
     """
-    targets = [(_find(stack, path), path, finding, reason) for path, finding, reason in entries]
-    found = findings(stack)
+    targets = [
+        (_find(root, path), path, resolve_finding(root, finding), reason) for path, finding, reason in entries
+    ]
+    found = findings(root)
     for construct, path, finding, _reason in targets:
         base = construct.node.path
         if not any(
             rule == finding and (where == base or where.startswith(base + "/")) for where, rule in found
         ):
             raise StaleAcknowledgement(
-                f"cdk-nag acknowledgement of {finding} on {stack.node.path}/{path} "
+                f"cdk-nag acknowledgement of {finding} on {root.node.path}/{path} "
                 "matches no finding; remove it from trainium_eks/nag.py"
             )
     for construct, _, finding, reason in targets:
@@ -199,11 +220,10 @@ OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
             "publishing metrics and logs.",
         ),
     ),
-    "training_enabled": TRAINING_ACKNOWLEDGEMENTS,
 }
 
 
-def suppress_platform_findings(stack: Stack, options: dict[str, bool] | None = None) -> None:
+def suppress_platform_findings(platform: IConstruct, options: dict[str, bool] | None = None) -> None:
     """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, plus
     the :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
     extra = tuple(
@@ -212,7 +232,12 @@ def suppress_platform_findings(stack: Stack, options: dict[str, bool] | None = N
         if (options or {}).get(option)
         for e in entries
     )
-    acknowledge_findings(stack, ACKNOWLEDGEMENTS + extra)
+    acknowledge_findings(platform, ACKNOWLEDGEMENTS + extra)
+
+
+def suppress_workload_findings(workload: IConstruct) -> None:
+    """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`."""
+    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS)
 
 
 # What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),

@@ -11,7 +11,7 @@ import fnmatch
 import json
 from typing import Any
 
-from tests.support import resources, synth_platform
+from tests.support import resources, synth_app, synth_platform, synth_training
 
 PUSH_ACTIONS = (
     "ecr:PutImage",
@@ -83,24 +83,32 @@ def effective(template: dict, actions: tuple[str, ...]) -> dict[str, list[Any]]:
     return result
 
 
-def test_given_default_platform_then_only_the_copy_role_can_push_and_only_to_the_platform_repository():
-    template = synth_platform()
-    (repo_id,) = resources(template, "AWS::ECR::Repository")
-    pushers = effective(template, PUSH_ACTIONS)
+def test_given_default_app_then_only_the_copy_role_can_push_and_only_to_the_platform_repository():
+    platform, training = synth_platform(), synth_training()
+    (repo_id,) = resources(platform, "AWS::ECR::Repository")
+    assert effective(platform, PUSH_ACTIONS) == {}
+    pushers = effective(training, PUSH_ACTIONS)
     assert len(pushers) == 1, pushers
     ((role_id, granted),) = pushers.items()
     assert role_id.startswith("TrainingImagesCopyRole")
-    assert granted == [{"Fn::GetAtt": [repo_id, "Arn"]}]
+    # The training stack builds the ARN from the repository name the platform outputs.
+    ((arn),) = [g["Fn::Join"][1] for g in granted]
+    assert arn[-2] == ":repository/", arn
+    assert {"Ref": "AWS::AccountId"} in arn and any(":ecr:us-west-2:" in str(part) for part in arn), arn
+    output = arn[-1]["Fn::GetStackOutput"]
+    assert output["StackName"] == "trn-bert-platform"
+    assert platform["Outputs"][output["OutputName"]]["Value"] == {"Ref": repo_id}
 
 
-def test_given_default_platform_then_no_role_can_read_s3_objects():
+def test_given_default_app_then_no_role_can_read_s3_objects():
     # The copy reads no S3 (its source is the asset repository); the library's s3:GetObject on '*'
-    # is cut by the boundary. Nothing else in the stack reads S3 objects.
-    assert effective(synth_platform(), S3_READ) == {}
+    # is cut by the boundary. Nothing else in either stack reads S3 objects.
+    for template in synth_app().values():
+        assert effective(template, S3_READ) == {}
 
 
 def test_given_copy_role_without_its_boundary_then_the_check_sees_the_wildcards():
-    template = json.loads(json.dumps(synth_platform()))
+    template = json.loads(json.dumps(synth_training()))
     for role_id in resources(template, "AWS::IAM::Role"):
         template["Resources"][role_id]["Properties"].pop("PermissionsBoundary", None)
     assert "*" in next(iter(effective(template, S3_READ).values()))

@@ -3,8 +3,10 @@
 import json
 import subprocess
 
+import pytest
+
 from tests.support import PLATFORM_STACK, REPO, VENV_BIN, resources, run_cdk_synth
-from trainium_eks.nag import ACKNOWLEDGEMENTS
+from trainium_eks.nag import ACKNOWLEDGEMENTS, OPTIONAL_ACKNOWLEDGEMENTS, WORKLOAD_ACKNOWLEDGEMENTS
 
 
 def test_given_default_app_then_cdk_nag_reports_no_unacknowledged_findings(default_synth):
@@ -15,9 +17,14 @@ def test_given_default_app_then_cdk_nag_reports_no_unacknowledged_findings(defau
     assert plugin["conclusion"] == "success"
 
 
-def test_given_acknowledgements_then_each_has_a_reason_and_targets_one_finding():
-    assert len({(path, finding) for path, finding, _ in ACKNOWLEDGEMENTS}) == len(ACKNOWLEDGEMENTS)
-    for path, finding, reason in ACKNOWLEDGEMENTS:
+@pytest.mark.parametrize(
+    "entries",
+    [ACKNOWLEDGEMENTS, WORKLOAD_ACKNOWLEDGEMENTS, *OPTIONAL_ACKNOWLEDGEMENTS.values()],
+    ids=["platform", "workload", *OPTIONAL_ACKNOWLEDGEMENTS],
+)
+def test_given_acknowledgements_then_each_has_a_reason_and_targets_one_finding(entries):
+    assert len({(path, finding) for path, finding, _ in entries}) == len(entries)
+    for path, finding, reason in entries:
         assert finding.startswith("AwsSolutions-") and path and len(reason) > 40, (path, finding)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aws_cdk import Stack
 
-from tests.support import k8s_manifests, synth_platform, validate_k8s
+from tests.support import k8s_manifests, synth_training, validate_k8s
 from tests.training.corpus import build_vocab, write_corpus
 from tests.trainium_eks.training_support import bare_cluster
 from training.job_spec import job_paths
@@ -197,7 +197,7 @@ def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_
 
 
 def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_training():
-    template = synth_platform(**PREPARATION_ON)
+    template = synth_training(**PREPARATION_ON)
     jobs = {
         obj["metadata"]["name"].split("-")[0]: (logical_id, obj)
         for logical_id, obj in k8s_manifests(template)

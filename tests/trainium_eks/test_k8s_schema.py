@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tests.support import k8s_manifests, synth_platform, validate_k8s
+from tests.support import k8s_manifests, synth_app, validate_k8s
 from tests.trainium_eks.addons import ALL_OPTIONS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
@@ -164,13 +164,13 @@ def test_given_default_app_then_every_applied_object_is_valid_for_kubernetes_1_3
 
 
 def test_given_every_add_on_option_on_then_every_applied_object_is_valid():
-    _assert_all_valid(_objects({"Variant": synth_platform(**ALL_OPTIONS)}))
+    _assert_all_valid(_objects(synth_app(**ALL_OPTIONS)))
 
 
 def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
     from tests.trainium_eks.test_dataset_preparation import PREPARATION_ON
 
-    objects = list(_objects({"Variant": synth_platform(**PREPARATION_ON)}))
+    objects = list(_objects(synth_app(**PREPARATION_ON)))
     assert any(o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed" for _, o in objects)
     _assert_all_valid(objects)
 

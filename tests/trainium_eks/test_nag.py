@@ -5,18 +5,25 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+from constructs import IConstruct
 
 from stacks import TrainiumPlatformStack
+from tests.trainium_eks.training_support import bare_cluster
+from trainium_eks import TrainingWorkload, WorkloadTarget
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (
     ACKNOWLEDGEMENTS,
+    OPTIONAL_ACKNOWLEDGEMENTS,
+    WORKLOAD_ACKNOWLEDGEMENTS,
     PlatformChecks,
     StaleAcknowledgement,
     acknowledge_findings,
     eks_cluster_problems,
     findings,
+    resolve_finding,
 )
 
 
@@ -111,24 +118,59 @@ def test_given_platform_with_public_endpoint_then_pack_finds_nothing(public_plat
 def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it(public_platform):
     entry = ("Cluster/Cluster/Role", "AwsSolutions-IAM5[Resource::*]", "x" * 50)
     with pytest.raises(
-        StaleAcknowledgement, match=r"AwsSolutions-IAM5\[Resource::\*\] on P/Cluster/Cluster/Role"
+        StaleAcknowledgement, match=r"AwsSolutions-IAM5\[Resource::\*\] on P/Default/Cluster/Cluster/Role"
     ):
-        acknowledge_findings(public_platform, (entry,))
+        acknowledge_findings(public_platform.platform, (entry,))
 
 
 def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
-    import stacks.platform_stack as platform_stack
+    import trainium_eks.platform as platform_module
 
     applied = []
     # Built without acknowledgements: every platform entry must name something cdk-nag reports.
     monkeypatch.setattr(
-        platform_stack, "suppress_platform_findings", lambda s, options=None: applied.append(s)
+        platform_module, "suppress_platform_findings", lambda s, options=None: applied.append(s)
     )
     platform = TrainiumPlatformStack(
         cdk.App(), "P2", config=config_from_context({"training_enabled": "false"})
     )
-    assert applied == [platform]
+    assert applied == [platform.platform]
     found = findings(platform)
-    for path, finding, _ in ACKNOWLEDGEMENTS:
-        base = f"P2/{path}"
+    for path, entry, _ in ACKNOWLEDGEMENTS:
+        base, finding = f"P2/Default/{path}", resolve_finding(platform.platform, entry)
         assert any(rule == finding and where.startswith(base) for where, rule in found), (path, finding)
+
+
+def _workload_on_a_bare_cluster() -> TrainingWorkload:
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    target = WorkloadTarget(cluster=cluster, repository=ecr.Repository(stack, "Repo"))
+    return TrainingWorkload(stack, "Workload", target=target, config=config_from_context({}))
+
+
+def test_given_workload_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
+    import trainium_eks.workload as workload_module
+
+    applied: list[IConstruct] = []
+    # Built without acknowledgements: every workload entry must name something cdk-nag reports.
+    monkeypatch.setattr(workload_module, "suppress_workload_findings", applied.append)
+    workload = _workload_on_a_bare_cluster()
+    assert applied == [workload]
+    found = findings(workload)
+    for path, finding, _ in WORKLOAD_ACKNOWLEDGEMENTS:
+        base = f"T/Workload/{path}"
+        assert any(rule == finding and where.startswith(base) for where, rule in found), (path, finding)
+
+
+def test_given_acknowledgements_split_by_owner_then_no_entry_names_the_other_owners_constructs():
+    workload_roots = {"TrainingImages", "Training", "DatasetStaging", "DatasetPreparation", "TensorBoard"}
+    assert not [path for path, _, _ in ACKNOWLEDGEMENTS if path.split("/")[0] in workload_roots]
+    assert {path.split("/")[0] for path, _, _ in WORKLOAD_ACKNOWLEDGEMENTS} <= workload_roots
+    assert "training_enabled" not in OPTIONAL_ACKNOWLEDGEMENTS
+
+
+def test_given_a_workload_acknowledgement_that_matches_no_finding_then_stale_error_names_it():
+    workload = _workload_on_a_bare_cluster()
+    entry = ("TensorBoard", "AwsSolutions-IAM5[Resource::*]", "x" * 50)
+    with pytest.raises(StaleAcknowledgement, match=r"IAM5\[Resource::\*\] on T/Workload/TensorBoard matches"):
+        acknowledge_findings(workload, (entry,))

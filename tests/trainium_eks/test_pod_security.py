@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from tests.support import k8s_manifests, resources, synth_platform
+from tests.support import k8s_manifests, resources, synth_app, synth_platform
 from tests.trainium_eks.training_support import baseline_violations
 
 LEVELS = ("privileged", "baseline", "restricted")
 
 
+def _manifests() -> list[dict]:
+    """The Kubernetes objects both stacks of the default app apply."""
+    return [obj for template in synth_app().values() for _, obj in k8s_manifests(template)]
+
+
 def _objects(kind: str) -> list[dict]:
-    return [obj for _, obj in k8s_manifests(synth_platform()) if obj["kind"] == kind]
+    return [obj for obj in _manifests() if obj["kind"] == kind]
 
 
 def _pod_specs() -> dict[str, list[dict]]:
     """namespace -> pod specs of the Jobs, Volcano Jobs and Deployments applied in it."""
     specs: dict[str, list[dict]] = {}
-    for _, obj in k8s_manifests(synth_platform()):
+    for obj in _manifests():
         if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh"):
             templates = [t["template"] for t in obj["spec"]["tasks"]]
         elif obj["kind"] in ("Job", "Deployment", "StatefulSet"):

@@ -174,8 +174,8 @@ def test_given_etcd_backend_with_endpoint_then_torchrun_uses_it():
     assert "--rdzv_backend etcd-v2 --rdzv_endpoint etcd.etcd.svc.cluster.local:2379" in cmd
 
 
-def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_valid(platform_json):
-    objs = manifests_of(platform_json)
+def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_valid(training_json):
+    objs = manifests_of(training_json)
     kinds = {(o["apiVersion"], o["kind"]) for o in objs}
     assert ("batch.volcano.sh/v1alpha1", "Job") in kinds
     for obj in objs:
@@ -192,7 +192,7 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
     script = staging["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "s3://neuron-s3/training_datasets/" in script and "--no-sign-request" in script
     assert "if [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]; then" in script
-    outputs = platform_json["Outputs"]
+    outputs = training_json["Outputs"]
     values = [str(o["Value"]) for o in outputs.values()]
     assert any(v.startswith("kubectl logs -n training -f trn-bert-") for v in values)
     assert any("kubectl port-forward -n training svc/tensorboard 6006:6006" == v for v in values)

@@ -103,7 +103,7 @@ def test_given_default_config_then_etcd_comes_after_the_ebs_csi_driver(platform_
 
 def test_given_default_config_then_the_stack_exposes_the_endpoint():
     stack = TrainiumPlatformStack(cdk.App(), "Attrs", config=PlatformConfig())
-    assert stack.addons.etcd_endpoint == "etcd.etcd.svc.cluster.local:2379"
+    assert stack.platform.addons.etcd_endpoint == "etcd.etcd.svc.cluster.local:2379"
 
 
 def test_given_etcd_disabled_then_no_etcd_no_ebs_driver_and_no_endpoint():
@@ -111,7 +111,7 @@ def test_given_etcd_disabled_then_no_etcd_no_ebs_driver_and_no_endpoint():
     assert objects(template, "StatefulSet") == []
     assert logical_ids(template, "AWS::EKS::Addon", "AddonsEbsCsi") == []
     stack = TrainiumPlatformStack(cdk.App(), "Off", config=PlatformConfig(etcd_enabled=False))
-    assert stack.addons.etcd is None and stack.addons.etcd_endpoint is None
+    assert stack.platform.addons.etcd is None and stack.platform.addons.etcd_endpoint is None
 
 
 @pytest.mark.parametrize(

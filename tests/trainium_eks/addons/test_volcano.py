@@ -104,5 +104,5 @@ def test_given_zero_nodes_then_capability_is_refused():
 
 def test_given_default_config_then_stack_exposes_the_queue_name():
     stack = TrainiumPlatformStack(cdk.App(), "Attrs", config=PlatformConfig())
-    assert stack.addons.queue_name == "training"
-    assert stack.addons.volcano.queue_name == "training"
+    assert stack.platform.addons.queue_name == "training"
+    assert stack.platform.addons.volcano.queue_name == "training"

@@ -1,0 +1,221 @@
+"""The platform as one construct: network, cluster, Trainium nodegroup, storage, registry, add-ons.
+
+Give it the ID ``Default`` to keep the logical IDs of a stack that composed the same constructs
+directly: aws-cdk leaves path components named ``Default`` out of logical IDs
+(``makeUniqueId`` in aws-cdk-lib's ``core/lib/private/uniqueid.ts``), so the VPC, the file
+system, its key and the repository are not replaced when an app moves to this construct.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from .addons import TrainiumAddons
+from .cluster import TrainiumCluster
+from .config import PlatformConfig
+from .errors import ConfigError
+from .escape_hatch import as_icluster
+from .fsx import TrainingFileSystem
+from .fsx_csi import FsxCsiVolume
+from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
+from .network import TrainiumNetwork
+from .nodegroup import NeuronNodegroup
+from .registry import TrainingImageRepository
+from .workload import WorkloadTarget
+
+#: Stack outputs the platform publishes for a workload in another stack (output id, what). The
+#: same for every workload setting, so deploying the workload alone never needs a platform change.
+WORKLOAD_OUTPUTS = (
+    ("WorkloadClusterName", "EKS cluster name"),
+    ("WorkloadKubectlServiceToken", "service token of the cluster's kubectl provider"),
+    ("WorkloadRepositoryName", "name of the training image repository"),
+)
+
+
+class TrainiumPlatform(Construct):
+    """Everything a Trainium training workload needs, composed from the library's constructs.
+
+    Props: ``config``, the typed platform settings (:class:`PlatformConfig`; every default is
+    documented there). Only its platform fields are read: the ``training_*`` and
+    ``preparation_*`` fields belong to :class:`TrainingWorkload`.
+
+    Attributes:
+        config: the settings it was built from.
+        network: :class:`TrainiumNetwork` (VPC and subnets).
+        cluster: :class:`TrainiumCluster` (EKS, kubectl provider, system nodegroup).
+        trainium: :class:`NeuronNodegroup` (the Trainium nodes).
+        storage: :class:`TrainingFileSystem` (FSx for Lustre).
+        storage_volume: :class:`FsxCsiVolume` (CSI driver, namespace, volume and claim).
+        registry: :class:`TrainingImageRepository` (ECR).
+        addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability).
+        workload_target: the :class:`WorkloadTarget` of a :class:`TrainingWorkload` in the same
+            stack; :meth:`workload_target_in` gives one for a workload in another stack.
+
+    The cdk-nag findings the platform accepts by design are acknowledged on this construct
+    (``trainium_eks.nag.ACKNOWLEDGEMENTS`` and the entries of the options that are on).
+    """
+
+    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig) -> None:
+        super().__init__(scope, id)
+        self.config = config
+        self.network = TrainiumNetwork(
+            self,
+            "Network",
+            az_ids=(config.trainium_az_id, config.second_az_id),
+            cidr=config.vpc_cidr,
+            nat_gateways=config.nat_gateways,
+            existing_vpc_id=config.existing_vpc_id,
+            existing_private_subnet_ids=config.existing_private_subnet_ids,
+        )
+        self.cluster = TrainiumCluster(
+            self,
+            "Cluster",
+            vpc=self.network.vpc,
+            subnets=self.network.private_subnets,
+            kubernetes_version=config.kubernetes_version,
+            endpoint_public_cidrs=config.endpoint_public_cidrs,
+            admin_principal_arns=config.admin_principal_arns,
+            system_nodes=config.system_nodes,
+        )
+        # jsii's Cluster class lacks ICluster's kubectl_provider_options member, so mypy cannot
+        # see that it implements the interface, which it does at runtime.
+        eks_cluster = as_icluster(self.cluster.cluster)
+        self.trainium = NeuronNodegroup(
+            self,
+            "Trainium",
+            cluster=eks_cluster,
+            facts=config.facts,
+            subnet=self.network.trainium_subnet,
+            min_size=config.min_nodes,
+            desired_size=config.desired_nodes,
+            max_size=config.max_nodes,
+            root_volume_gib=config.root_volume_gib,
+            efa_layout=config.efa_interface_layout,
+            capacity_reservation_id=config.capacity_reservation_id,
+            capacity_block=config.capacity_type == "capacity-block",
+            name_prefix=config.name_prefix,
+        )
+        self.storage = TrainingFileSystem(
+            self,
+            "Storage",
+            vpc=self.network.vpc,
+            subnet=self.network.trainium_subnet,
+            # Both nodegroups are EKS managed nodegroups: their nodes carry the cluster group.
+            client_security_group_ids=[self.cluster.cluster.cluster_security_group_id],
+            deployment_type=config.fsx_deployment_type,
+            storage_gib=config.fsx_storage_gib,
+            throughput_per_tib=config.fsx_throughput_per_tib,
+            compression=config.fsx_compression,
+            s3_import_uri=config.fsx_s3_import_uri,
+            s3_export_uri=config.fsx_s3_export_uri,
+        )
+        self.storage_volume = FsxCsiVolume(
+            self,
+            "StorageVolume",
+            cluster=eks_cluster,
+            file_system=self.storage,
+        )
+        self.registry = TrainingImageRepository(
+            self,
+            "Registry",
+            repository_name=f"{config.name_prefix}/training",
+            keep_images=config.ecr_keep_images,
+        )
+        self.addons = TrainiumAddons(
+            self,
+            "Addons",
+            cluster=self.cluster,
+            trainium=self.trainium,
+            max_nodes=config.max_nodes,
+            neuron_scheduler_extension=config.neuron_scheduler_extension,
+            neuron_node_problem_detector=config.neuron_node_problem_detector,
+            etcd_enabled=config.etcd_enabled,
+            container_insights=config.container_insights,
+        )
+        # The FSx CSI controller gets AWS credentials from Pod Identity: the agent comes first.
+        self.storage_volume.driver.node.add_dependency(self.addons.observability.pod_identity_agent)
+        # So does the VPC CNI on every node (no CNI permissions on the node role): agent and CNI
+        # add-ons exist before any node joins.
+        for nodegroup in (self.cluster.system_nodegroup, self.trainium.nodegroup):
+            nodegroup.node.add_dependency(self.addons.observability.pod_identity_agent, self.cluster.vpc_cni)
+        kubectl = self.cluster.cluster.kubectl_provider
+        assert kubectl is not None, "TrainiumCluster always sets kubectl_provider_options"
+        values = (
+            eks_cluster.cluster_name,
+            kubectl.service_token,
+            self.registry.repository.repository_name,
+        )
+        self.workload_outputs = {
+            output_id: CfnOutput(self, output_id, value=value, description=f"For the training stack: {what}")
+            for (output_id, what), value in zip(WORKLOAD_OUTPUTS, values, strict=True)
+        }
+        suppress_platform_findings(
+            self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
+        )
+
+    @property
+    def workload_target(self) -> WorkloadTarget:
+        """The cluster, claim, queue, repository and etcd a :class:`TrainingWorkload` uses, with
+        the platform objects its Kubernetes objects are applied after."""
+        volcano = self.addons.volcano
+        return WorkloadTarget(
+            cluster=as_icluster(self.cluster.cluster),
+            repository=self.registry.repository,
+            namespace=self.storage_volume.namespace,
+            claim_name=self.storage_volume.claim_name,
+            queue_name=self.addons.queue_name,
+            etcd_endpoint=self.addons.etcd_endpoint,
+            claim_dependencies=(self.storage_volume.volume_manifest,),
+            queue_dependencies=(volcano.chart, volcano.queue),
+            etcd_dependencies=(self.addons.etcd,) if self.addons.etcd is not None else (),
+        )
+
+    def workload_target_in(self, scope: Construct) -> WorkloadTarget:
+        """The :class:`WorkloadTarget` for a workload built in ``scope``, in another stack of the
+        same environment (or :attr:`workload_target` in this one).
+
+        The cluster (with its kubectl provider) and the repository are imported by attributes
+        from :data:`WORKLOAD_OUTPUTS` with ``Fn::GetStackOutput``: no CloudFormation export ties
+        the stacks, so either deploys alone and no export can be "in use". The consuming stack
+        depends on this one, so everything the workload needs exists before it is deployed.
+        """
+        here, there = Stack.of(self), Stack.of(scope)
+        if here is there:
+            return self.workload_target
+        if here.environment != there.environment:
+            # The repository's ARN and URI are built from the consuming stack's account and region.
+            raise ConfigError(
+                "region",
+                there.region,
+                f"put the workload's stack in the platform's environment ({here.environment})",
+            )
+        there.node.add_dependency(here)
+
+        def read(output_id: str) -> str:
+            output_name = here.resolve(self.workload_outputs[output_id].logical_id)
+            return Fn.get_stack_output(here.stack_name, output_name, here.region)
+
+        cluster = eks.Cluster.from_cluster_attributes(
+            scope,
+            "PlatformCluster",
+            cluster_name=read("WorkloadClusterName"),
+            kubectl_provider=eks.KubectlProvider.from_kubectl_provider_attributes(
+                scope, "PlatformKubectlProvider", service_token=read("WorkloadKubectlServiceToken")
+            ),
+        )
+        # By name: the ARN and URI are built from the consuming stack's account and region (the
+        # platform's), never by splitting an output, which cfn-lint 1.58 cannot type inside Fn::Split.
+        repository = ecr.Repository.from_repository_name(
+            scope, "PlatformRepository", read("WorkloadRepositoryName")
+        )
+        return WorkloadTarget(
+            cluster=cluster,
+            repository=repository,
+            namespace=self.storage_volume.namespace,
+            claim_name=self.storage_volume.claim_name,
+            queue_name=self.addons.queue_name,
+            etcd_endpoint=self.addons.etcd_endpoint,
+        )

@@ -1,0 +1,182 @@
+"""The training workload as one construct: images, dataset, the BERT job, TensorBoard, outputs.
+
+It needs a cluster and a few names, not the platform: :class:`WorkloadTarget` says where it runs.
+``TrainiumPlatform.workload_target`` gives the platform's; for a cluster you already have,
+import it with ``aws_eks_v2.Cluster.from_cluster_attributes`` and its kubectl provider and name
+its FSx claim, Volcano queue and an ECR repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct, IConstruct
+
+from .config import PlatformConfig
+from .dataset_preparation import DatasetPreparation
+from .dataset_staging import DatasetStaging
+from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
+from .nag import suppress_workload_findings
+from .tensorboard import TensorBoard
+from .training_config import job_script_args, nproc_per_node
+from .training_image import TrainingImages
+from .training_job import BertPretrainingJob, add_job_outputs
+
+#: The Volcano queue the platform creates for training jobs (``addons.volcano``'s default).
+TRAINING_QUEUE = "training"
+
+
+@dataclass(frozen=True)
+class WorkloadTarget:
+    """Where a :class:`TrainingWorkload` runs. Each default is the platform's own name."""
+
+    #: The EKS cluster, with a kubectl provider (an imported one needs ``kubectl_provider``).
+    cluster: eks.ICluster
+    #: ECR repository the training and TensorBoard images are copied into.
+    repository: ecr.IRepository
+    #: Namespace of the workload's objects; the FSx claim lives there.
+    namespace: str = TRAINING_NAMESPACE
+    #: ReadWriteMany claim of the FSx for Lustre volume, mounted at /data.
+    claim_name: str = CLAIM_NAME
+    #: Volcano queue of the training job.
+    queue_name: str = TRAINING_QUEUE
+    #: ``host:port`` of an etcd server with the v2 API, for the etcd rendezvous. None: c10d only.
+    etcd_endpoint: str | None = None
+    #: Applied before anything that mounts the claim (the claim's volume). Empty: it exists.
+    claim_dependencies: Sequence[IConstruct] = ()
+    #: Applied before the Volcano Job (Volcano's chart and the queue). Empty: they exist.
+    queue_dependencies: Sequence[IConstruct] = ()
+    #: Applied before a job with the etcd rendezvous (the etcd server). Empty: it exists.
+    etcd_dependencies: Sequence[IConstruct] = ()
+
+
+class TrainingWorkload(Construct):
+    """BERT pretraining on a Trainium cluster: images, dataset staging or preparation, the
+    Volcano Job, TensorBoard and the stack outputs with the commands to watch it.
+
+    Props (keyword-only):
+        target: where it runs (:class:`WorkloadTarget`).
+        config: the job settings: the ``training_*`` and ``preparation_*`` fields of
+            :class:`PlatformConfig`, with ``instance_type``, ``desired_nodes``, ``max_nodes`` and
+            ``name_prefix`` (defaults documented there).
+
+    Attributes:
+        images (:class:`TrainingImages`), job (:class:`BertPretrainingJob`), staging
+        (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``),
+        tensorboard (:class:`TensorBoard`).
+
+    Its own cdk-nag acknowledgements (the image copy's role) are applied on this construct.
+    Give it the ID ``Default`` to keep the logical IDs the workload had inside the platform stack.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, target: WorkloadTarget, config: PlatformConfig) -> None:
+        super().__init__(scope, id)
+        cluster = target.cluster
+        claim_ready = list(target.claim_dependencies)
+        self.images = TrainingImages(self, "TrainingImages", repository=target.repository)
+        copies = list(self.images.copies)
+        self.job = _pretraining_job(
+            self,
+            target=target,
+            config=config,
+            image=self.images.training_image,
+            image_key=self.images.training_tag,
+            depends_on=[*target.queue_dependencies, *claim_ready, *copies],
+        )
+        if config.training_rdzv_backend != "c10d":
+            for server in target.etcd_dependencies:
+                self.job.manifest.node.add_dependency(server)
+        dataset_needs = [*claim_ready, self.job.service_account_manifest, *copies]
+        self.staging: DatasetStaging | DatasetPreparation
+        if config.preparation_enabled:
+            self.staging = DatasetPreparation(
+                self,
+                "DatasetPreparation",
+                cluster=cluster,
+                namespace=target.namespace,
+                image=self.images.training_image,
+                image_key=self.images.training_tag,
+                paths=self.job.paths,
+                claim_name=target.claim_name,
+                service_account=self.job.service_account,
+                corpus=config.preparation_corpus,
+                vocab=config.preparation_vocab,
+                pods=config.preparation_pods,
+                cpus_per_pod=config.preparation_cpus_per_pod,
+                args=dict(config.preparation_args),
+                facts=config.facts,
+                nodes=config.desired_nodes,
+                depends_on=dataset_needs,
+            )
+            # Applied first, its pods take their CPUs before the training gang (which waits for
+            # the marker anyway) holds whole nodes.
+            self.job.manifest.node.add_dependency(self.staging.manifest)
+        else:
+            self.staging = DatasetStaging(
+                self,
+                "DatasetStaging",
+                cluster=cluster,
+                namespace=target.namespace,
+                image=self.images.training_image,
+                image_key=self.images.training_tag,
+                paths=self.job.paths,
+                claim_name=target.claim_name,
+                service_account=self.job.service_account,
+                source=config.training_dataset_source,
+                depends_on=dataset_needs,
+            )
+        self.tensorboard = TensorBoard(
+            self,
+            "TensorBoard",
+            cluster=cluster,
+            namespace=target.namespace,
+            image=self.images.tensorboard_image,
+            claim_name=target.claim_name,
+            depends_on=[*claim_ready, *copies],
+        )
+        add_job_outputs(self, job=self.job, namespace=target.namespace)
+        suppress_workload_findings(self)
+
+
+def _pretraining_job(
+    scope: Construct,
+    *,
+    target: WorkloadTarget,
+    config: PlatformConfig,
+    image: str,
+    image_key: str,
+    depends_on: Sequence[IConstruct],
+) -> BertPretrainingJob:
+    """The one place where the job settings become the job construct's arguments."""
+    return BertPretrainingJob(
+        scope,
+        "Training",
+        cluster=target.cluster,
+        facts=config.facts,
+        nodes=config.desired_nodes,
+        max_nodes=config.max_nodes,
+        image=image,
+        image_key=image_key,
+        namespace=target.namespace,
+        claim_name=target.claim_name,
+        queue=target.queue_name,
+        model=config.training_model,
+        batch_size=config.training_batch_size,
+        global_batch=config.training_global_batch,
+        max_steps=config.training_max_steps,
+        nproc_per_node=nproc_per_node(config),
+        script_args=job_script_args(config),
+        rdzv_backend=config.training_rdzv_backend,
+        etcd_endpoint=target.etcd_endpoint,
+        dataset_name=config.training_dataset_name,
+        cache_set=config.training_cache_set,
+        run_name=config.training_run_name,
+        checkpoint_every=config.training_checkpoint_every,
+        max_restarts=config.training_max_restarts,
+        max_retry=config.training_max_retry,
+        name_prefix=config.name_prefix,
+        depends_on=depends_on,
+    )
