@@ -9,7 +9,6 @@ from trainium_eks.config import PlatformConfig
 from trainium_eks.dataset_preparation import DatasetPreparation
 from trainium_eks.dataset_staging import DatasetStaging
 from trainium_eks.tensorboard import TensorBoard
-from trainium_eks.training_config import job_script_args, nproc_per_node
 from trainium_eks.training_image import TrainingImages
 from trainium_eks.training_job import BertPretrainingJob, add_job_outputs
 
@@ -42,24 +41,12 @@ def add_training(stack: Any, config: PlatformConfig) -> TrainingWorkload:
         namespace=volume.namespace,
         claim_name=volume.claim_name,
         queue=addons.queue_name,
-        model=config.training_model,
-        batch_size=config.training_batch_size,
-        global_batch=config.training_global_batch,
-        max_steps=config.training_max_steps,
-        nproc_per_node=nproc_per_node(config),
-        script_args=job_script_args(config),
-        rdzv_backend=config.training_rdzv_backend,
+        spec=config.training,
         etcd_endpoint=addons.etcd_endpoint,
-        dataset_name=config.training_dataset_name,
-        cache_set=config.training_cache_set,
-        run_name=config.training_run_name,
-        checkpoint_every=config.training_checkpoint_every,
-        max_restarts=config.training_max_restarts,
-        max_retry=config.training_max_retry,
         name_prefix=config.name_prefix,
         depends_on=before,
     )
-    if addons.etcd is not None and config.training_rdzv_backend != "c10d":
+    if addons.etcd is not None and config.training.rdzv_backend != "c10d":
         job.manifest.node.add_dependency(addons.etcd)
     dataset_needs = [volume.volume_manifest, job.service_account_manifest, *images.copies]
     if config.preparation_enabled:

@@ -24,18 +24,17 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import (
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.naming import hashed_name, spec_digest
+from trainium_job.pod import (
     DATA_MOUNT,
     JobPaths,
     compute_resources,
     container_security_context,
     pod_security_context,
 )
-
-from .errors import ConfigError
-from .instance_types import InstanceFacts
-from .job_naming import hashed_name, spec_digest
-from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
+from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 #: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -204,7 +203,7 @@ def preparation_job(
                     "restartPolicy": "Never",
                     "securityContext": pod_security_context(),
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [dict(TRAINIUM_TOLERATION)],
+                    "tolerations": [dict(WORKLOAD_TOLERATION)],
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,

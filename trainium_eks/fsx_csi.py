@@ -16,7 +16,9 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from .cluster import SYSTEM_NODE_LABEL
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
+from trainium_job.scheduling import TRAINING_NAMESPACE as TRAINING_NAMESPACE  # re-exported by the package
+
 from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
@@ -29,8 +31,6 @@ TRAINING_NAMESPACE_PSA = {
     "pod-security.kubernetes.io/warn": "baseline",
     "pod-security.kubernetes.io/audit": "baseline",
 }
-#: Namespace of the training jobs (created here, with the claim).
-TRAINING_NAMESPACE = "training"
 #: The claim training pods mount (at /data).
 CLAIM_NAME = "fsx-claim"
 #: CSI driver name and the controller's service account (chart defaults).

@@ -6,7 +6,7 @@ from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from .instance_types import InstanceFacts
+from trainium_job.instances import InstanceFacts
 
 
 def efa_network_interfaces(

@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..cluster import SYSTEM_NODE_LABEL
+from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
+
 from ..versions import ADDON_PINS, AddonPin
 
 CLIENT_PORT = 2379
@@ -197,7 +198,7 @@ class EtcdServer(Construct):
         cluster: eks.ICluster,
         storage_class_name: str,
         namespace: str = "etcd",
-        client_namespaces: Sequence[str] = ("training",),
+        client_namespaces: Sequence[str] = (TRAINING_NAMESPACE,),
         volume_gib: int = 2,
         quota_bytes: int = 1024**3,
         pin: AddonPin = ADDON_PINS["etcd"],
@@ -207,7 +208,7 @@ class EtcdServer(Construct):
             cluster: the cluster (with a kubectl provider).
             storage_class_name: StorageClass of the data volume (an EBS CSI class).
             namespace: namespace created for etcd. Default "etcd".
-            client_namespaces: namespaces whose pods may connect. Default ("training",).
+            client_namespaces: namespaces whose pods may connect. Default ``(TRAINING_NAMESPACE,)``.
             volume_gib: size of the data volume. Default 2.
             quota_bytes: etcd backend quota; keep it below the volume size. Default 1 GiB.
             pin: image and tag (3.5.x). Default: ``ADDON_PINS["etcd"]``.

@@ -18,13 +18,17 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..cluster import SYSTEM_NODE_LABEL
-from ..instance_types import InstanceFacts
+from trainium_job.instances import InstanceFacts
+from trainium_job.scheduling import (
+    EFA_RESOURCE,
+    NEURON_RESOURCE,
+    NEURONCORE_RESOURCE,
+    SYSTEM_NODE_LABEL,
+    TRAINING_QUEUE,
+)
+
 from ..versions import ADDON_PINS, AddonPin
 
-NEURON_RESOURCE = "aws.amazon.com/neuron"
-NEURONCORE_RESOURCE = "aws.amazon.com/neuroncore"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_NAMESPACE = "volcano-system"
 #: Pod Security Admission for Volcano's namespace. The chart's scheduler, controller and admission
@@ -99,7 +103,7 @@ class VolcanoScheduler(Construct):
         cluster: eks.ICluster,
         facts: InstanceFacts,
         max_nodes: int,
-        queue_name: str = "training",
+        queue_name: str = TRAINING_QUEUE,
         pin: AddonPin = ADDON_PINS["volcano"],
     ) -> None:
         """
@@ -107,7 +111,7 @@ class VolcanoScheduler(Construct):
             cluster: the cluster (with a kubectl provider).
             facts: the Trainium instance type.
             max_nodes: the Trainium nodegroup's maximum size.
-            queue_name: name of the training Queue. Default "training".
+            queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
             pin: chart, repository and version. Default: ``ADDON_PINS["volcano"]``.
         """
         super().__init__(scope, id)

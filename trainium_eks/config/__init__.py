@@ -1,0 +1,53 @@
+"""The platform's configuration: one typed, validated object.
+
+- :mod:`.schema`: :class:`PlatformConfig`, its fields and defaults (the job's in
+  :class:`~trainium_job.spec.BertJobSpec`);
+- :mod:`.context`: :func:`config_from_context`, CDK context values coerced to the fields' types;
+- :mod:`.checks`: the deployment checks, run when the object is built.
+
+Every check raises :class:`ConfigError` whose message names the key, the value and the fix, so a
+bad input stops synth with one line and no stack is built.
+"""
+
+from trainium_job.errors import ConfigError
+from trainium_job.spec import BertJobSpec
+
+from .checks import (
+    ALWAYS_ON_ADDONS,
+    AZ_ID_PARTITIONS,
+    CAPACITY_TYPES,
+    EFA_LAYOUTS,
+    MAX_PUBLIC_ENDPOINT_ADDRESSES,
+    MAX_TAGS,
+    OPTIONAL_ADDONS,
+    PLATFORM_TAG_KEYS,
+    SUPPORTED_PARTITIONS,
+    az_id_prefix,
+    name_prefix_problem,
+    region_partition,
+    tag_problem,
+    unverified_addons,
+)
+from .context import config_from_context
+from .schema import PlatformConfig
+
+__all__ = [
+    "ALWAYS_ON_ADDONS",
+    "AZ_ID_PARTITIONS",
+    "CAPACITY_TYPES",
+    "EFA_LAYOUTS",
+    "MAX_PUBLIC_ENDPOINT_ADDRESSES",
+    "MAX_TAGS",
+    "OPTIONAL_ADDONS",
+    "PLATFORM_TAG_KEYS",
+    "SUPPORTED_PARTITIONS",
+    "BertJobSpec",
+    "ConfigError",
+    "PlatformConfig",
+    "az_id_prefix",
+    "config_from_context",
+    "name_prefix_problem",
+    "region_partition",
+    "tag_problem",
+    "unverified_addons",
+]
