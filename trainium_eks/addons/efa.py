@@ -16,6 +16,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 
@@ -54,9 +55,10 @@ class EfaDevicePlugin(Construct):
         """
         super().__init__(scope, id)
         if not facts.multi_node:
-            raise ValueError(
-                f"facts: {facts.name} has no EFA interfaces; the EFA device plugin "
-                "would crash-loop there, leave it out"
+            raise ConfigError(
+                "facts",
+                facts.name,
+                f"{facts.name} has no EFA interfaces; the EFA device plugin would crash-loop there, leave it out",
             )
         self.chart = eks.HelmChart(
             self,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
 from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
 
 from ..versions import ADDON_PINS, AddonPin
@@ -215,15 +216,14 @@ class EtcdServer(Construct):
         """
         super().__init__(scope, id)
         if not pin.version.startswith("v3.5."):
-            raise ValueError(
-                f"pin: etcd {pin.version} is invalid; the v2 API needs etcd 3.5.x (3.6 removed it)"
-            )
+            raise ConfigError("pin", pin.version, "the v2 API needs etcd 3.5.x (3.6 removed it)")
         if not client_namespaces:
-            raise ValueError("client_namespaces: () is invalid; name the namespaces of the jobs")
+            raise ConfigError("client_namespaces", (), "name the namespaces of the jobs")
         if quota_bytes >= volume_gib * 1024**3:
-            raise ValueError(
-                f"quota_bytes: {quota_bytes} is invalid; keep it below the "
-                f"{volume_gib} GiB volume so the quota alarm precedes a full disk"
+            raise ConfigError(
+                "quota_bytes",
+                quota_bytes,
+                f"keep it below the {volume_gib} GiB volume so the quota alarm precedes a full disk",
             )
         self.namespace = namespace
         self.endpoint = f"etcd.{namespace}.svc.cluster.local:{CLIENT_PORT}"

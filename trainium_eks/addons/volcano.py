@@ -18,6 +18,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.scheduling import (
     EFA_RESOURCE,
@@ -60,7 +61,7 @@ def volcano_chart_values() -> dict:
 def queue_capability(facts: InstanceFacts, max_nodes: int) -> dict[str, str]:
     """Resources of ``max_nodes`` nodes of ``facts`` (zero-valued resources are left out)."""
     if max_nodes < 1:
-        raise ValueError(f"max_nodes: {max_nodes} is invalid; the nodegroup needs at least 1 node")
+        raise ConfigError("max_nodes", max_nodes, "the nodegroup needs at least 1 node")
     per_node = {
         "cpu": facts.vcpus,
         NEURON_RESOURCE: facts.neuron_devices,
