@@ -14,16 +14,17 @@ from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
 from .nag import acknowledge_findings, suppress_platform_findings
 from .network import TrainiumNetwork
-from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup
+from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup, TrainiumNodegroup
 from .registry import TrainingImageRepository
 from .review import platform_review
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
-from .training_job import BertPretrainingJob, TrainingPlan, plan_training
+from .training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES, KubernetesRelease
 
 __all__ = [
     "acknowledge_findings",
+    "BertJobSpec",
     "BertPretrainingJob",
     "CLAIM_NAME",
     "config_from_context",
@@ -59,4 +60,5 @@ __all__ = [
     "TrainiumCluster",
     "TrainiumLaunchTemplate",
     "TrainiumNetwork",
+    "TrainiumNodegroup",
 ]

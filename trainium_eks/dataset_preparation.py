@@ -24,6 +24,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
+from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import hashed_name, spec_digest
@@ -105,8 +106,7 @@ def check_pods(
     """Whole numbers; and with the node type and count, that all pods fit on the nodes at once
     (they wait for each other, so a pod left pending would stall the others)."""
     for field, value in (("pods", pods), ("cpus_per_pod", cpus_per_pod)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(field, value, "must be a whole number, 1 or more")
+        checks.whole_number(field, value, minimum=1)
     if facts is None or nodes is None:
         return
     per_node = -(-pods // nodes)
@@ -240,8 +240,7 @@ def preparation_job(
 
 def validate_preparation_config(c: Any) -> None:
     """The ``preparation_*`` fields of ``PlatformConfig``, with the construct's rules."""
-    if not isinstance(c.preparation_enabled, bool):
-        raise ConfigError("preparation_enabled", c.preparation_enabled, "must be true or false")
+    checks.flag("preparation_enabled", c.preparation_enabled)
     if c.preparation_enabled and not c.training_enabled:
         raise ConfigError(
             "preparation_enabled",

@@ -17,7 +17,14 @@ from trainium_job.pod import TASK_NAME, JobPaths
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
 
-__all__ = ["BertPretrainingJob", "TrainingPlan", "add_job_outputs", "job_commands", "plan_training"]
+__all__ = [
+    "BertJobSpec",
+    "BertPretrainingJob",
+    "TrainingPlan",
+    "add_job_outputs",
+    "job_commands",
+    "plan_training",
+]
 
 
 class BertPretrainingJob(Construct):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from . import checks
 from .errors import ConfigError
 from .instances import InstanceFacts
 from .spec import BertJobSpec, context_key
@@ -41,8 +42,7 @@ def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_no
     nodegroup's maximum.
     """
     nproc = spec.nproc_per_node or facts.neuron_cores
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError("desired_nodes", nodes, "must be a whole number of at least 1")
+    checks.whole_number("desired_nodes", nodes, minimum=1)
     if nproc > facts.neuron_cores:
         raise ConfigError(
             context_key("nproc_per_node"),

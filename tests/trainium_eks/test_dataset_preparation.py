@@ -161,7 +161,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
             "preparation_pods",
             r"all pods must run at once",
         ),
-        ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"1 or more"),
+        ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"at least 1"),
         ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
         ({"preparation_vocab": "fsx:/../etc/passwd"}, "preparation_vocab", r"no '\.\.'"),
         (

@@ -1,9 +1,10 @@
 """The platform's configuration: one typed, validated object.
 
-- :mod:`.schema`: :class:`PlatformConfig`, its fields and defaults (the job's in
+- :mod:`.schema`: the fields and their defaults (:class:`PlatformSettings`; the job's in
   :class:`~trainium_job.spec.BertJobSpec`);
-- :mod:`.context`: :func:`config_from_context`, CDK context values coerced to the fields' types;
-- :mod:`.checks`: the deployment checks, run when the object is built.
+- :mod:`.checks`: the deployment checks;
+- :mod:`.validated`: :class:`PlatformConfig`, the settings checked when built;
+- :mod:`.context`: :func:`config_from_context`, CDK context values coerced to the fields' types.
 
 Every check raises :class:`ConfigError` whose message names the key, the value and the fix, so a
 bad input stops synth with one line and no stack is built.
@@ -29,7 +30,8 @@ from .checks import (
     unverified_addons,
 )
 from .context import config_from_context
-from .schema import PlatformConfig
+from .schema import PlatformSettings
+from .validated import PlatformConfig
 
 __all__ = [
     "ALWAYS_ON_ADDONS",
@@ -44,6 +46,7 @@ __all__ = [
     "BertJobSpec",
     "ConfigError",
     "PlatformConfig",
+    "PlatformSettings",
     "az_id_prefix",
     "config_from_context",
     "name_prefix_problem",

@@ -14,7 +14,7 @@ import ipaddress
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from aws_cdk.region_info import RegionInfo
 
@@ -37,9 +37,7 @@ from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..fsx import throughput_problem as fsx_throughput_problem
 from ..network import subnet_layout_problem
 from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES
-
-if TYPE_CHECKING:
-    from .schema import PlatformConfig
+from .schema import PlatformSettings
 
 T = TypeVar("T")
 
@@ -169,7 +167,7 @@ def name_prefix_problem(prefix: str, nodes: int) -> str | None:
     return None
 
 
-def validate(c: PlatformConfig) -> None:
+def validate(c: PlatformSettings) -> None:
     """Every deployment check of ``c``; ConfigError naming the key the user typed."""
     if not _REGION.match(c.region):
         raise ConfigError("region", c.region, "use an AWS region code such as 'us-west-2'")
@@ -345,7 +343,7 @@ def validate(c: PlatformConfig) -> None:
     _validate_tags(c)
 
 
-def _validate_tags(c: PlatformConfig) -> None:
+def _validate_tags(c: PlatformSettings) -> None:
     limit = MAX_TAGS - len(PLATFORM_TAG_KEYS)
     if len(c.tags) > limit:
         raise ConfigError(
@@ -360,7 +358,7 @@ def _validate_tags(c: PlatformConfig) -> None:
             raise ConfigError("tags", {key: value}, problem)
 
 
-def _validate_endpoint(c: PlatformConfig) -> None:
+def _validate_endpoint(c: PlatformSettings) -> None:
     """Public endpoint CIDRs: IPv4 (the cluster is IPv4), and together a small share of IPv4."""
     checks.flag("endpoint_public_allow_broad", c.endpoint_public_allow_broad)
     nets = []
@@ -390,8 +388,8 @@ def _validate_endpoint(c: PlatformConfig) -> None:
         )
 
 
-def _validate_storage(c: PlatformConfig) -> None:
-    """[storage] FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
+def _validate_storage(c: PlatformSettings) -> None:
+    """FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
     checks.one_of("fsx_deployment_type", c.fsx_deployment_type, FSX_DEPLOYMENT_TYPES)
     for name in ("fsx_storage_gib", "ecr_keep_images"):
         checks.whole_number(name, getattr(c, name))
@@ -440,7 +438,7 @@ def _prefixed(call: Callable[[], T]) -> T:
         raise ConfigError(f"{CONTEXT_PREFIX}{err.field_name}", err.value, err.fix) from None
 
 
-def _validate_training(c: PlatformConfig) -> None:
+def _validate_training(c: PlatformSettings) -> None:
     checks.flag("training_enabled", c.training_enabled)
     spec = c.training
     if spec.rdzv_backend != "c10d" and not c.etcd_enabled:

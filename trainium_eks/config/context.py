@@ -15,7 +15,7 @@ from typing import Any
 from trainium_job.errors import ConfigError
 from trainium_job.spec import CONTEXT_PREFIX, BertJobSpec, context_key
 
-from .schema import PlatformConfig
+from .validated import PlatformConfig
 
 #: The spec's ``script_args`` (stored as pairs) is given as a JSON object, like the other mappings.
 _SPEC_ANNOTATIONS = {

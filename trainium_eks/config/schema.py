@@ -15,12 +15,15 @@ from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec
 
 from ..versions import DEFAULT_KUBERNETES_VERSION
-from .checks import resolve_switches, validate
 
 
 @dataclass(frozen=True)
-class PlatformConfig:
-    """Everything a deployment of the platform can vary. Each default is the value documented here."""
+class PlatformSettings:
+    """Everything a deployment of the platform can vary. Each default is the value documented here.
+
+    Unchecked: build :class:`~trainium_eks.config.PlatformConfig` (the same fields, checked when
+    built) rather than this.
+    """
 
     #: AWS region of the stack.
     region: str = "us-west-2"
@@ -122,11 +125,6 @@ class PlatformConfig:
     preparation_args: Mapping[str, str] = field(default_factory=dict)
     #: Tags applied to every taggable resource.
     tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
-
-    def __post_init__(self) -> None:
-        # Resolve, then check: switches given as "true"/"false" become booleans first.
-        object.__setattr__(self, "training", resolve_switches(self.training))
-        validate(self)
 
     @property
     def facts(self) -> InstanceFacts:
