@@ -110,7 +110,7 @@ def check_pods(
     if facts is None or nodes is None:
         return
     per_node = -(-pods // nodes)
-    # What a training pod may take of a node (training.job_spec.compute_resources).
+    # What a training pod may take of a node (trainium_job.pod.compute_resources).
     requests, _ = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
     cpus_free = int(requests["cpu"].removesuffix("m")) // 1000
     memory_free = int(requests["memory"].removesuffix("Mi")) // 1024

@@ -23,7 +23,7 @@ from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
 #: Pod Security Admission labels of the training namespace. Enforced level: privileged, because
-#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``training.job_spec``), which the
+#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``trainium_job.pod``), which the
 #: baseline level forbids; every other pod there (staging, TensorBoard) meets restricted's
 #: capability and seccomp rules. warn/audit at baseline flag anything else beyond it.
 TRAINING_NAMESPACE_PSA = {
