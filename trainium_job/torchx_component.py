@@ -3,7 +3,7 @@
 Usage (from the repository, with the platform deployed and kubectl pointing at the cluster)::
 
     torchx run -s kubernetes -cfg namespace=training,queue=training \\
-        training/torchx_component.py:trn_dist_ddp --image <ECR URI>:<tag> --nnodes 2
+        trainium_job/torchx_component.py:trn_dist_ddp --image <ECR URI>:<tag> --nnodes 2
 
 The arguments build the job's :class:`~trainium_job.spec.BertJobSpec` (defaults and checks are
 the spec's); the pod is :func:`~trainium_job.pod.pod_template`'s, the CDK construct's. TorchX

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,13 +18,24 @@ pytest.importorskip("torchx")
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc"
 
 
-def _dry_run(**kwargs: Any) -> dict[str, Any]:
+#: What the README's ``torchx run`` command names.
+COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"
+
+
+def _component() -> Any:
+    """The component as ``torchx run`` finds it (TorchX's own finder and linter)."""
+    from torchx.specs.finder import get_component
+
+    found = get_component(COMPONENT)
+    assert found.validation_errors == []
+    return found.fn
+
+
+def _dry_run(*script_args: str, **kwargs: Any) -> dict[str, Any]:
     from kubernetes import client
     from torchx.schedulers.kubernetes_scheduler import create_scheduler
 
-    from training.torchx_component import trn_dist_ddp  # the path the README's command names
-
-    app = trn_dist_ddp(image=IMAGE, claim="fsx-claim", **kwargs)
+    app = _component()(*script_args, image=IMAGE, claim="fsx-claim", **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = create_scheduler("test").submit_dryrun(
@@ -51,7 +63,7 @@ def test_given_same_spec_then_torchx_pod_equals_the_construct_pod_whole(spec):
         ("max_retries" if k == "max_retry" else k): v for k, v in spec.items() if k != "script_args"
     }
     extra = [a for k, v in spec.get("script_args", {}).items() for a in (f"--{k}", v)]
-    tx = _dry_run(**torchx_args) if not extra else _dry_run_with_args(extra, **torchx_args)
+    tx = _dry_run(*extra, **torchx_args)
     job = job_stack(**spec)
     ours = job.job
 
@@ -83,19 +95,10 @@ def test_given_same_spec_then_torchx_pod_equals_the_construct_pod_whole(spec):
     assert "RANK0:PORT" in our_pod["containers"][0]["command"][2]
 
 
-def _dry_run_with_args(extra: list[str], **kwargs: Any) -> dict[str, Any]:
-    from kubernetes import client
-    from torchx.schedulers.kubernetes_scheduler import create_scheduler
-
-    from training.torchx_component import trn_dist_ddp
-
-    app = trn_dist_ddp(*extra, image=IMAGE, claim="fsx-claim", **kwargs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        info = create_scheduler("test").submit_dryrun(
-            app, {"queue": "training", "namespace": "training", "validate_spec": False}
-        )
-    return client.ApiClient().sanitize_for_serialization(info.request.resource)
+def test_given_readme_command_then_it_names_the_component_torchx_finds():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"{COMPONENT} --image" in readme
+    assert _component().__name__ == "trn_dist_ddp"
 
 
 def test_given_bad_torchx_argument_then_the_spec_error_names_the_key():

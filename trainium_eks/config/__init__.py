@@ -2,7 +2,7 @@
 
 - :mod:`.schema`: the fields and their defaults (:class:`PlatformSettings`; the job's in
   :class:`~trainium_job.spec.BertJobSpec`);
-- :mod:`.checks`: the deployment checks;
+- :mod:`.checks`: the deployment checks (the `training_*` keys: :mod:`.job_checks`);
 - :mod:`.validated`: :class:`PlatformConfig`, the settings checked when built;
 - :mod:`.context`: :func:`config_from_context`, CDK context values coerced to the fields' types.
 

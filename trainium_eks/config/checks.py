@@ -1,34 +1,24 @@
 """Deployment checks of the platform's configuration: each field, and the rules between fields.
 
 Every check raises :class:`ConfigError` naming the context key the user typed, its value and the
-fix. The job's own fields are checked by :class:`~trainium_job.spec.BertJobSpec`; what needs the
-platform (etcd, the nodegroup) or ``training.pretrain``'s parser is checked here.
+fix. The ``training_*`` keys: :mod:`.job_checks`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import difflib
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 from aws_cdk.region_info import RegionInfo
 
-from training.cli import _validate as validate_parsed_args
-from training.cli import build_parser
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS
-from trainium_job.launch import script_args_from_dict
 from trainium_job.naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
-from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
 
-from ..dataset_preparation import validate_preparation_config
-from ..dataset_staging import check_source
 from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from ..fsx import resolved_throughput as fsx_resolved_throughput
 from ..fsx import s3_uri_problem as fsx_s3_uri_problem
@@ -37,9 +27,8 @@ from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..fsx import throughput_problem as fsx_throughput_problem
 from ..network import subnet_layout_problem
 from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES
+from .job_checks import validate_training
 from .schema import PlatformSettings
-
-T = TypeVar("T")
 
 OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
 #: Managed add-ons the platform always installs.
@@ -339,7 +328,7 @@ def validate(c: PlatformSettings) -> None:
                 f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
                 "or use a verified kubernetes_version",
             )
-    _validate_training(c)
+    validate_training(c)
     _validate_tags(c)
 
 
@@ -423,114 +412,3 @@ def _validate_storage(c: PlatformSettings) -> None:
         )
     if not 1 <= c.ecr_keep_images <= 1000:
         raise ConfigError("ecr_keep_images", c.ecr_keep_images, "use 1 to 1000")
-
-
-# --- training_*: the job spec checks itself (trainium_job.spec); what needs the platform or the
-# training script's own parser is checked here.
-
-
-def _prefixed(call: Callable[[], T]) -> T:
-    """Re-raise a construct's ConfigError under the context key's name (``dataset_source`` ->
-    ``training_dataset_source``)."""
-    try:
-        return call()
-    except ConfigError as err:
-        raise ConfigError(f"{CONTEXT_PREFIX}{err.field_name}", err.value, err.fix) from None
-
-
-def _validate_training(c: PlatformSettings) -> None:
-    checks.flag("training_enabled", c.training_enabled)
-    spec = c.training
-    if spec.rdzv_backend != "c10d" and not c.etcd_enabled:
-        raise ConfigError(
-            context_key("rdzv_backend"),
-            spec.rdzv_backend,
-            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
-        )
-    _prefixed(lambda: check_source(c.training_dataset_source))
-    if c.training_enabled:
-        plan = c.training_plan
-        job_args = {
-            "data_dir": "/data/datasets/x",
-            "output_dir": "/data/runs/x",
-            "model": spec.model,
-            "batch_size": spec.batch_size,
-            "grad_accum_usteps": plan.grad_accum_usteps,
-            "max_steps": spec.max_steps,
-            "checkpoint_every": spec.checkpoint_every,
-        }
-        problem = script_args_problem(spec.extra_args, job_args=job_args)
-        if problem:
-            flag, why = problem
-            if flag not in spec.extra_args:  # a key of the job's own, e.g. training_max_steps
-                own = flag.removeprefix(CONTEXT_PREFIX)
-                raise ConfigError(flag, getattr(spec, own, spec.extra_args), why)
-            raise ConfigError(context_key("script_args"), {flag: spec.extra_args[flag]}, why)
-    validate_preparation_config(c)
-
-
-class _ArgsError(Exception):
-    pass
-
-
-def _raise(message: str) -> NoReturn:
-    raise _ArgsError(message)
-
-
-def _script_flags() -> dict[str, argparse.Action]:
-    """``training.pretrain``'s flags (without ``--``) -> their argparse actions."""
-    return {
-        opt[2:]: action
-        for action in build_parser()._actions
-        for opt in action.option_strings
-        if opt.startswith("--")
-    }
-
-
-def resolve_switches(spec: BertJobSpec) -> BertJobSpec:
-    """``spec`` with switches given as "true"/"false" (as context values are) made booleans:
-    the job renders a bare flag, or leaves it out."""
-    flags = _script_flags()
-    resolved = {
-        k: (
-            str(v).lower() == "true"
-            if k in flags and flags[k].nargs == 0 and str(v).lower() in ("true", "false")
-            else v
-        )
-        for k, v in spec.script_args
-    }
-    return spec if resolved == spec.extra_args else spec.replace(script_args=resolved)
-
-
-def script_args_problem(args: Mapping[str, Any], *, job_args: dict[str, Any]) -> tuple[str, str] | None:
-    """(flag, why) if ``args`` would fail ``training.pretrain``'s own parser, else None; ``flag`` is
-    a context key instead when only the job's own flags clash.
-
-    The argv is the one the job renders (``job_args`` plus ``args``), parsed and checked by
-    ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error, never
-    a silent prefix match.
-    """
-    parser = build_parser()
-    parser.allow_abbrev = False
-    parser.error = _raise  # type: ignore[method-assign]
-    flags = _script_flags()
-    for key, value in args.items():
-        if key not in flags:
-            close = difflib.get_close_matches(key, list(flags), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "see `python -m training.pretrain --help`"
-            return key, f"training.pretrain has no --{key}; {hint}"
-        if flags[key].nargs == 0 and not isinstance(value, bool):
-            return key, f"--{key} is a switch: give true or false"
-    try:
-        argv = script_args_from_dict({**args, **job_args})
-        parsed = parser.parse_args(argv)
-        validate_parsed_args(parser, parsed)
-    except _ArgsError as err:
-        message = str(err)
-        given = next((k for k in args if f"--{k}" in message), None)
-        if given is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
-            return next(
-                (JOB_SET_FLAGS[k] for k in job_args if f"--{k}" in message), "training_script_args"
-            ), message
-        return given, message
-    return None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import resolve_switches, validate
+from .checks import validate
+from .job_checks import resolve_switches
 from .schema import PlatformSettings
 
 
