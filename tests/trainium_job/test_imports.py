@@ -59,3 +59,23 @@ def test_given_contract_sources_then_they_import_only_the_standard_library_and_e
             else:
                 continue
             assert [n for n in names if n.split(".")[0] not in allowed] == [], f"{path.name}: {names}"
+
+
+def _imported_packages(folder: Path) -> dict[str, set[str]]:
+    """File -> the top-level packages its (absolute) imports name."""
+    out: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        out[str(path.relative_to(ROOT))] = names
+    return out
+
+
+def test_given_training_package_then_it_imports_the_contract_but_never_the_cdk_library():
+    imports = _imported_packages(ROOT / "training")
+    assert [f for f, names in imports.items() if names & {"trainium_eks", "aws_cdk", "stacks"}] == []
+    assert any("trainium_job" in names for names in imports.values())
