@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Final
 
+#: Key of the node label that tells the platform's two nodegroups apart.
+NODE_POOL_LABEL_KEY: Final = "trainium-eks/pool"
 #: Node label of the system nodegroup (controllers, TensorBoard, etcd, Volcano).
-SYSTEM_NODE_LABEL: Final = {"trainium-eks/pool": "system"}
+SYSTEM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "system"}
 #: Node label of the Trainium nodegroup (node selectors use it next to the instance type).
-TRAINIUM_NODE_LABEL: Final = {"trainium-eks/pool": "trainium"}
+TRAINIUM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "trainium"}
 #: Well-known label the kubelet sets to the EC2 instance type.
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 

@@ -23,6 +23,7 @@ from .instances import instance_facts
 from .job import SERVICE_ACCOUNT, launch_spec
 from .plan import plan_training
 from .pod import DATA_MOUNT, RDZV_PORT, TASK_NAME, pod_template, rank0_endpoint
+from .scheduling import INSTANCE_TYPE_LABEL
 from .spec import BertJobSpec, ScriptArg
 
 _DEFAULT = BertJobSpec()
@@ -141,7 +142,7 @@ def _resource(limits: dict[str, str], instance_type: str) -> specs.Resource:
         cpu=int(limits["cpu"].removesuffix("m")) / 1000,
         gpu=0,
         memMB=int(limits["memory"].removesuffix("Mi")) * 1024 * 1024 // 1_000_000,
-        capabilities={"node.kubernetes.io/instance-type": instance_type},
+        capabilities={INSTANCE_TYPE_LABEL: instance_type},
         devices=devices,
     )
 
