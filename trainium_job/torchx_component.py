@@ -19,12 +19,13 @@ from typing import Any
 import torchx.specs as specs
 from torchx.specs.overlays import JOIN, PUT
 
+from .errors import ConfigError
 from .instances import instance_facts
 from .job import SERVICE_ACCOUNT, launch_spec
 from .plan import plan_training
 from .pod import DATA_MOUNT, RDZV_PORT, TASK_NAME, pod_template, rank0_endpoint
 from .scheduling import INSTANCE_TYPE_LABEL
-from .spec import BertJobSpec, ScriptArg
+from .spec import BertJobSpec, ScriptArg, context_key
 
 _DEFAULT = BertJobSpec()
 #: TorchX's name of the job's app (and of its Volcano Job).
@@ -39,7 +40,7 @@ def flags_to_mapping(argv: tuple[str, ...] | list[str]) -> dict[str, ScriptArg]:
     while i < len(items):
         arg = items[i]
         if not arg.startswith("--") or len(arg) == 2:
-            raise ValueError(f"script_args: {arg!r} is not a --flag; give '--name value' or '--switch'")
+            raise ConfigError(context_key("script_args"), arg, "give '--name value' or '--switch'")
         key, eq, value = arg[2:].partition("=")
         if eq:
             out[key] = value

@@ -110,3 +110,15 @@ def test_given_bad_torchx_argument_then_the_spec_error_names_the_key():
     assert err.value.field_name == "training_global_batch"
     with pytest.raises(ConfigError, match="use training_max_steps"):
         trn_dist_ddp("--max_steps", "10", image=IMAGE)
+    with pytest.raises(ConfigError, match="'--name value' or '--switch'"):
+        trn_dist_ddp("lr", "4e-4", image=IMAGE)
+
+
+def test_given_flags_then_values_and_switches_become_the_spec_mapping():
+    from trainium_job.torchx_component import flags_to_mapping
+
+    assert flags_to_mapping(["--lr", "4e-4", "--fp32_master_weights", "--seed=7"]) == {
+        "lr": "4e-4",
+        "fp32_master_weights": True,
+        "seed": "7",
+    }
