@@ -177,6 +177,28 @@ def validate(c: PlatformSettings) -> None:
                 if item in seen:
                     raise ConfigError(name, item, "listed twice; give each entry once")
                 seen.add(item)
+    _validate_azs(c)
+    _validate_nodes(c)
+    _validate_access(c, partition)
+    _validate_capacity(c)
+    if not _NAME_PREFIX.match(c.name_prefix):
+        raise ConfigError(
+            "name_prefix", c.name_prefix, "use 1-20 lower-case letters, digits or '-', starting with a letter"
+        )
+    problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
+    if problem:
+        raise ConfigError("name_prefix", c.name_prefix, problem)
+    _validate_network(c)
+    if not 1 <= c.system_nodes <= 10:
+        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
+    _validate_storage(c)
+    _validate_addons(c)
+    validate_training(c)
+    _validate_tags(c)
+
+
+def _validate_azs(c: PlatformSettings) -> None:
+    """Two different AZ IDs (not names) of the region."""
     for name in ("trainium_az_id", "second_az_id"):
         value = getattr(c, name)
         if _AZ_NAME.match(value):
@@ -203,6 +225,10 @@ def validate(c: PlatformSettings) -> None:
             c.second_az_id,
             "must differ from trainium_az_id: the EKS control plane needs two AZs",
         )
+
+
+def _validate_nodes(c: PlatformSettings) -> None:
+    """The instance type and the Trainium nodegroup's sizes."""
     checks.one_of("instance_type", c.instance_type, INSTANCE_FACTS)
     for name in (
         "min_nodes",
@@ -234,6 +260,10 @@ def validate(c: PlatformSettings) -> None:
             f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
             "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge",
         )
+
+
+def _validate_access(c: PlatformSettings, partition: str) -> None:
+    """Kubernetes version, public endpoint and the admin principals (of the region's partition)."""
     if c.kubernetes_version not in KUBERNETES_RELEASES:
         raise ConfigError(
             "kubernetes_version", c.kubernetes_version, f"supported: {', '.join(KUBERNETES_RELEASES)}"
@@ -253,6 +283,10 @@ def validate(c: PlatformSettings) -> None:
                 arn,
                 f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'",
             )
+
+
+def _validate_capacity(c: PlatformSettings) -> None:
+    """Root volume, capacity reservation or Capacity Block, EFA layout."""
     if not 30 <= c.root_volume_gib <= 16384:
         raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
     checks.one_of("capacity_type", c.capacity_type, CAPACITY_TYPES)
@@ -265,13 +299,10 @@ def validate(c: PlatformSettings) -> None:
     if c.capacity_type == "capacity-block" and c.capacity_reservation_id is None:
         raise ConfigError("capacity_type", c.capacity_type, "a Capacity Block needs capacity_reservation_id")
     checks.one_of("efa_interface_layout", c.efa_interface_layout, EFA_LAYOUTS)
-    if not _NAME_PREFIX.match(c.name_prefix):
-        raise ConfigError(
-            "name_prefix", c.name_prefix, "use 1-20 lower-case letters, digits or '-', starting with a letter"
-        )
-    problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
-    if problem:
-        raise ConfigError("name_prefix", c.name_prefix, problem)
+
+
+def _validate_network(c: PlatformSettings) -> None:
+    """The created VPC's CIDR and NAT gateways, or an existing VPC and its subnets."""
     try:
         vpc_net = ipaddress.ip_network(c.vpc_cidr, strict=True)
     except ValueError:
@@ -308,9 +339,10 @@ def validate(c: PlatformSettings) -> None:
             raise ConfigError(
                 "existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'"
             )
-    if not 1 <= c.system_nodes <= 10:
-        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
-    _validate_storage(c)
+
+
+def _validate_addons(c: PlatformSettings) -> None:
+    """Add-on switches, and a verified pin for each managed add-on they turn on."""
     for name in (
         "neuron_scheduler_extension",
         "neuron_node_problem_detector",
@@ -328,8 +360,6 @@ def validate(c: PlatformSettings) -> None:
                 f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
                 "or use a verified kubernetes_version",
             )
-    validate_training(c)
-    _validate_tags(c)
 
 
 def _validate_tags(c: PlatformSettings) -> None:
