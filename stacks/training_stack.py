@@ -37,7 +37,7 @@ class TrainingStack(Stack):
             id,
             env=Environment(region=config.region),
             stack_name=f"{config.name_prefix}-training",
-            description=f"BERT-{config.training_model} pretraining on Trainium "
+            description=f"BERT-{config.training.model} pretraining on Trainium "
             f"({config.instance_type} x {config.desired_nodes})",
             **kwargs,
         )

@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from training.launch import PRECOMPILE_FLAG
+from trainium_job.launch import PRECOMPILE_FLAG
 
 DEVICES = ("auto", "xla", "cuda", "cpu")
 PRECISIONS = ("auto", "fp32", "bf16", "amp_bf16")

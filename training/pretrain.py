@@ -30,7 +30,6 @@ from training import checkpoint as ckpt
 from training.cli import parse_args
 from training.data import DataPosition, ShardFormatError, ShardStream, make_loader, position_from_tensor
 from training.device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
-from training.launch import launch_env
 from training.metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
 from training.model import PretrainingModule, build_model, count_parameters
 from training.optim import MasterWeights, apply_hyperparameters
@@ -38,6 +37,7 @@ from training.preflight import PreflightError, preflight
 from training.resume import ResumeError, check_flags, check_resumed_loss, saved_flags
 from training.step import make_trainer, optimizer_step
 from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
+from trainium_job.launch import launch_env
 
 log = logging.getLogger("training.pretrain")
 

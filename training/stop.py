@@ -12,7 +12,7 @@ PID 1 is torchrun (the worker script ``exec``-s it). Its agent turns SIGTERM int
 its own process group, so its data-loader process gets the signal too), a wait of the shutdown
 timeout, then SIGKILL. That timeout is 30 s, hard-coded before torch 2.12; from 2.12 on it is
 ``torchrun --shutdown-timeout`` or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (pytorch/pytorch#172596;
-issue #119856). The pod sets the variable from its grace period (``training.job_spec``).
+issue #119856). The pod sets the variable from its grace period (``trainium_job.pod``).
 
 Agreement: only the ranks of the signalled node see the signal. After every optimizer step
 all ranks all-reduce (MAX) their flag over a gloo group, on the CPU: a 4-byte host-side

@@ -20,18 +20,19 @@ from .nag import (
     suppress_workload_findings,
 )
 from .network import TrainiumNetwork
-from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup
+from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup, TrainiumNodegroup
 from .platform import TrainiumPlatform
 from .registry import TrainingImageRepository
 from .review import platform_review
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
-from .training_job import BertPretrainingJob, TrainingPlan, plan_training
+from .training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
 from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES, KubernetesRelease
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
     "acknowledge_findings",
+    "BertJobSpec",
     "BertPretrainingJob",
     "CLAIM_NAME",
     "config_from_context",
@@ -73,4 +74,5 @@ __all__ = [
     "TrainiumNetwork",
     "TrainiumPlatform",
     "WorkloadTarget",
+    "TrainiumNodegroup",
 ]

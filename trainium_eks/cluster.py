@@ -11,11 +11,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
+
 from .escape_hatch import as_icluster, descendant, l1
 from .versions import KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
 
-#: Node label that places controllers (Volcano, etcd, TensorBoard) on the system nodegroup.
-SYSTEM_NODE_LABEL = {"trainium-eks/pool": "system"}
+__all__ = ["SYSTEM_NODE_LABEL", "TrainiumCluster", "node_role"]
+
 
 _ALL_LOG_TYPES = [
     eks.ClusterLoggingTypes.API,

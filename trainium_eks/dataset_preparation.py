@@ -24,18 +24,18 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import (
+from trainium_job import checks
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.naming import hashed_name, spec_digest
+from trainium_job.pod import (
     DATA_MOUNT,
     JobPaths,
     compute_resources,
     container_security_context,
     pod_security_context,
 )
-
-from .errors import ConfigError
-from .instance_types import InstanceFacts
-from .job_naming import hashed_name, spec_digest
-from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
+from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 #: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -106,12 +106,11 @@ def check_pods(
     """Whole numbers; and with the node type and count, that all pods fit on the nodes at once
     (they wait for each other, so a pod left pending would stall the others)."""
     for field, value in (("pods", pods), ("cpus_per_pod", cpus_per_pod)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(field, value, "must be a whole number, 1 or more")
+        checks.whole_number(field, value, minimum=1)
     if facts is None or nodes is None:
         return
     per_node = -(-pods // nodes)
-    # What a training pod may take of a node (training.job_spec.compute_resources).
+    # What a training pod may take of a node (trainium_job.pod.compute_resources).
     requests, _ = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
     cpus_free = int(requests["cpu"].removesuffix("m")) // 1000
     memory_free = int(requests["memory"].removesuffix("Mi")) // 1024
@@ -204,7 +203,7 @@ def preparation_job(
                     "restartPolicy": "Never",
                     "securityContext": pod_security_context(),
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [dict(TRAINIUM_TOLERATION)],
+                    "tolerations": [dict(WORKLOAD_TOLERATION)],
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,
@@ -241,8 +240,7 @@ def preparation_job(
 
 def validate_preparation_config(c: Any) -> None:
     """The ``preparation_*`` fields of ``PlatformConfig``, with the construct's rules."""
-    if not isinstance(c.preparation_enabled, bool):
-        raise ConfigError("preparation_enabled", c.preparation_enabled, "must be true or false")
+    checks.flag("preparation_enabled", c.preparation_enabled)
     if c.preparation_enabled and not c.training_enabled:
         raise ConfigError(
             "preparation_enabled",

@@ -26,12 +26,11 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
 from training.shard_format import SHARD_PATTERN
-
-from .errors import ConfigError
-from .job_naming import hashed_name, spec_digest
-from .nodegroup import TRAINIUM_NODE_LABEL, TRAINIUM_TOLERATION
+from trainium_job.errors import ConfigError
+from trainium_job.naming import hashed_name, spec_digest
+from trainium_job.pod import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
+from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 #: The reference's public copy of the tokenized BERT shards (sequence length 128).
 PUBLIC_BERT_SHARDS = (
@@ -121,7 +120,7 @@ def staging_job(
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [dict(TRAINIUM_TOLERATION)],
+                    "tolerations": [dict(WORKLOAD_TOLERATION)],
                     "containers": [
                         {
                             "name": "stage",

@@ -31,6 +31,8 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
+
 from .versions import FSX_LUSTRE_VERSION
 
 #: Deployment types the platform offers: PERSISTENT_2 (replicated, the default) or SCRATCH_2
@@ -191,9 +193,8 @@ class TrainingFileSystem(Construct):
         (a file deleted on FSx stays in S3)."""
         super().__init__(scope, id)
         if deployment_type not in DEPLOYMENT_TYPES:
-            raise ValueError(
-                f"deployment_type: {deployment_type!r} is not supported; "
-                f"use one of {', '.join(DEPLOYMENT_TYPES)}"
+            raise ConfigError(
+                "deployment_type", deployment_type, f"choose one of {', '.join(DEPLOYMENT_TYPES)}"
             )
         persistent = deployment_type == "PERSISTENT_2"
         throughput_per_tib = resolved_throughput(deployment_type, throughput_per_tib)
@@ -341,22 +342,21 @@ class TrainingFileSystem(Construct):
         if not Token.is_unresolved(storage_gib):
             problem = storage_capacity_problem(deployment_type, storage_gib)
             if problem:
-                raise ValueError(f"storage_gib: {storage_gib} is invalid; {problem}")
+                raise ConfigError("storage_gib", storage_gib, problem)
         problem = throughput_problem(deployment_type, throughput_per_tib)
         if problem:
-            raise ValueError(f"throughput_per_tib: {throughput_per_tib} is invalid; {problem}")
+            raise ConfigError("throughput_per_tib", throughput_per_tib, problem)
         if deployment_type == "SCRATCH_2" and backup_retention_days:
-            raise ValueError(
-                f"backup_retention_days: {backup_retention_days} is invalid; "
-                "SCRATCH_2 has no automatic backups"
+            raise ConfigError(
+                "backup_retention_days", backup_retention_days, "SCRATCH_2 has no automatic backups"
             )
         if not 0 <= backup_retention_days <= 90:
-            raise ValueError(f"backup_retention_days: {backup_retention_days} is invalid; use 0 to 90")
+            raise ConfigError("backup_retention_days", backup_retention_days, "use 0 to 90")
         for name, uri in (("s3_import_uri", s3_import_uri), ("s3_export_uri", s3_export_uri)):
             if uri and not Token.is_unresolved(uri):
                 problem = s3_uri_problem(uri)
                 if problem:
-                    raise ValueError(f"{name}: {uri!r} is invalid; {problem}")
+                    raise ConfigError(name, uri, problem)
         if (
             s3_import_uri
             and s3_export_uri
@@ -364,12 +364,15 @@ class TrainingFileSystem(Construct):
             and not Token.is_unresolved(s3_export_uri)
             and s3_uris_overlap(s3_import_uri, s3_export_uri)
         ):
-            raise ValueError(
-                "s3_export_uri: overlaps s3_import_uri; each S3 association needs its "
-                "own, non-nested bucket or prefix"
+            raise ConfigError(
+                "s3_export_uri",
+                s3_export_uri,
+                f"overlaps s3_import_uri ({s3_import_uri}); each S3 association needs its "
+                "own, non-nested bucket or prefix",
             )
         if not client_security_group_ids:
-            raise ValueError(
-                "client_security_group_ids: give the security group(s) of the Lustre "
-                "clients (the EKS cluster security group)"
+            raise ConfigError(
+                "client_security_group_ids",
+                list(client_security_group_ids),
+                "give the security group(s) of the Lustre clients (the EKS cluster security group)",
             )

@@ -16,12 +16,14 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from .cluster import SYSTEM_NODE_LABEL
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
+from trainium_job.scheduling import TRAINING_NAMESPACE as TRAINING_NAMESPACE  # re-exported by the package
+
 from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
 #: Pod Security Admission labels of the training namespace. Enforced level: privileged, because
-#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``training.job_spec``), which the
+#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``trainium_job.pod``), which the
 #: baseline level forbids; every other pod there (staging, TensorBoard) meets restricted's
 #: capability and seccomp rules. warn/audit at baseline flag anything else beyond it.
 TRAINING_NAMESPACE_PSA = {
@@ -29,8 +31,6 @@ TRAINING_NAMESPACE_PSA = {
     "pod-security.kubernetes.io/warn": "baseline",
     "pod-security.kubernetes.io/audit": "baseline",
 }
-#: Namespace of the training jobs (created here, with the claim).
-TRAINING_NAMESPACE = "training"
 #: The claim training pods mount (at /data).
 CLAIM_NAME = "fsx-claim"
 #: CSI driver name and the controller's service account (chart defaults).

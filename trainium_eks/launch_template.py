@@ -6,7 +6,8 @@ from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from .instance_types import InstanceFacts
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
 
 
 def efa_network_interfaces(
@@ -46,7 +47,7 @@ def efa_network_interfaces(
         return [nic(0, 0, "interface"), nic(0, 1, "efa-only")] + [
             nic(card, 0, "efa-only") for card in facts.network_cards if card > 0
         ]
-    raise ValueError(f"layout: unknown EFA layout {layout!r}; use 'efa' or 'efa-only'")
+    raise ConfigError("efa_layout", layout, "use 'efa' or 'efa-only'")
 
 
 class TrainiumLaunchTemplate(Construct):
@@ -79,9 +80,9 @@ class TrainiumLaunchTemplate(Construct):
     ) -> None:
         super().__init__(scope, id)
         if capacity_block and not capacity_reservation_id:
-            raise ValueError("capacity_block: a Capacity Block needs capacity_reservation_id")
+            raise ConfigError("capacity_block", True, "a Capacity Block needs capacity_reservation_id")
         if imds_hop_limit not in (1, 2):
-            raise ValueError(f"imds_hop_limit: {imds_hop_limit} is invalid; use 1 or 2")
+            raise ConfigError("imds_hop_limit", imds_hop_limit, "use 1 or 2")
 
         self.efa_security_group = ec2.SecurityGroup(
             self,

@@ -12,6 +12,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
+
 from .escape_hatch import l1
 
 #: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
@@ -76,7 +78,7 @@ class TrainiumNetwork(Construct):
     ) -> None:
         super().__init__(scope, id)
         if len(az_ids) != 2:
-            raise ValueError(f"az_ids: need exactly two AZ IDs, got {list(az_ids)}")
+            raise ConfigError("az_ids", list(az_ids), "give exactly two AZ IDs")
         self.az_ids = tuple(az_ids)
         if existing_vpc_id:
             self.vpc = ec2.Vpc.from_vpc_attributes(

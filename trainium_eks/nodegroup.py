@@ -6,20 +6,26 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from trainium_job.instances import InstanceFacts
+from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
+
 from .cluster import node_role
-from .instance_types import InstanceFacts
 from .launch_template import TrainiumLaunchTemplate
 
-#: Taint that keeps everything but training pods (and the Neuron/EFA daemons) off Trainium nodes.
-NEURON_TAINT_KEY = "aws.amazon.com/neuron"
-NEURON_TAINT = {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-#: The toleration of that taint for pods that run on Trainium nodes (training, staging).
-TRAINIUM_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-#: Node label of the Trainium nodegroup (used by node selectors next to the instance type).
-TRAINIUM_NODE_LABEL = {"trainium-eks/pool": "trainium"}
+__all__ = [
+    "NEURON_TAINT",
+    "NEURON_TAINT_KEY",
+    "TRAINIUM_NODE_LABEL",
+    "TRAINIUM_TOLERATION",
+    "NeuronNodegroup",
+    "TrainiumNodegroup",
+]
+
+#: Former name of :data:`trainium_job.scheduling.WORKLOAD_TOLERATION`.
+TRAINIUM_TOLERATION = WORKLOAD_TOLERATION
 
 
-class NeuronNodegroup(Construct):
+class TrainiumNodegroup(Construct):
     """Trainium nodes for training.
 
     Built with ``eks.Nodegroup`` rather than ``Cluster.add_nodegroup_capacity`` (which applies a
@@ -87,3 +93,7 @@ class NeuronNodegroup(Construct):
             ],
             enable_node_auto_repair=True,
         )
+
+
+#: Former name of :class:`TrainiumNodegroup`, kept for existing apps.
+NeuronNodegroup = TrainiumNodegroup

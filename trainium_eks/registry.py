@@ -6,6 +6,8 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
+from trainium_job import checks
+
 from .escape_hatch import l1
 
 
@@ -40,10 +42,8 @@ class TrainingImageRepository(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
-        if not 1 <= keep_images <= 1000:
-            raise ValueError(f"keep_images: {keep_images} is invalid; use 1 to 1000")
-        if not 1 <= untagged_expiry_days <= 365:
-            raise ValueError(f"untagged_expiry_days: {untagged_expiry_days} is invalid; use 1 to 365")
+        checks.whole_number("keep_images", keep_images, minimum=1, maximum=1000)
+        checks.whole_number("untagged_expiry_days", untagged_expiry_days, minimum=1, maximum=365)
         self.repository = ecr.Repository(
             self,
             "Repository",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .config import PlatformConfig, unverified_addons
-from .training_config import training_review, training_warnings
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -42,3 +41,71 @@ def platform_review(config: PlatformConfig) -> str:
             ),
         ]
     )
+
+
+def training_warnings(c: PlatformConfig) -> list[str]:
+    """Values that are legal but most likely not what the user meant (printed, not refused)."""
+    if not c.training_enabled:
+        return []
+    warnings = []
+    spec = c.training
+    if spec.checkpoint_every >= spec.max_steps:
+        warnings.append(
+            f"training_checkpoint_every={spec.checkpoint_every} >= training_max_steps="
+            f"{spec.max_steps}: no checkpoint before the end, a failure restarts from step 0"
+        )
+    steps_this_run = spec.extra_args.get("steps_this_run")
+    if steps_this_run is not None and int(steps_this_run) < spec.checkpoint_every:
+        warnings.append(
+            f"training_script_args steps_this_run={steps_this_run} < training_checkpoint_every="
+            f"{spec.checkpoint_every}: the run ends before its first checkpoint"
+        )
+    if c.max_nodes > 2 * c.desired_nodes:
+        warnings.append(
+            f"max_nodes={c.max_nodes} is more than twice the job's {c.desired_nodes} nodes: "
+            "the Volcano queue and nodegroup allow nodes the job never uses"
+        )
+    return warnings
+
+
+#: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,
+#: BF16, AdamW, global batch 16,384 (Neuron performance page). Other types: not published.
+PUBLISHED_SEQ_PER_S_PER_NODE = {"trn1.32xlarge": 3826.6}
+#: What the reference's 2-node EKS walkthrough logged.
+WALKTHROUGH_SEQ_PER_S_2_NODES = 6450.0
+
+
+def training_review(c: PlatformConfig) -> list[str]:
+    """Review lines for ``cdk synth``: workers, global batch, cost and estimated phase-1 time."""
+    if not c.training_enabled:
+        return ["  training:     off (training_enabled=false)"]
+    spec = c.training
+    plan = c.training_plan
+    facts = c.facts
+    sequences = spec.max_steps * spec.global_batch
+    lines = [
+        f"  training:     BERT-{spec.model}, {plan.workers} workers ({c.desired_nodes} x "
+        f"{plan.nproc_per_node}), micro-batch {plan.batch_size} x accumulation {plan.grad_accum_usteps} "
+        f"= global batch {plan.global_batch:,}",
+        f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
+        f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
+    ]
+    if c.preparation_enabled:
+        lines.append(
+            f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
+            f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{spec.dataset_name}"
+        )
+    per_node = PUBLISHED_SEQ_PER_S_PER_NODE.get(facts.name)
+    price = facts.on_demand_usd_per_hour
+    estimates = []
+    if per_node is not None:
+        estimates.append((f"published {per_node:,.1f} seq/s/node", per_node * c.desired_nodes))
+        if facts.name == "trn1.32xlarge" and c.desired_nodes == 2:
+            estimates.append(("walkthrough's 2-node EKS run", WALKTHROUGH_SEQ_PER_S_2_NODES))
+    if not estimates:
+        lines.append(f"  estimate:     no published throughput for {facts.name}")
+    for label, rate in estimates:
+        hours = sequences / rate / 3600
+        cost = f", ${hours * price * c.desired_nodes:,.0f} on demand" if price is not None else ""
+        lines.append(f"  estimate:     {rate:,.0f} seq/s ({label}): {hours:,.1f} h{cost}")
+    return lines

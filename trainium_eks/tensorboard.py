@@ -13,7 +13,7 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.job_spec import DATA_MOUNT
+from trainium_job.pod import DATA_MOUNT
 
 from .cluster import SYSTEM_NODE_LABEL
 

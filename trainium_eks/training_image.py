@@ -1,7 +1,8 @@
 """The training and TensorBoard images: built from ``docker/`` at deploy, copied into the platform's ECR.
 
 The build context is assembled at synth from files that ship inside the installed packages
-(``trainium_eks/_docker`` -> ``docker/`` and the ``training`` package), so the constructs work
+(``trainium_eks/_docker`` -> ``docker/``, the ``training`` package and the job contract
+``trainium_job`` it imports), so the constructs work
 the same from this repository and when ``trainium-eks`` is pip-installed into another app. The
 assembled directory is named after a hash of its contents: synth stays deterministic and
 offline (nothing is built or pulled until ``cdk deploy``).
@@ -31,19 +32,23 @@ from cdk_ecr_deployment import DockerImageName, ECRDeployment
 from constructs import Construct
 
 import training
+import trainium_job
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
 TRAINING_DIR = Path(training.__file__).resolve().parent
+#: The job contract: the training code imports its launch helpers (``trainium_job.launch``).
+CONTRACT_DIR = Path(trainium_job.__file__).resolve().parent
 DOCKERFILES = ("Dockerfile", "tensorboard.Dockerfile")
 
 
 def _context_files() -> dict[str, Path]:
     """Relative path in the build context -> source file."""
     files = {name: DOCKER_DIR / name for name in (*DOCKERFILES, ".dockerignore")}
-    for path in sorted(TRAINING_DIR.rglob("*")):
-        rel = path.relative_to(TRAINING_DIR)
-        if path.is_file() and "__pycache__" not in rel.parts and path.suffix in (".py", ".json", ".txt"):
-            files[f"training/{rel.as_posix()}"] = path
+    for package in (TRAINING_DIR, CONTRACT_DIR):
+        for path in sorted(package.rglob("*")):
+            rel = path.relative_to(package)
+            if path.is_file() and "__pycache__" not in rel.parts and path.suffix in (".py", ".json", ".txt"):
+                files[f"{package.name}/{rel.as_posix()}"] = path
     missing = [str(src) for src in files.values() if not src.is_file()]
     if missing:
         raise FileNotFoundError(f"training image build context incomplete, missing: {', '.join(missing)}")

@@ -58,13 +58,11 @@ DEFAULT_KUBERNETES_VERSION = "1.36"
 #: CoreDNS) so they never occupy Trainium capacity.
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 
-# [storage] pinned versions (FSx CSI driver add-on/chart) go here.
 #: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
 #: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.
 FSX_LUSTRE_VERSION = "2.15"
 
 
-# [addons] pinned Helm charts, managed add-ons and images go here.
 class ChartSource(TypedDict):
     """Where ``aws_eks_v2.HelmChart`` gets a chart: its ``repository``, ``chart`` and ``version``."""
 

@@ -21,7 +21,6 @@ from .dataset_staging import DatasetStaging
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 from .nag import suppress_workload_findings
 from .tensorboard import TensorBoard
-from .training_config import job_script_args, nproc_per_node
 from .training_image import TrainingImages
 from .training_job import BertPretrainingJob, add_job_outputs
 
@@ -86,7 +85,7 @@ class TrainingWorkload(Construct):
             image_key=self.images.training_tag,
             depends_on=[*target.queue_dependencies, *claim_ready, *copies],
         )
-        if config.training_rdzv_backend != "c10d":
+        if config.training.rdzv_backend != "c10d":
             for server in target.etcd_dependencies:
                 self.job.manifest.node.add_dependency(server)
         dataset_needs = [*claim_ready, self.job.service_account_manifest, *copies]
@@ -163,20 +162,8 @@ def _pretraining_job(
         namespace=target.namespace,
         claim_name=target.claim_name,
         queue=target.queue_name,
-        model=config.training_model,
-        batch_size=config.training_batch_size,
-        global_batch=config.training_global_batch,
-        max_steps=config.training_max_steps,
-        nproc_per_node=nproc_per_node(config),
-        script_args=job_script_args(config),
-        rdzv_backend=config.training_rdzv_backend,
+        spec=config.training,
         etcd_endpoint=target.etcd_endpoint,
-        dataset_name=config.training_dataset_name,
-        cache_set=config.training_cache_set,
-        run_name=config.training_run_name,
-        checkpoint_every=config.training_checkpoint_every,
-        max_restarts=config.training_max_restarts,
-        max_retry=config.training_max_retry,
         name_prefix=config.name_prefix,
         depends_on=depends_on,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
-from trainium_eks.training_config import training_review
+from trainium_eks.review import training_review
 
 
 @pytest.mark.parametrize(
@@ -91,12 +91,10 @@ def test_given_bad_training_value_then_error_names_the_key_the_user_typed(contex
 
 
 def test_given_valid_script_args_with_a_switch_then_accepted_and_rendered_as_bare_flag():
-    from trainium_eks.training_config import job_script_args
-
     config = config_from_context(
         {"training_script_args": '{"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": "true"}'}
     )
-    assert job_script_args(config) == {"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": True}
+    assert config.training.extra_args == {"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": True}
 
 
 @pytest.mark.parametrize(

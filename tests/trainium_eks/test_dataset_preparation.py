@@ -20,10 +20,10 @@ from aws_cdk import Stack
 from tests.support import k8s_manifests, synth_training, validate_k8s
 from tests.training.corpus import build_vocab, write_corpus
 from tests.trainium_eks.training_support import bare_cluster
-from training.job_spec import job_paths
 from training.prepare_data import build_parser
 from trainium_eks.config import ConfigError, config_from_context
 from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
+from trainium_job.pod import job_paths
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")
@@ -161,7 +161,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
             "preparation_pods",
             r"all pods must run at once",
         ),
-        ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"1 or more"),
+        ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"at least 1"),
         ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
         ({"preparation_vocab": "fsx:/../etc/passwd"}, "preparation_vocab", r"no '\.\.'"),
         (
@@ -186,7 +186,7 @@ def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix
 
 
 def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_comes_from():
-    from trainium_eks.training_config import training_review
+    from trainium_eks.review import training_review
 
     assert not any("prepared from" in line for line in training_review(config_from_context({})))
     lines = training_review(config_from_context({"preparation_enabled": "true", "preparation_pods": "6"}))

@@ -13,6 +13,7 @@ from trainium_eks.fsx import (
     storage_capacity_problem,
     throughput_problem,
 )
+from trainium_job.errors import ConfigError
 
 CLIENT_SG = "sg-0123456789abcdef0"
 
@@ -218,8 +219,8 @@ def test_given_no_s3_uris_then_no_associations(platform_json):
 @pytest.mark.parametrize(
     "props, message",
     [
-        ({"storage_gib": 2000}, "storage_gib: 2000"),
-        ({"throughput_per_tib": 200}, "throughput_per_tib: 200"),
+        ({"storage_gib": 2000}, "'storage_gib' = 2000"),
+        ({"throughput_per_tib": 200}, "'throughput_per_tib' = 200"),
         ({"deployment_type": "SCRATCH_2", "throughput_per_tib": 125}, "SCRATCH_2 has a fixed throughput"),
         ({"deployment_type": "SCRATCH_2", "backup_retention_days": 3}, "no automatic backups"),
         ({"deployment_type": "PERSISTENT_1"}, "deployment_type"),
@@ -227,8 +228,8 @@ def test_given_no_s3_uris_then_no_associations(platform_json):
         ({"s3_import_uri": "s3://bkt1/x/", "s3_export_uri": "s3://bkt1/x/out/"}, "overlaps"),
     ],
 )
-def test_given_invalid_props_when_constructed_then_value_error_names_the_prop(props, message):
-    with pytest.raises(ValueError, match=message):
+def test_given_invalid_props_when_constructed_then_config_error_names_the_prop(props, message):
+    with pytest.raises(ConfigError, match=message):
         _small_stack(**props)
 
 

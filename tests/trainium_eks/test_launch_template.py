@@ -8,6 +8,7 @@ from aws_cdk.assertions import Template
 from tests.support import resources
 from trainium_eks.instance_types import INSTANCE_FACTS, instance_facts
 from trainium_eks.launch_template import TrainiumLaunchTemplate
+from trainium_job.errors import ConfigError
 
 
 def _synth(instance_type: str, **kwargs) -> dict:
@@ -114,5 +115,5 @@ def test_given_single_node_type_then_one_plain_interface():
 
 
 def test_given_capacity_block_without_reservation_then_construct_refuses():
-    with pytest.raises(ValueError, match="capacity_block"):
+    with pytest.raises(ConfigError, match="'capacity_block' = True is invalid: a Capacity Block needs"):
         _synth("trn1.32xlarge", capacity_block=True)

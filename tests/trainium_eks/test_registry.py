@@ -8,6 +8,7 @@ from aws_cdk.assertions import Template
 
 from tests.support import resources
 from trainium_eks.registry import TrainingImageRepository
+from trainium_job.errors import ConfigError
 
 
 def _repository(template_json):
@@ -60,5 +61,6 @@ def test_given_other_retention_then_the_lifecycle_follows():
 
 @pytest.mark.parametrize("props", [{"keep_images": 0}, {"keep_images": 1001}, {"untagged_expiry_days": 0}])
 def test_given_out_of_range_retention_then_construction_fails(props):
-    with pytest.raises(ValueError, match=next(iter(props))):
+    with pytest.raises(ConfigError, match="use 1 to") as err:
         _small_stack(**props)
+    assert err.value.field_name == next(iter(props))

@@ -41,6 +41,7 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
         "training/requirements.txt",
         "training/pretrain.py",
         "training/launch.py",
+        "trainium_job/launch.py",
         "training/model_configs/large.json",
     } <= names
     assert not any("__pycache__" in n for n in names)

@@ -27,15 +27,17 @@ def default_job():
 @pytest.mark.parametrize(
     "overrides,field",
     [
-        ({"nproc_per_node": 33}, "nproc_per_node"),
-        ({"nodes": 3}, "nodes"),
-        ({"global_batch": 16000}, "global_batch"),
+        # Spec fields are named by the context key that sets them; nodes by desired_nodes.
+        ({"nproc_per_node": 33}, "training_nproc_per_node"),
+        ({"nodes": 3}, "desired_nodes"),
+        ({"global_batch": 16000}, "training_global_batch"),
         ({"name_prefix": "x" * 50}, "name_prefix"),
-        ({"run_name": "r" * 64}, "run_name"),
-        ({"rdzv_backend": "etcd"}, "rdzv_backend"),
+        ({"run_name": "r" * 64}, "training_run_name"),
+        ({"rdzv_backend": "etcd"}, "training_rdzv_backend"),
+        ({"queue": "Training"}, "queue"),
     ],
 )
-def test_given_bad_props_when_job_built_then_config_error_names_the_prop(overrides, field):
+def test_given_bad_props_when_job_built_then_config_error_names_the_key(overrides, field):
     with pytest.raises(ConfigError) as err:
         job_stack(**overrides)
     assert err.value.field_name == field
@@ -201,9 +203,9 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
 
 
 def test_given_default_job_then_pod_grace_period_and_torchrun_timeout_fit_a_bert_large_stop(default_job):
-    from training.job_spec import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
     from trainium_eks.config import PlatformConfig
     from trainium_eks.fsx import resolved_throughput
+    from trainium_job.pod import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
 
     pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}

@@ -1,78 +1,124 @@
-"""The TorchX component builds the same pod as the construct (TorchX's own kubernetes dry run)."""
+"""The TorchX component runs the construct's pod (TorchX's own kubernetes dry run, whole dicts)."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.trainium_eks.training_support import job_stack
+from trainium_job.pod import TASK_NAME, rank0_endpoint
 
 pytest.importorskip("torchx")
 
-
-def _quantity_mb(value: str) -> int:
-    number = int(re.match(r"^\d+", value).group())
-    return number * 1024 * 1024 // 1_000_000 if value.endswith("Mi") else number
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc"
 
 
-def test_given_same_recipe_then_torchx_and_construct_agree():
+#: What the README's ``torchx run`` command names.
+COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"
+
+
+def _component() -> Any:
+    """The component as ``torchx run`` finds it (TorchX's own finder and linter)."""
+    from torchx.specs.finder import get_component
+
+    found = get_component(COMPONENT)
+    assert found.validation_errors == []
+    return found.fn
+
+
+def _dry_run(*script_args: str, **kwargs: Any) -> dict[str, Any]:
     from kubernetes import client
     from torchx.schedulers.kubernetes_scheduler import create_scheduler
 
-    from training.torchx_component import trn_dist_ddp
-
-    image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc"
-    app = trn_dist_ddp(image=image, claim="fsx-claim")
+    app = _component()(*script_args, image=IMAGE, claim="fsx-claim", **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = create_scheduler("test").submit_dryrun(
             app, {"queue": "training", "namespace": "training", "validate_spec": False}
         )
-    tx = client.ApiClient().sanitize_for_serialization(info.request.resource)
-    ours = job_stack().job
+    return client.ApiClient().sanitize_for_serialization(info.request.resource)
 
-    tx_spec, our_spec = tx["spec"], ours["spec"]
-    assert tx_spec["maxRetry"] == our_spec["maxRetry"] == 3
-    assert len(tx_spec["tasks"]) == our_spec["tasks"][0]["replicas"] == 2
-    tx_task = tx_spec["tasks"][0]
-    assert tx_task["policies"] == our_spec["policies"]
-    tx_pod, our_pod = tx_task["template"]["spec"], our_spec["tasks"][0]["template"]["spec"]
-    (txc,), (oc,) = tx_pod["containers"], our_pod["containers"]
 
-    # Command: identical apart from the rendezvous host and id (TorchX: one task per replica).
-    def normal(cmd: list[str]) -> list[str]:
-        text = re.sub(r"--rdzv_endpoint \S+", "--rdzv_endpoint EP", cmd[-1])
-        return cmd[:-1] + [re.sub(r"--rdzv_id \S+", "--rdzv_id ID", text)]
+def _without_identity(pod_spec: dict[str, Any], *, endpoint: str, rdzv_id: str) -> dict[str, Any]:
+    """The pod spec with the only per-launcher values, rank 0's host name and the rendezvous id,
+    replaced by placeholders (TorchX makes one task per replica: node 0 is ``<app>-worker-0-0``;
+    its endpoint holds TorchX's ``${app_id}`` macro, which the shell script quotes)."""
+    text = json.dumps(pod_spec)
+    for form in (f"'{endpoint}'", endpoint):
+        text = text.replace(form, "RANK0:PORT")
+    return json.loads(re.sub(rf"--rdzv_id {re.escape(rdzv_id)}(?=[ -])", "--rdzv_id ID", text))
 
-    assert normal(txc["command"]) == normal(oc["command"])
-    assert "-worker-0-0." in txc["command"][-1]
 
-    tx_env = {e["name"]: e["value"] for e in txc["env"] if not e["name"].startswith("TORCHX_")}
-    assert tx_env == {e["name"]: e["value"] for e in oc["env"]}
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"max_steps": 1000, "run_name": "trial", "max_restarts": 1, "script_args": {"lr": "4e-4"}}],
+)
+def test_given_same_spec_then_torchx_pod_equals_the_construct_pod_whole(spec):
+    torchx_args = {
+        ("max_retries" if k == "max_retry" else k): v for k, v in spec.items() if k != "script_args"
+    }
+    extra = [a for k, v in spec.get("script_args", {}).items() for a in (f"--{k}", v)]
+    tx = _dry_run(*extra, **torchx_args)
+    job = job_stack(**spec)
+    ours = job.job
 
-    for device in ("aws.amazon.com/neuron", "vpc.amazonaws.com/efa"):
-        assert txc["resources"]["limits"][device] == oc["resources"]["limits"][device]
-    assert txc["resources"]["limits"]["cpu"] == oc["resources"]["limits"]["cpu"]
-    assert (
-        abs(
-            _quantity_mb(txc["resources"]["limits"]["memory"])
-            - _quantity_mb(oc["resources"]["limits"]["memory"])
-        )
-        <= 1
+    app = tx["metadata"]["name"]
+    tasks = tx["spec"]["tasks"]
+    assert [t["name"] for t in tasks] == [
+        f"{TASK_NAME}-{i}" for i in range(ours["spec"]["tasks"][0]["replicas"])
+    ]
+    our_pod = _without_identity(
+        ours["spec"]["tasks"][0]["template"]["spec"],
+        endpoint=rank0_endpoint(job.job_name),
+        rdzv_id=job.job_name,
     )
+    for task in tasks:
+        tx_pod = _without_identity(
+            task["template"]["spec"],
+            endpoint=rank0_endpoint("${app_id}", task_pod=f"{TASK_NAME}-0-0").replace("${app_id}", app),
+            rdzv_id="bert-pretrain",
+        )
+        assert tx_pod == our_pod
+        assert task["policies"] == ours["spec"]["policies"]
+        labels = task["template"]["metadata"]["labels"]
+        assert (
+            labels["app.kubernetes.io/name"]
+            == ours["spec"]["tasks"][0]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+        )
+    for key in ("schedulerName", "queue", "maxRetry", "plugins"):
+        assert tx["spec"][key] == ours["spec"][key]
+    assert "RANK0:PORT" in our_pod["containers"][0]["command"][2]
 
-    def mounts(pod, container):
-        sources = {v["name"]: {k: v[k] for k in v if k != "name"} for v in pod["volumes"]}
-        return {m["mountPath"]: sources[m["name"]] for m in container["volumeMounts"]}
 
-    tx_mounts = mounts(tx_pod, txc)
-    assert tx_mounts["/data"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
-    assert {p: set(s) for p, s in tx_mounts.items()} == {p: set(s) for p, s in mounts(our_pod, oc).items()}
-    assert tx_pod["tolerations"] == our_pod["tolerations"]
-    assert tx_pod["nodeSelector"] == our_pod["nodeSelector"]
-    # Hardening: the same securityContext (capabilities, seccomp, no escalation) on both.
-    assert tx_pod["securityContext"] == our_pod["securityContext"]
-    assert txc["securityContext"] == oc["securityContext"]
-    assert oc["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+def test_given_readme_command_then_it_names_the_component_torchx_finds():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"{COMPONENT} --image" in readme
+    assert _component().__name__ == "trn_dist_ddp"
+
+
+def test_given_bad_torchx_argument_then_the_spec_error_names_the_key():
+    from trainium_job.errors import ConfigError
+    from trainium_job.torchx_component import trn_dist_ddp
+
+    with pytest.raises(ConfigError) as err:
+        trn_dist_ddp(image=IMAGE, global_batch=1000)
+    assert err.value.field_name == "training_global_batch"
+    with pytest.raises(ConfigError, match="use training_max_steps"):
+        trn_dist_ddp("--max_steps", "10", image=IMAGE)
+    with pytest.raises(ConfigError, match="'--name value' or '--switch'"):
+        trn_dist_ddp("lr", "4e-4", image=IMAGE)
+
+
+def test_given_flags_then_values_and_switches_become_the_spec_mapping():
+    from trainium_job.torchx_component import flags_to_mapping
+
+    assert flags_to_mapping(["--lr", "4e-4", "--fp32_master_weights", "--seed=7"]) == {
+        "lr": "4e-4",
+        "fp32_master_weights": True,
+        "seed": "7",
+    }

@@ -11,6 +11,7 @@ from aws_cdk import aws_eks_v2 as eks
 from trainium_eks.instance_types import instance_facts
 from trainium_eks.training_job import BertPretrainingJob
 from trainium_eks.versions import KUBERNETES_RELEASES
+from trainium_job.spec import SPEC_FIELDS, BertJobSpec
 
 #: Required fields of batch.volcano.sh/v1alpha1 Job, from Volcano's CRD
 #: (volcano-sh/volcano installer/helm/chart/volcano/crd/bases/batch.volcano.sh_jobs.yaml:
@@ -58,7 +59,9 @@ def bare_cluster() -> eks.Cluster:
 
 
 def job_stack(**overrides: Any) -> BertPretrainingJob:
+    """A job on a bare cluster: ``overrides`` are construct props or job-spec fields."""
     cluster = bare_cluster()
+    spec_fields = {k: overrides.pop(k) for k in list(overrides) if k in SPEC_FIELDS}
     props: dict[str, Any] = dict(
         cluster=cluster,
         facts=instance_facts("trn1.32xlarge"),
@@ -69,6 +72,8 @@ def job_stack(**overrides: Any) -> BertPretrainingJob:
         claim_name="fsx-claim",
     )
     props.update(overrides)
+    if spec_fields:
+        props["spec"] = BertJobSpec(**spec_fields)
     return BertPretrainingJob(cdk.Stack.of(cluster), "Job", **props)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from constructs import Construct
 
+from trainium_job.scheduling import TRAINING_QUEUE
+
 from ..cluster import TrainiumCluster
 from ..escape_hatch import as_icluster
-from ..nodegroup import NeuronNodegroup
+from ..nodegroup import TrainiumNodegroup
 from .ebs_csi import EbsCsiDriver
 from .efa import EfaDevicePlugin
 from .etcd import EtcdServer
@@ -53,24 +55,24 @@ class TrainiumAddons(Construct):
         id: str,
         *,
         cluster: TrainiumCluster,
-        trainium: NeuronNodegroup,
+        trainium: TrainiumNodegroup,
         max_nodes: int,
         neuron_scheduler_extension: bool = False,
         neuron_node_problem_detector: bool = False,
         etcd_enabled: bool = True,
         container_insights: bool = False,
-        queue_name: str = "training",
+        queue_name: str = TRAINING_QUEUE,
     ) -> None:
         """
         Args:
             cluster: the :class:`TrainiumCluster` (cluster and system nodegroup).
-            trainium: the :class:`NeuronNodegroup`.
+            trainium: the :class:`TrainiumNodegroup`.
             max_nodes: the Trainium nodegroup's maximum size (sizes the Queue).
             neuron_scheduler_extension: Neuron scheduler extension. Default False.
             neuron_node_problem_detector: Neuron node-problem-detector. Default False.
             etcd_enabled: etcd server for the etcd rendezvous. Default True.
             container_insights: CloudWatch Container Insights. Default False.
-            queue_name: name of the training Queue. Default "training".
+            queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
         """
         super().__init__(scope, id)
         eks_cluster = as_icluster(cluster.cluster)

@@ -16,19 +16,18 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..instance_types import InstanceFacts
-from ..nodegroup import TRAINIUM_NODE_LABEL
-from ..versions import ADDON_PINS, AddonPin
-from .neuron import NEURON_TOLERATION
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+from ..versions import ADDON_PINS, AddonPin
 
 
 def efa_chart_values(facts: InstanceFacts) -> dict:
     """Helm values of the EFA chart: Trainium nodes of ``facts.name`` only."""
     return {
         "nodeSelector": {**TRAINIUM_NODE_LABEL, INSTANCE_TYPE_LABEL: facts.name},
-        "tolerations": [dict(NEURON_TOLERATION)],
+        "tolerations": [dict(DEVICE_PLUGIN_TOLERATION)],
     }
 
 
@@ -56,9 +55,10 @@ class EfaDevicePlugin(Construct):
         """
         super().__init__(scope, id)
         if not facts.multi_node:
-            raise ValueError(
-                f"facts: {facts.name} has no EFA interfaces; the EFA device plugin "
-                "would crash-loop there, leave it out"
+            raise ConfigError(
+                "facts",
+                facts.name,
+                f"{facts.name} has no EFA interfaces; the EFA device plugin would crash-loop there, leave it out",
             )
         self.chart = eks.HelmChart(
             self,

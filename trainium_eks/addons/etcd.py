@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..cluster import SYSTEM_NODE_LABEL
+from trainium_job.errors import ConfigError
+from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
+
 from ..versions import ADDON_PINS, AddonPin
 
 CLIENT_PORT = 2379
@@ -197,7 +199,7 @@ class EtcdServer(Construct):
         cluster: eks.ICluster,
         storage_class_name: str,
         namespace: str = "etcd",
-        client_namespaces: Sequence[str] = ("training",),
+        client_namespaces: Sequence[str] = (TRAINING_NAMESPACE,),
         volume_gib: int = 2,
         quota_bytes: int = 1024**3,
         pin: AddonPin = ADDON_PINS["etcd"],
@@ -207,22 +209,21 @@ class EtcdServer(Construct):
             cluster: the cluster (with a kubectl provider).
             storage_class_name: StorageClass of the data volume (an EBS CSI class).
             namespace: namespace created for etcd. Default "etcd".
-            client_namespaces: namespaces whose pods may connect. Default ("training",).
+            client_namespaces: namespaces whose pods may connect. Default ``(TRAINING_NAMESPACE,)``.
             volume_gib: size of the data volume. Default 2.
             quota_bytes: etcd backend quota; keep it below the volume size. Default 1 GiB.
             pin: image and tag (3.5.x). Default: ``ADDON_PINS["etcd"]``.
         """
         super().__init__(scope, id)
         if not pin.version.startswith("v3.5."):
-            raise ValueError(
-                f"pin: etcd {pin.version} is invalid; the v2 API needs etcd 3.5.x (3.6 removed it)"
-            )
+            raise ConfigError("pin", pin.version, "the v2 API needs etcd 3.5.x (3.6 removed it)")
         if not client_namespaces:
-            raise ValueError("client_namespaces: () is invalid; name the namespaces of the jobs")
+            raise ConfigError("client_namespaces", (), "name the namespaces of the jobs")
         if quota_bytes >= volume_gib * 1024**3:
-            raise ValueError(
-                f"quota_bytes: {quota_bytes} is invalid; keep it below the "
-                f"{volume_gib} GiB volume so the quota alarm precedes a full disk"
+            raise ConfigError(
+                "quota_bytes",
+                quota_bytes,
+                f"keep it below the {volume_gib} GiB volume so the quota alarm precedes a full disk",
             )
         self.namespace = namespace
         self.endpoint = f"etcd.{namespace}.svc.cluster.local:{CLIENT_PORT}"

@@ -26,17 +26,20 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..cluster import SYSTEM_NODE_LABEL
-from ..nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL
+from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL, TRAINIUM_NODE_LABEL
+
 from ..versions import ADDON_PINS, AddonPin
 
-#: Toleration of the Trainium nodegroup's taint (any value), for the node daemons.
-NEURON_TOLERATION = {"key": NEURON_TAINT["key"], "operator": "Exists", "effect": NEURON_TAINT["effect"]}
+#: Former name of :data:`trainium_job.scheduling.DEVICE_PLUGIN_TOLERATION`.
+NEURON_TOLERATION = DEVICE_PLUGIN_TOLERATION
 
 
 def neuron_chart_values(*, scheduler_extension: bool, node_problem_detector: bool) -> dict:
     """Helm values of the Neuron chart (device plugin on Trainium nodes only)."""
-    trainium_only = {"nodeSelector": dict(TRAINIUM_NODE_LABEL), "tolerations": [dict(NEURON_TOLERATION)]}
+    trainium_only = {
+        "nodeSelector": dict(TRAINIUM_NODE_LABEL),
+        "tolerations": [dict(DEVICE_PLUGIN_TOLERATION)],
+    }
     return {
         "devicePlugin": {"enabled": True, **trainium_only},
         "scheduler": {

@@ -18,13 +18,18 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ..cluster import SYSTEM_NODE_LABEL
-from ..instance_types import InstanceFacts
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.scheduling import (
+    EFA_RESOURCE,
+    NEURON_RESOURCE,
+    NEURONCORE_RESOURCE,
+    SYSTEM_NODE_LABEL,
+    TRAINING_QUEUE,
+)
+
 from ..versions import ADDON_PINS, AddonPin
 
-NEURON_RESOURCE = "aws.amazon.com/neuron"
-NEURONCORE_RESOURCE = "aws.amazon.com/neuroncore"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_NAMESPACE = "volcano-system"
 #: Pod Security Admission for Volcano's namespace. The chart's scheduler, controller and admission
@@ -56,7 +61,7 @@ def volcano_chart_values() -> dict:
 def queue_capability(facts: InstanceFacts, max_nodes: int) -> dict[str, str]:
     """Resources of ``max_nodes`` nodes of ``facts`` (zero-valued resources are left out)."""
     if max_nodes < 1:
-        raise ValueError(f"max_nodes: {max_nodes} is invalid; the nodegroup needs at least 1 node")
+        raise ConfigError("max_nodes", max_nodes, "the nodegroup needs at least 1 node")
     per_node = {
         "cpu": facts.vcpus,
         NEURON_RESOURCE: facts.neuron_devices,
@@ -99,7 +104,7 @@ class VolcanoScheduler(Construct):
         cluster: eks.ICluster,
         facts: InstanceFacts,
         max_nodes: int,
-        queue_name: str = "training",
+        queue_name: str = TRAINING_QUEUE,
         pin: AddonPin = ADDON_PINS["volcano"],
     ) -> None:
         """
@@ -107,7 +112,7 @@ class VolcanoScheduler(Construct):
             cluster: the cluster (with a kubectl provider).
             facts: the Trainium instance type.
             max_nodes: the Trainium nodegroup's maximum size.
-            queue_name: name of the training Queue. Default "training".
+            queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
             pin: chart, repository and version. Default: ``ADDON_PINS["volcano"]``.
         """
         super().__init__(scope, id)

@@ -8,6 +8,7 @@ from tests.support import helm_charts, synth_platform
 from tests.trainium_eks.addons import chart, depends_on, nodegroup_id
 from trainium_eks.addons.efa import EfaDevicePlugin
 from trainium_eks.instance_types import instance_facts
+from trainium_job.errors import ConfigError
 
 
 def test_given_default_config_then_the_pinned_eks_chart_is_installed_in_kube_system(platform_json):
@@ -51,5 +52,5 @@ def test_given_an_instance_type_without_efa_then_no_efa_plugin_is_installed():
 def test_given_facts_without_efa_when_constructed_directly_then_it_refuses():
     stack = cdk.Stack(cdk.App(), "Direct")
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")
-    with pytest.raises(ValueError, match="trn1.2xlarge has no EFA"):
+    with pytest.raises(ConfigError, match="trn1.2xlarge has no EFA"):
         EfaDevicePlugin(stack, "Efa", cluster=cluster, facts=instance_facts("trn1.2xlarge"))

@@ -10,6 +10,7 @@ from tests.trainium_eks.addons import depends_on, logical_ids, objects
 from trainium_eks.addons.etcd import EtcdServer
 from trainium_eks.config import PlatformConfig
 from trainium_eks.versions import AddonPin
+from trainium_job.errors import ConfigError
 
 
 def _one(template, kind):
@@ -125,5 +126,5 @@ def test_given_etcd_disabled_then_no_etcd_no_ebs_driver_and_no_endpoint():
 def test_given_bad_props_then_etcd_refuses_with_the_field_named(kwargs, message):
     stack = cdk.Stack(cdk.App(), "Direct")
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         EtcdServer(stack, "Etcd", cluster=cluster, storage_class_name="gp3-encrypted", **kwargs)

@@ -9,6 +9,7 @@ from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, objects
 from trainium_eks.addons.volcano import queue_capability
 from trainium_eks.config import PlatformConfig
 from trainium_eks.instance_types import instance_facts
+from trainium_job.errors import ConfigError
 
 SYSTEM = {"trainium-eks/pool": "system"}
 
@@ -98,7 +99,7 @@ def test_given_instance_type_and_max_nodes_then_capability_is_per_node_facts_tim
 
 
 def test_given_zero_nodes_then_capability_is_refused():
-    with pytest.raises(ValueError, match="max_nodes: 0"):
+    with pytest.raises(ConfigError, match="'max_nodes' = 0 is invalid"):
         queue_capability(instance_facts("trn1.32xlarge"), 0)
 
 

@@ -1,37 +1,35 @@
-"""The platform's configuration: one typed, validated object.
+"""Deployment checks of the platform's configuration: each field, and the rules between fields.
 
-Defaults are embedded here; ``cdk.json`` context and ``cdk synth -c key=value`` override them
-(see :func:`config_from_context`). Every check raises :class:`ConfigError` whose message names
-the field, the value and the fix, so a bad input stops synth with one line and no stack is built.
+Every check raises :class:`ConfigError` naming the context key the user typed, its value and the
+fix. The ``training_*`` keys: :mod:`.job_checks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
-import json
 import re
 import unicodedata
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from aws_cdk.region_info import RegionInfo
 
-from .errors import ConfigError  # noqa: F401  (re-exported: part of the public API)
-from .fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
-from .fsx import resolved_throughput as fsx_resolved_throughput
-from .fsx import s3_uri_problem as fsx_s3_uri_problem
-from .fsx import s3_uris_overlap as fsx_s3_uris_overlap
-from .fsx import storage_capacity_problem as fsx_storage_capacity_problem
-from .fsx import throughput_problem as fsx_throughput_problem
-from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
-from .job_naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
-from .network import subnet_layout_problem
-from .versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+from trainium_job import checks
+from trainium_job.errors import ConfigError
+from trainium_job.instances import INSTANCE_FACTS
+from trainium_job.naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
 
-#: Options that install an EKS managed add-on -> its ADDON_PINS key.
+from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
+from ..fsx import resolved_throughput as fsx_resolved_throughput
+from ..fsx import s3_uri_problem as fsx_s3_uri_problem
+from ..fsx import s3_uris_overlap as fsx_s3_uris_overlap
+from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
+from ..fsx import throughput_problem as fsx_throughput_problem
+from ..network import subnet_layout_problem
+from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES
+from .job_checks import validate_training
+from .schema import PlatformSettings
+
 OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
 #: Managed add-ons the platform always installs.
 ALWAYS_ON_ADDONS = ("pod-identity-agent", "node-monitoring-agent", "vpc-cni")
@@ -158,147 +156,8 @@ def name_prefix_problem(prefix: str, nodes: int) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class PlatformConfig:
-    """Everything a deployment of the platform can vary. Each default is the value documented here."""
-
-    #: AWS region of the stack.
-    region: str = "us-west-2"
-    #: AZ **ID** (not name: names differ per account) that offers the instance type; the Trainium
-    #: nodegroup, its placement group and FSx live only here.
-    trainium_az_id: str = "usw2-az4"
-    #: Second AZ ID: the EKS control plane needs subnets in two AZs.
-    second_az_id: str = "usw2-az3"
-    #: Trainium instance type (a row of ``INSTANCE_FACTS``).
-    instance_type: str = "trn1.32xlarge"
-    #: Trainium nodegroup sizes.
-    min_nodes: int = 2
-    desired_nodes: int = 2
-    max_nodes: int = 2
-    #: Kubernetes minor version (a key of ``KUBERNETES_RELEASES``).
-    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
-    #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
-    #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only.
-    endpoint_public_cidrs: tuple[str, ...] = ()
-    #: Opt-in for ``endpoint_public_cidrs`` that together cover more than one /8 of IPv4
-    #: (:data:`MAX_PUBLIC_ENDPOINT_ADDRESSES`). False: such sets are refused.
-    endpoint_public_allow_broad: bool = False
-    #: IAM role/user ARNs given cluster-admin access entries.
-    admin_principal_arns: tuple[str, ...] = ()
-    #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
-    root_volume_gib: int = 512
-    #: Capacity reservation or Capacity Block to launch into (``cr-`` + 17 hex), if any.
-    capacity_reservation_id: str | None = None
-    #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
-    capacity_type: str = "on-demand"
-    #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
-    #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
-    efa_interface_layout: str = "efa"
-    #: Prefix of every named resource (lower case, <= 20 characters).
-    name_prefix: str = "trn-bert"
-    #: CIDR of the VPC the platform creates.
-    vpc_cidr: str = "10.0.0.0/16"
-    #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).
-    nat_gateways: int = 1
-    #: Use an existing VPC instead of creating one: its id, plus private subnet ids with the
-    #: Trainium-AZ subnet first and the second-AZ subnet next.
-    existing_vpc_id: str | None = None
-    existing_private_subnet_ids: tuple[str, ...] = ()
-    #: Size of the system nodegroup that runs controllers.
-    system_nodes: int = 2
-    # [storage] fields (FSx, ECR) go here.
-    #: FSx for Lustre deployment type: PERSISTENT_2 (replicated in its AZ, survives server
-    #: failures) or SCRATCH_2 (not replicated, for short experiments). Changing it REPLACES the
-    #: file system (the old one is retained, not deleted).
-    fsx_deployment_type: str = "PERSISTENT_2"
-    #: FSx capacity in GiB: 1200 or a multiple of 2400 (can grow later, never shrink).
-    fsx_storage_gib: int = 1200
-    #: PERSISTENT_2 throughput tier, MB/s per TiB (125/250/500/1000). Unset: 125, the cheapest,
-    #: which is enough for BERT (~1 KB read per sequence, a ~4 GB checkpoint now and then:
-    #: 150 MB/s at 1.2 TiB). Must stay unset for SCRATCH_2 (fixed throughput).
-    fsx_throughput_per_tib: int | None = None
-    #: LZ4 compression on FSx (less capacity and throughput used by compressible files).
-    fsx_compression: bool = True
-    #: S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any.
-    fsx_s3_import_uri: str | None = None
-    #: S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any.
-    fsx_s3_export_uri: str | None = None
-    #: Images the ECR repository keeps (newest first; untagged ones expire after 7 days).
-    ecr_keep_images: int = 20
-    # [addons] fields (add-on options) go here.
-    #: Neuron scheduler extension (contiguous NeuronCore allocation for pods that share a node).
-    #: Off: training pods take whole nodes through Volcano, which the extension does not serve,
-    #: and its bundled kube-scheduler (1.31) is far outside the skew policy of a 1.36 cluster.
-    neuron_scheduler_extension: bool = False
-    #: Neuron node-problem-detector (privileged, monitor-only). Off: the EKS node monitoring
-    #: agent already reports Neuron device errors and drives the nodegroups' auto-repair.
-    neuron_node_problem_detector: bool = False
-    #: etcd server (v2 API) for the ``etcd`` rendezvous of torchrun, with a gp3 volume (and the
-    #: EBS CSI driver it needs). On: the platform offers the reference's rendezvous out of the
-    #: box; set false when every job uses c10d (the training default).
-    etcd_enabled: bool = True
-    #: CloudWatch Container Insights with Neuron and EFA metrics (amazon-cloudwatch-observability
-    #: add-on). Off: it bills per metric and log GB; turn on for production fleets.
-    container_insights: bool = False
-    # [training] fields (the pretraining job; checks in trainium_eks/training_config.py).
-    #: Deploy the BERT pretraining job (image, dataset staging, Volcano Job, TensorBoard).
-    training_enabled: bool = True
-    #: Model config of training/model_configs: large | base | tiny.
-    training_model: str = "large"
-    #: Micro-batch per worker (the reference's 16).
-    training_batch_size: int = 16
-    #: Sequences per optimizer step; the accumulation is global / (batch x workers): 16,384 on
-    #: 2 x trn1.32xlarge (64 workers) gives 16 micro-batches.
-    training_global_batch: int = 16384
-    #: Optimizer steps of the schedule (the reference's phase 1: 28,125).
-    training_max_steps: int = 28125
-    #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
-    training_nproc_per_node: int = 0
-    #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs etcd_enabled).
-    training_rdzv_backend: str = "c10d"
-    #: Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging).
-    training_dataset_source: str = (
-        "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
-        "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
-    )
-    #: The shards land in /data/datasets/<name>.
-    training_dataset_name: str = "bert-wikicorpus-seq128"
-    #: Neuron compile cache set: /data/neuron-cache/<set>. Never the same for two running jobs.
-    training_cache_set: str = "bert-large-seq128"
-    #: Checkpoints and TensorBoard events in /data/runs/<run>; a job resumes from it.
-    training_run_name: str = "bert-large-phase1"
-    #: Optimizer steps between checkpoints.
-    training_checkpoint_every: int = 200
-    #: torchrun restarts of the worker group; and Volcano restarts of the whole job.
-    training_max_restarts: int = 3
-    training_max_retry: int = 3
-    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}.
-    training_script_args: Mapping[str, str] = field(default_factory=dict)
-    #: Prepare the dataset from your own text corpus on FSx with an Indexed Job
-    #: (trainium_eks.dataset_preparation) instead of staging training_dataset_source.
-    preparation_enabled: bool = False
-    #: The corpus (a file or folder of text, one sentence per line) and the vocab.txt, on FSx:
-    #: under /dataset when fsx_s3_import_uri imports them from S3.
-    preparation_corpus: str = "fsx:/dataset/corpus"
-    preparation_vocab: str = "fsx:/dataset/vocab.txt"
-    #: Pods of the Indexed Job (all run at once, spread over the Trainium nodes) and CPUs of each.
-    preparation_pods: int = 4
-    preparation_cpus_per_pod: int = 16
-    #: More training.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
-    preparation_args: Mapping[str, str] = field(default_factory=dict)
-    #: Tags applied to every taggable resource.
-    tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
-
-    def __post_init__(self) -> None:
-        _validate(self)
-
-    @property
-    def facts(self) -> InstanceFacts:
-        """The facts-table row of :attr:`instance_type`."""
-        return instance_facts(self.instance_type)
-
-
-def _validate(c: PlatformConfig) -> None:
+def validate(c: PlatformSettings) -> None:
+    """Every deployment check of ``c``; ConfigError naming the key the user typed."""
     if not _REGION.match(c.region):
         raise ConfigError("region", c.region, "use an AWS region code such as 'us-west-2'")
     partition = region_partition(c.region)
@@ -318,6 +177,28 @@ def _validate(c: PlatformConfig) -> None:
                 if item in seen:
                     raise ConfigError(name, item, "listed twice; give each entry once")
                 seen.add(item)
+    _validate_azs(c)
+    _validate_nodes(c)
+    _validate_access(c, partition)
+    _validate_capacity(c)
+    if not _NAME_PREFIX.match(c.name_prefix):
+        raise ConfigError(
+            "name_prefix", c.name_prefix, "use 1-20 lower-case letters, digits or '-', starting with a letter"
+        )
+    problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
+    if problem:
+        raise ConfigError("name_prefix", c.name_prefix, problem)
+    _validate_network(c)
+    if not 1 <= c.system_nodes <= 10:
+        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
+    _validate_storage(c)
+    _validate_addons(c)
+    validate_training(c)
+    _validate_tags(c)
+
+
+def _validate_azs(c: PlatformSettings) -> None:
+    """Two different AZ IDs (not names) of the region."""
     for name in ("trainium_az_id", "second_az_id"):
         value = getattr(c, name)
         if _AZ_NAME.match(value):
@@ -344,8 +225,11 @@ def _validate(c: PlatformConfig) -> None:
             c.second_az_id,
             "must differ from trainium_az_id: the EKS control plane needs two AZs",
         )
-    if c.instance_type not in INSTANCE_FACTS:
-        raise ConfigError("instance_type", c.instance_type, f"choose one of {', '.join(INSTANCE_FACTS)}")
+
+
+def _validate_nodes(c: PlatformSettings) -> None:
+    """The instance type and the Trainium nodegroup's sizes."""
+    checks.one_of("instance_type", c.instance_type, INSTANCE_FACTS)
     for name in (
         "min_nodes",
         "desired_nodes",
@@ -354,9 +238,7 @@ def _validate(c: PlatformConfig) -> None:
         "nat_gateways",
         "system_nodes",
     ):
-        value = getattr(c, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(name, value, "must be a whole number")
+        checks.whole_number(name, getattr(c, name))
     if c.max_nodes < 1:
         raise ConfigError("max_nodes", c.max_nodes, "must be at least 1")
     if c.min_nodes < 0:
@@ -378,6 +260,10 @@ def _validate(c: PlatformConfig) -> None:
             f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
             "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge",
         )
+
+
+def _validate_access(c: PlatformSettings, partition: str) -> None:
+    """Kubernetes version, public endpoint and the admin principals (of the region's partition)."""
     if c.kubernetes_version not in KUBERNETES_RELEASES:
         raise ConfigError(
             "kubernetes_version", c.kubernetes_version, f"supported: {', '.join(KUBERNETES_RELEASES)}"
@@ -397,10 +283,13 @@ def _validate(c: PlatformConfig) -> None:
                 arn,
                 f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'",
             )
+
+
+def _validate_capacity(c: PlatformSettings) -> None:
+    """Root volume, capacity reservation or Capacity Block, EFA layout."""
     if not 30 <= c.root_volume_gib <= 16384:
         raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
-    if c.capacity_type not in CAPACITY_TYPES:
-        raise ConfigError("capacity_type", c.capacity_type, f"choose one of {', '.join(CAPACITY_TYPES)}")
+    checks.one_of("capacity_type", c.capacity_type, CAPACITY_TYPES)
     if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION.match(c.capacity_reservation_id):
         raise ConfigError(
             "capacity_reservation_id",
@@ -409,17 +298,11 @@ def _validate(c: PlatformConfig) -> None:
         )
     if c.capacity_type == "capacity-block" and c.capacity_reservation_id is None:
         raise ConfigError("capacity_type", c.capacity_type, "a Capacity Block needs capacity_reservation_id")
-    if c.efa_interface_layout not in EFA_LAYOUTS:
-        raise ConfigError(
-            "efa_interface_layout", c.efa_interface_layout, f"choose one of {', '.join(EFA_LAYOUTS)}"
-        )
-    if not _NAME_PREFIX.match(c.name_prefix):
-        raise ConfigError(
-            "name_prefix", c.name_prefix, "use 1-20 lower-case letters, digits or '-', starting with a letter"
-        )
-    problem = name_prefix_problem(c.name_prefix, c.desired_nodes)
-    if problem:
-        raise ConfigError("name_prefix", c.name_prefix, problem)
+    checks.one_of("efa_interface_layout", c.efa_interface_layout, EFA_LAYOUTS)
+
+
+def _validate_network(c: PlatformSettings) -> None:
+    """The created VPC's CIDR and NAT gateways, or an existing VPC and its subnets."""
     try:
         vpc_net = ipaddress.ip_network(c.vpc_cidr, strict=True)
     except ValueError:
@@ -456,19 +339,17 @@ def _validate(c: PlatformConfig) -> None:
             raise ConfigError(
                 "existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'"
             )
-    if not 1 <= c.system_nodes <= 10:
-        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
-    # [storage] checks go here.
-    _validate_storage(c)
-    # [addons] checks go here.
+
+
+def _validate_addons(c: PlatformSettings) -> None:
+    """Add-on switches, and a verified pin for each managed add-on they turn on."""
     for name in (
         "neuron_scheduler_extension",
         "neuron_node_problem_detector",
         "etcd_enabled",
         "container_insights",
     ):
-        if not isinstance(getattr(c, name), bool):
-            raise ConfigError(name, getattr(c, name), "must be true or false")
+        checks.flag(name, getattr(c, name))
     for option, pin in OPTIONAL_ADDONS.items():
         if getattr(c, option) and c.kubernetes_version not in ADDON_EVIDENCE[pin]:
             verified = ", ".join(ADDON_EVIDENCE[pin]) or "none"
@@ -479,14 +360,9 @@ def _validate(c: PlatformConfig) -> None:
                 f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
                 "or use a verified kubernetes_version",
             )
-    # [training] checks (imported here: training_config imports this module).
-    from .training_config import validate_training_config
-
-    validate_training_config(c)
-    _validate_tags(c)
 
 
-def _validate_tags(c: PlatformConfig) -> None:
+def _validate_tags(c: PlatformSettings) -> None:
     limit = MAX_TAGS - len(PLATFORM_TAG_KEYS)
     if len(c.tags) > limit:
         raise ConfigError(
@@ -501,12 +377,9 @@ def _validate_tags(c: PlatformConfig) -> None:
             raise ConfigError("tags", {key: value}, problem)
 
 
-def _validate_endpoint(c: PlatformConfig) -> None:
+def _validate_endpoint(c: PlatformSettings) -> None:
     """Public endpoint CIDRs: IPv4 (the cluster is IPv4), and together a small share of IPv4."""
-    if not isinstance(c.endpoint_public_allow_broad, bool):
-        raise ConfigError(
-            "endpoint_public_allow_broad", c.endpoint_public_allow_broad, "must be true or false"
-        )
+    checks.flag("endpoint_public_allow_broad", c.endpoint_public_allow_broad)
     nets = []
     for cidr in c.endpoint_public_cidrs:
         try:
@@ -534,30 +407,22 @@ def _validate_endpoint(c: PlatformConfig) -> None:
         )
 
 
-def _validate_storage(c: PlatformConfig) -> None:
-    """[storage] FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
-    if c.fsx_deployment_type not in FSX_DEPLOYMENT_TYPES:
-        raise ConfigError(
-            "fsx_deployment_type", c.fsx_deployment_type, f"choose one of {', '.join(FSX_DEPLOYMENT_TYPES)}"
-        )
+def _validate_storage(c: PlatformSettings) -> None:
+    """FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
+    checks.one_of("fsx_deployment_type", c.fsx_deployment_type, FSX_DEPLOYMENT_TYPES)
     for name in ("fsx_storage_gib", "ecr_keep_images"):
-        value = getattr(c, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(name, value, "must be a whole number")
+        checks.whole_number(name, getattr(c, name))
     problem = fsx_storage_capacity_problem(c.fsx_deployment_type, c.fsx_storage_gib)
     if problem:
         raise ConfigError("fsx_storage_gib", c.fsx_storage_gib, problem)
-    if c.fsx_throughput_per_tib is not None and (
-        isinstance(c.fsx_throughput_per_tib, bool) or not isinstance(c.fsx_throughput_per_tib, int)
-    ):
-        raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, "must be a whole number")
+    if c.fsx_throughput_per_tib is not None:
+        checks.whole_number("fsx_throughput_per_tib", c.fsx_throughput_per_tib)
     problem = fsx_throughput_problem(
         c.fsx_deployment_type, fsx_resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib)
     )
     if problem:
         raise ConfigError("fsx_throughput_per_tib", c.fsx_throughput_per_tib, problem)
-    if not isinstance(c.fsx_compression, bool):
-        raise ConfigError("fsx_compression", c.fsx_compression, "must be true or false")
+    checks.flag("fsx_compression", c.fsx_compression)
     for name in ("fsx_s3_import_uri", "fsx_s3_export_uri"):
         uri = getattr(c, name)
         if uri is not None:
@@ -577,79 +442,3 @@ def _validate_storage(c: PlatformConfig) -> None:
         )
     if not 1 <= c.ecr_keep_images <= 1000:
         raise ConfigError("ecr_keep_images", c.ecr_keep_images, "use 1 to 1000")
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
-
-
-def _coerce(name: str, raw: Any) -> Any:
-    """Turn a context value (JSON from cdk.json, or a string from ``-c``) into the field's type."""
-    annotation = str(_FIELDS[name].type)
-    if annotation == "bool":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("true", "false"):
-            return text == "true"
-        raise ConfigError(name, raw, "must be true or false")
-    if annotation == "int | None":
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
-            return None
-        annotation = "int"
-    if annotation == "int":
-        if isinstance(raw, bool):
-            raise ConfigError(name, raw, "must be a whole number")
-        if isinstance(raw, int):
-            return raw
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            raise ConfigError(name, raw, "must be a whole number") from None
-    if annotation.startswith("tuple"):
-        if isinstance(raw, str):
-            text = raw.strip()
-            if text.startswith("["):
-                raw = _json(name, text)
-            else:
-                raw = [part.strip() for part in text.split(",") if part.strip()]
-        if not isinstance(raw, (list, tuple)) or not all(isinstance(v, str) for v in raw):
-            raise ConfigError(name, raw, "give a list of strings (JSON list or comma-separated)")
-        return tuple(raw)
-    if annotation.startswith("Mapping"):
-        if isinstance(raw, str):
-            raw = _json(name, raw)
-        if not isinstance(raw, dict):
-            raise ConfigError(name, raw, 'give a JSON object such as {"team": "ml"}')
-        return dict(raw)
-    if annotation.endswith("| None"):
-        if raw is None or (isinstance(raw, str) and raw.strip() in ("", "none", "null")):
-            return None
-    if not isinstance(raw, str):
-        raise ConfigError(name, raw, "must be a string")
-    return raw.strip()
-
-
-def _json(name: str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(name, text, f"not valid JSON ({err.msg})") from None
-
-
-def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
-    """Build the configuration from CDK context.
-
-    Plain keys (no ``:`` or ``@``, which CDK's own keys and feature flags carry) are configuration
-    fields; an unknown plain key is an error with the closest field name, so a typo never falls
-    back silently to a default.
-    """
-    values: dict[str, Any] = {}
-    for key, raw in context.items():
-        if ":" in key or "@" in key or key.startswith("aws-cdk") or key.startswith("availability-zones"):
-            continue
-        if key not in _FIELDS:
-            close = difflib.get_close_matches(key, list(_FIELDS), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(_FIELDS)}"
-            raise ConfigError(key, raw, f"unknown configuration key; {hint}")
-        values[key] = _coerce(key, raw)
-    return PlatformConfig(**values)

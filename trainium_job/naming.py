@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
-#: RFC 1123 label (what pod host names and Service names must be).
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-MAX_LABEL = 63
+from .checks import DNS1123_LABEL, MAX_LABEL, is_dns_label
+from .errors import ConfigError
+
+__all__ = ["DNS1123_LABEL", "HASH_CHARS", "MAX_LABEL", "hashed_name", "is_dns1123_label", "spec_digest"]
+
+#: Hex characters of the spec digest in a hashed name.
 HASH_CHARS = 8
 
 
@@ -26,15 +28,18 @@ def spec_digest(spec: Any, length: int = HASH_CHARS) -> str:
 
 
 def is_dns1123_label(name: str) -> bool:
-    return len(name) <= MAX_LABEL and bool(DNS1123_LABEL.match(name))
+    return is_dns_label(name)
 
 
-def hashed_name(base: str, spec: Any) -> str:
-    """``<base>-<8 hex of the spec>``; ValueError if the result is not a DNS-1123 label."""
+def hashed_name(base: str, spec: Any, *, field: str = "name_prefix") -> str:
+    """``<base>-<8 hex of the spec>``; ConfigError naming ``field`` (what set ``base``) if the
+    result is not a DNS-1123 label."""
     name = f"{base}-{spec_digest(spec)}"
     if not is_dns1123_label(name):
-        raise ValueError(
-            f"name {name!r} ({len(name)} characters) is not a DNS-1123 label of at most "
-            f"{MAX_LABEL} characters; shorten {base!r}"
+        raise ConfigError(
+            field,
+            base,
+            f"the name {name!r} ({len(name)} characters) built from it is not a DNS-1123 label of at most "
+            f"{MAX_LABEL} characters; shorten it",
         )
     return name

@@ -1,8 +1,9 @@
-"""The pod of one training node, in ONE place: command, environment, devices, volumes, retries.
+"""The pod of one training node and its Volcano Job, in ONE place: command, environment,
+devices, volumes, scheduling, security, retries.
 
-Both launchers build their Volcano Job from these functions: the CDK construct
+Both launchers render their job with these functions: the CDK construct
 (``trainium_eks.training_job``) at ``cdk synth`` and the TorchX component
-(``training.torchx_component``) at ``torchx run``. Standard library only (no torch, no
+(``trainium_job.torchx_component``) at ``torchx run``. Standard library only (no torch, no
 Kubernetes client), so it imports at synth time and inside the image alike.
 """
 
@@ -10,9 +11,19 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from training.launch import LaunchSpec, launch_env, precompile_args, render, torchrun_args
+from .instances import InstanceFacts
+from .launch import LaunchSpec, launch_env, precompile_args, render, torchrun_args
+from .scheduling import (
+    EFA_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    NEURON_RESOURCE,
+    TRAINIUM_NODE_LABEL,
+    WORKLOAD_TOLERATION,
+)
 
 #: Where the FSx claim is mounted in every pod.
 DATA_MOUNT = "/data"
@@ -77,7 +88,7 @@ def stop_budget_s(
     return math.ceil(STOP_HEADROOM * (step_s + state_bytes / fs_bytes_per_s))
 
 
-def termination_grace_period_s(**budget) -> int:
+def termination_grace_period_s(**budget: Any) -> int:
     """The pod's ``terminationGracePeriodSeconds``: the workers' budget plus torchrun's exit."""
     return stop_budget_s(**budget) + AGENT_EXIT_MARGIN_S
 
@@ -151,16 +162,16 @@ def neuron_env(paths: JobPaths) -> dict[str, str]:
 
 def container_env(spec: LaunchSpec, paths: JobPaths) -> dict[str, str]:
     """The training container's whole environment: what torchrun needs (restarts with a fresh
-    rendezvous store, see :func:`training.launch.launch_env`; the workers' stop budget, see
+    rendezvous store, see :func:`trainium_job.launch.launch_env`; the workers' stop budget, see
     :func:`stop_budget_s`) plus :func:`neuron_env`."""
     return {**launch_env(spec), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(stop_budget_s()), **neuron_env(paths)}
 
 
 def device_limits(*, neuron_devices: int, efa_interfaces: int) -> dict[str, str]:
     """Extended resources of one pod: every Trainium device and every EFA interface of its node."""
-    limits = {"aws.amazon.com/neuron": str(neuron_devices)}
+    limits = {NEURON_RESOURCE: str(neuron_devices)}
     if efa_interfaces:
-        limits["vpc.amazonaws.com/efa"] = str(efa_interfaces)
+        limits[EFA_RESOURCE] = str(efa_interfaces)
     return limits
 
 
@@ -183,7 +194,7 @@ def compute_resources(*, vcpus: int, memory_gib: int) -> tuple[dict[str, str], d
 TRAINING_CAPABILITIES = ("IPC_LOCK",)
 
 
-def container_security_context(*, add: tuple[str, ...] = (), read_only_root: bool = False) -> dict:
+def container_security_context(*, add: tuple[str, ...] = (), read_only_root: bool = False) -> dict[str, Any]:
     """Container securityContext: every capability dropped but ``add``, no privilege escalation."""
     return {
         "allowPrivilegeEscalation": False,
@@ -194,18 +205,18 @@ def container_security_context(*, add: tuple[str, ...] = (), read_only_root: boo
     }
 
 
-def pod_security_context() -> dict:
+def pod_security_context() -> dict[str, Any]:
     """Pod securityContext: the runtime's default seccomp profile for every container."""
     return {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def training_security_context() -> dict:
+def training_security_context() -> dict[str, Any]:
     """The training container's securityContext. The root file system stays writable: the Neuron
     compiler and runtime write work files under /tmp and the image's own directories."""
     return container_security_context(add=TRAINING_CAPABILITIES)
 
 
-def volumes(claim_name: str) -> list[dict]:
+def volumes(claim_name: str) -> list[dict[str, Any]]:
     """Pod volumes: the FSx claim and a memory-backed /dev/shm (PyTorch's 64 MiB default is too small)."""
     return [
         {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
@@ -213,7 +224,7 @@ def volumes(claim_name: str) -> list[dict]:
     ]
 
 
-def volume_mounts() -> list[dict]:
+def volume_mounts() -> list[dict[str, Any]]:
     return [
         {"name": "data", "mountPath": DATA_MOUNT},
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -251,3 +262,86 @@ def container_command(
 ) -> list[str]:
     """``bash -c <worker_script>``: the container command of every training pod."""
     return ["bash", "-c", worker_script(spec, paths, precompile_steps=precompile_steps)]
+
+
+#: Kubernetes API version of Volcano's Job.
+VOLCANO_API = "batch.volcano.sh/v1alpha1"
+#: Labels of every training pod and Volcano Job (``trainium-eks/job`` is added per job).
+APP_LABEL = {"app.kubernetes.io/name": "bert-pretrain"}
+#: Name of the training container.
+CONTAINER_NAME = "trainer"
+
+
+def node_selector(facts: InstanceFacts) -> dict[str, str]:
+    """A Trainium node of the job's instance type."""
+    return {INSTANCE_TYPE_LABEL: facts.name, **TRAINIUM_NODE_LABEL}
+
+
+def pod_template(
+    *,
+    job_name: str,
+    image: str,
+    facts: InstanceFacts,
+    spec: LaunchSpec,
+    paths: JobPaths,
+    claim_name: str,
+    service_account: str,
+) -> dict[str, Any]:
+    """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm."""
+    requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
+    devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
+    return {
+        "metadata": {"labels": {**APP_LABEL, "trainium-eks/job": job_name}},
+        "spec": {
+            "serviceAccountName": service_account,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "nodeSelector": node_selector(facts),
+            "tolerations": [dict(WORKLOAD_TOLERATION)],
+            # SIGTERM -> finish the step, write a checkpoint (training.stop): time derived from
+            # a BERT-large state and the default FSx's throughput.
+            "terminationGracePeriodSeconds": termination_grace_period_s(),
+            "containers": [
+                {
+                    "name": CONTAINER_NAME,
+                    "image": image,
+                    "command": container_command(spec, paths),
+                    "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
+                    "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
+                    "volumeMounts": volume_mounts(),
+                    "securityContext": training_security_context(),
+                }
+            ],
+            "securityContext": pod_security_context(),
+            "volumes": volumes(claim_name),
+        },
+    }
+
+
+def volcano_job(
+    *,
+    job_name: str,
+    namespace: str,
+    queue: str,
+    nodes: int,
+    max_retry: int,
+    template: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure."""
+    return {
+        "apiVersion": VOLCANO_API,
+        "kind": "Job",
+        "metadata": {"name": job_name, "namespace": namespace, "labels": dict(APP_LABEL)},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": queue,
+            "minAvailable": nodes,
+            "maxRetry": max_retry,
+            "policies": [dict(p) for p in RESTART_POLICIES],
+            # svc: stable host names + headless Service (the c10d endpoint); env: VC_TASK_INDEX.
+            "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+            "tasks": [
+                {"name": TASK_NAME, "replicas": nodes, "minAvailable": nodes, "template": dict(template)}
+            ],
+        },
+    }

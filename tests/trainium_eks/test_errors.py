@@ -1,0 +1,47 @@
+"""One validation convention: every construct refuses bad props with the one error type."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import trainium_eks
+import trainium_eks.errors
+from trainium_job.errors import ConfigError
+
+PACKAGE = Path(trainium_eks.__file__).parent
+
+
+#: Raises that are not a refused value: a parser whose ValueError its callers turn into a
+#: problem text, a programming error, the nag and build-context checks, argparse's hook.
+NOT_PROP_CHECKS = {
+    ("parse_s3_uri", "ValueError"),
+    ("chart_props", "ValueError"),
+    ("_find", "LookupError"),
+    ("acknowledge_findings", "StaleAcknowledgement"),
+    ("_context_files", "FileNotFoundError"),
+    ("_raise", "_ArgsError"),
+}
+
+
+def _raises(tree: ast.AST) -> list[tuple[str, str]]:
+    """(function, exception name) of every ``raise X(...)`` in a function or method."""
+    found = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                func = node.exc.func
+                found.append((fn.name, func.id if isinstance(func, ast.Name) else ast.unparse(func)))
+    return found
+
+
+def test_given_every_construct_and_check_then_it_raises_only_config_error():
+    raises = [r for path in PACKAGE.rglob("*.py") for r in _raises(ast.parse(path.read_text()))]
+    checks = [r for r in raises if r not in NOT_PROP_CHECKS]
+    assert len(checks) > 50  # the props and config checks exist, and are seen
+    assert {name for _, name in checks} == {"ConfigError"}
+
+
+def test_given_the_old_error_module_then_it_is_the_contract_type():
+    assert trainium_eks.errors.ConfigError is ConfigError is trainium_eks.ConfigError
+    assert issubclass(ConfigError, ValueError)

@@ -1,0 +1,107 @@
+"""CDK context -> :class:`PlatformConfig`: each value coerced to its field's type.
+
+Context keys are the configuration's fields, and the job spec's fields under ``training_<field>``
+(``training_global_batch`` sets ``BertJobSpec.global_batch``): the keys of the README's table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from trainium_job.errors import ConfigError
+from trainium_job.spec import CONTEXT_PREFIX, BertJobSpec, context_key
+
+from .validated import PlatformConfig
+
+#: The spec's ``script_args`` (stored as pairs) is given as a JSON object, like the other mappings.
+_SPEC_ANNOTATIONS = {
+    f.name: ("Mapping[str, str]" if f.name == "script_args" else str(f.type))
+    for f in dataclasses.fields(BertJobSpec)
+}
+#: Context key -> the annotation of what it sets: the platform's own fields, and the job spec's
+#: fields under ``training_<field>``.
+_KEYS = {
+    **{f.name: str(f.type) for f in dataclasses.fields(PlatformConfig) if f.name != "training"},
+    **{context_key(name): annotation for name, annotation in _SPEC_ANNOTATIONS.items()},
+}
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Turn a context value (JSON from cdk.json, or a string from ``-c``) into the field's type."""
+    annotation = _KEYS[name]
+    # ``X | None`` (what pyupgrade writes) and ``Optional[X]``: "", "none" and "null" mean None.
+    optional = annotation.endswith(" | None") or annotation.startswith("Optional[")
+    if optional:
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+            return None
+        annotation = annotation.removesuffix(" | None").removeprefix("Optional[").removesuffix("]")
+    if annotation == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ConfigError(name, raw, "must be true or false")
+    if annotation == "int":
+        if isinstance(raw, bool):
+            raise ConfigError(name, raw, "must be a whole number")
+        if isinstance(raw, int):
+            return raw
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(name, raw, "must be a whole number") from None
+    if annotation.startswith("tuple"):
+        if isinstance(raw, str):
+            text = raw.strip()
+            if text.startswith("["):
+                raw = _json(name, text)
+            else:
+                raw = [part.strip() for part in text.split(",") if part.strip()]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(v, str) for v in raw):
+            raise ConfigError(name, raw, "give a list of strings (JSON list or comma-separated)")
+        return tuple(raw)
+    if annotation.startswith("Mapping"):
+        if isinstance(raw, str):
+            raw = _json(name, raw)
+        if not isinstance(raw, dict):
+            raise ConfigError(name, raw, 'give a JSON object such as {"team": "ml"}')
+        return dict(raw)
+    if not isinstance(raw, str):
+        raise ConfigError(name, raw, "must be a string")
+    return raw.strip()
+
+
+def _json(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(name, text, f"not valid JSON ({err.msg})") from None
+
+
+def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
+    """Build the configuration from CDK context.
+
+    Plain keys (no ``:`` or ``@``, which CDK's own keys and feature flags carry) are configuration
+    fields; an unknown plain key is an error with the closest field name, so a typo never falls
+    back silently to a default.
+    """
+    values: dict[str, Any] = {}
+    job: dict[str, Any] = {}
+    for key, raw in context.items():
+        if ":" in key or "@" in key or key.startswith("aws-cdk") or key.startswith("availability-zones"):
+            continue
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, list(_KEYS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(_KEYS)}"
+            raise ConfigError(key, raw, f"unknown configuration key; {hint}")
+        spec_field = key.removeprefix(CONTEXT_PREFIX)
+        if key.startswith(CONTEXT_PREFIX) and spec_field in _SPEC_ANNOTATIONS:
+            job[spec_field] = _coerce(key, raw)
+        else:
+            values[key] = _coerce(key, raw)
+    return PlatformConfig(training=BertJobSpec(**job), **values)

@@ -1,0 +1,134 @@
+"""Deployment checks of the ``training_*`` keys: what the job spec cannot check by itself.
+
+:class:`~trainium_job.spec.BertJobSpec` checks its own fields; here are the rules that need the
+platform (the etcd add-on, the nodegroup's shape) or ``training.pretrain``'s own parser (the
+names, types and rules of ``training_script_args``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypeVar
+
+from training.cli import _validate as validate_parsed_args
+from training.cli import build_parser
+from trainium_job import checks
+from trainium_job.errors import ConfigError
+from trainium_job.launch import script_args_from_dict
+from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
+
+from ..dataset_preparation import validate_preparation_config
+from ..dataset_staging import check_source
+from .schema import PlatformSettings
+
+T = TypeVar("T")
+
+
+def _prefixed(call: Callable[[], T]) -> T:
+    """Re-raise a construct's ConfigError under the context key's name (``dataset_source`` ->
+    ``training_dataset_source``)."""
+    try:
+        return call()
+    except ConfigError as err:
+        raise ConfigError(f"{CONTEXT_PREFIX}{err.field_name}", err.value, err.fix) from None
+
+
+def validate_training(c: PlatformSettings) -> None:
+    """The ``training_*`` and ``preparation_*`` keys against the platform and the script's parser."""
+    checks.flag("training_enabled", c.training_enabled)
+    spec = c.training
+    if spec.rdzv_backend != "c10d" and not c.etcd_enabled:
+        raise ConfigError(
+            context_key("rdzv_backend"),
+            spec.rdzv_backend,
+            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
+        )
+    _prefixed(lambda: check_source(c.training_dataset_source))
+    if c.training_enabled:
+        plan = c.training_plan
+        job_args = {
+            "data_dir": "/data/datasets/x",
+            "output_dir": "/data/runs/x",
+            "model": spec.model,
+            "batch_size": spec.batch_size,
+            "grad_accum_usteps": plan.grad_accum_usteps,
+            "max_steps": spec.max_steps,
+            "checkpoint_every": spec.checkpoint_every,
+        }
+        problem = script_args_problem(spec.extra_args, job_args=job_args)
+        if problem:
+            flag, why = problem
+            if flag not in spec.extra_args:  # a key of the job's own, e.g. training_max_steps
+                own = flag.removeprefix(CONTEXT_PREFIX)
+                raise ConfigError(flag, getattr(spec, own, spec.extra_args), why)
+            raise ConfigError(context_key("script_args"), {flag: spec.extra_args[flag]}, why)
+    validate_preparation_config(c)
+
+
+class _ArgsError(Exception):
+    pass
+
+
+def _raise(message: str) -> NoReturn:
+    raise _ArgsError(message)
+
+
+def _script_flags() -> dict[str, argparse.Action]:
+    """``training.pretrain``'s flags (without ``--``) -> their argparse actions."""
+    return {
+        opt[2:]: action
+        for action in build_parser()._actions
+        for opt in action.option_strings
+        if opt.startswith("--")
+    }
+
+
+def resolve_switches(spec: BertJobSpec) -> BertJobSpec:
+    """``spec`` with switches given as "true"/"false" (as context values are) made booleans:
+    the job renders a bare flag, or leaves it out."""
+    flags = _script_flags()
+    resolved = {
+        k: (
+            str(v).lower() == "true"
+            if k in flags and flags[k].nargs == 0 and str(v).lower() in ("true", "false")
+            else v
+        )
+        for k, v in spec.script_args
+    }
+    return spec if resolved == spec.extra_args else spec.replace(script_args=resolved)
+
+
+def script_args_problem(args: Mapping[str, Any], *, job_args: dict[str, Any]) -> tuple[str, str] | None:
+    """(flag, why) if ``args`` would fail ``training.pretrain``'s own parser, else None; ``flag`` is
+    a context key instead when only the job's own flags clash.
+
+    The argv is the one the job renders (``job_args`` plus ``args``), parsed and checked by
+    ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error, never
+    a silent prefix match.
+    """
+    parser = build_parser()
+    parser.allow_abbrev = False
+    parser.error = _raise  # type: ignore[method-assign]
+    flags = _script_flags()
+    for key, value in args.items():
+        if key not in flags:
+            close = difflib.get_close_matches(key, list(flags), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see `python -m training.pretrain --help`"
+            return key, f"training.pretrain has no --{key}; {hint}"
+        if flags[key].nargs == 0 and not isinstance(value, bool):
+            return key, f"--{key} is a switch: give true or false"
+    try:
+        argv = script_args_from_dict({**args, **job_args})
+        parsed = parser.parse_args(argv)
+        validate_parsed_args(parser, parsed)
+    except _ArgsError as err:
+        message = str(err)
+        given = next((k for k in args if f"--{k}" in message), None)
+        if given is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
+            return next(
+                (JOB_SET_FLAGS[k] for k in job_args if f"--{k}" in message), "training_script_args"
+            ), message
+        return given, message
+    return None

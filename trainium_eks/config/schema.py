@@ -1,0 +1,139 @@
+"""The platform's configuration: the one typed object, its fields and their defaults.
+
+Defaults are written here, each with what it means; ``cdk.json`` context and ``cdk synth -c
+key=value`` override them (:mod:`.context`); every field is checked when the object is built
+(:mod:`.checks`), so an invalid configuration never exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from trainium_job.instances import InstanceFacts, instance_facts
+from trainium_job.plan import TrainingPlan, plan_training
+from trainium_job.spec import BertJobSpec
+
+from ..versions import DEFAULT_KUBERNETES_VERSION
+
+
+@dataclass(frozen=True)
+class PlatformSettings:
+    """Everything a deployment of the platform can vary. Each default is the value documented here.
+
+    Unchecked: build :class:`~trainium_eks.config.PlatformConfig` (the same fields, checked when
+    built) rather than this.
+    """
+
+    #: AWS region of the stack.
+    region: str = "us-west-2"
+    #: AZ **ID** (not name: names differ per account) that offers the instance type; the Trainium
+    #: nodegroup, its placement group and FSx live only here.
+    trainium_az_id: str = "usw2-az4"
+    #: Second AZ ID: the EKS control plane needs subnets in two AZs.
+    second_az_id: str = "usw2-az3"
+    #: Trainium instance type (a row of ``INSTANCE_FACTS``).
+    instance_type: str = "trn1.32xlarge"
+    #: Trainium nodegroup sizes.
+    min_nodes: int = 2
+    desired_nodes: int = 2
+    max_nodes: int = 2
+    #: Kubernetes minor version (a key of ``KUBERNETES_RELEASES``).
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
+    #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only.
+    endpoint_public_cidrs: tuple[str, ...] = ()
+    #: Opt-in for ``endpoint_public_cidrs`` that together cover more than one /8 of IPv4
+    #: (:data:`MAX_PUBLIC_ENDPOINT_ADDRESSES`). False: such sets are refused.
+    endpoint_public_allow_broad: bool = False
+    #: IAM role/user ARNs given cluster-admin access entries.
+    admin_principal_arns: tuple[str, ...] = ()
+    #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
+    root_volume_gib: int = 512
+    #: Capacity reservation or Capacity Block to launch into (``cr-`` + 17 hex), if any.
+    capacity_reservation_id: str | None = None
+    #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
+    capacity_type: str = "on-demand"
+    #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
+    #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
+    efa_interface_layout: str = "efa"
+    #: Prefix of every named resource (lower case, <= 20 characters).
+    name_prefix: str = "trn-bert"
+    #: CIDR of the VPC the platform creates.
+    vpc_cidr: str = "10.0.0.0/16"
+    #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).
+    nat_gateways: int = 1
+    #: Use an existing VPC instead of creating one: its id, plus private subnet ids with the
+    #: Trainium-AZ subnet first and the second-AZ subnet next.
+    existing_vpc_id: str | None = None
+    existing_private_subnet_ids: tuple[str, ...] = ()
+    #: Size of the system nodegroup that runs controllers.
+    system_nodes: int = 2
+    #: FSx for Lustre deployment type: PERSISTENT_2 (replicated in its AZ, survives server
+    #: failures) or SCRATCH_2 (not replicated, for short experiments). Changing it REPLACES the
+    #: file system (the old one is retained, not deleted).
+    fsx_deployment_type: str = "PERSISTENT_2"
+    #: FSx capacity in GiB: 1200 or a multiple of 2400 (can grow later, never shrink).
+    fsx_storage_gib: int = 1200
+    #: PERSISTENT_2 throughput tier, MB/s per TiB (125/250/500/1000). Unset: 125, the cheapest,
+    #: which is enough for BERT (~1 KB read per sequence, a ~4 GB checkpoint now and then:
+    #: 150 MB/s at 1.2 TiB). Must stay unset for SCRATCH_2 (fixed throughput).
+    fsx_throughput_per_tib: int | None = None
+    #: LZ4 compression on FSx (less capacity and throughput used by compressible files).
+    fsx_compression: bool = True
+    #: S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any.
+    fsx_s3_import_uri: str | None = None
+    #: S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any.
+    fsx_s3_export_uri: str | None = None
+    #: Images the ECR repository keeps (newest first; untagged ones expire after 7 days).
+    ecr_keep_images: int = 20
+    #: Neuron scheduler extension (contiguous NeuronCore allocation for pods that share a node).
+    #: Off: training pods take whole nodes through Volcano, which the extension does not serve,
+    #: and its bundled kube-scheduler (1.31) is far outside the skew policy of a 1.36 cluster.
+    neuron_scheduler_extension: bool = False
+    #: Neuron node-problem-detector (privileged, monitor-only). Off: the EKS node monitoring
+    #: agent already reports Neuron device errors and drives the nodegroups' auto-repair.
+    neuron_node_problem_detector: bool = False
+    #: etcd server (v2 API) for the ``etcd`` rendezvous of torchrun, with a gp3 volume (and the
+    #: EBS CSI driver it needs). On: the platform offers the reference's rendezvous out of the
+    #: box; set false when every job uses c10d (the training default).
+    etcd_enabled: bool = True
+    #: CloudWatch Container Insights with Neuron and EFA metrics (amazon-cloudwatch-observability
+    #: add-on). Off: it bills per metric and log GB; turn on for production fleets.
+    container_insights: bool = False
+    #: Deploy the BERT pretraining job (image, dataset staging, Volcano Job, TensorBoard).
+    training_enabled: bool = True
+    #: The job: model, batch, schedule, launcher, names (context keys ``training_<field>``,
+    #: e.g. ``training_global_batch``; defaults and checks in :class:`BertJobSpec`).
+    training: BertJobSpec = field(default_factory=BertJobSpec)
+    #: Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging).
+    training_dataset_source: str = (
+        "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
+        "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
+    )
+    #: Prepare the dataset from your own text corpus on FSx with an Indexed Job
+    #: (trainium_eks.dataset_preparation) instead of staging training_dataset_source.
+    preparation_enabled: bool = False
+    #: The corpus (a file or folder of text, one sentence per line) and the vocab.txt, on FSx:
+    #: under /dataset when fsx_s3_import_uri imports them from S3.
+    preparation_corpus: str = "fsx:/dataset/corpus"
+    preparation_vocab: str = "fsx:/dataset/vocab.txt"
+    #: Pods of the Indexed Job (all run at once, spread over the Trainium nodes) and CPUs of each.
+    preparation_pods: int = 4
+    preparation_cpus_per_pod: int = 16
+    #: More training.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
+    preparation_args: Mapping[str, str] = field(default_factory=dict)
+    #: Tags applied to every taggable resource.
+    tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
+
+    @property
+    def facts(self) -> InstanceFacts:
+        """The facts-table row of :attr:`instance_type`."""
+        return instance_facts(self.instance_type)
+
+    @property
+    def training_plan(self) -> TrainingPlan:
+        """Workers and accumulation of the job on the Trainium nodegroup."""
+        return plan_training(
+            self.training, facts=self.facts, nodes=self.desired_nodes, max_nodes=self.max_nodes
+        )

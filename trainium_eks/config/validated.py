@@ -1,0 +1,23 @@
+"""The configuration as the app and the constructs use it: the settings, checked when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checks import validate
+from .job_checks import resolve_switches
+from .schema import PlatformSettings
+
+
+@dataclass(frozen=True)
+class PlatformConfig(PlatformSettings):
+    """Everything a deployment of the platform can vary (fields and defaults: :class:`PlatformSettings`).
+
+    Building one runs every check (:func:`~trainium_eks.config.checks.validate`): an invalid
+    configuration never exists, and the first problem stops synth with one line naming the key.
+    """
+
+    def __post_init__(self) -> None:
+        # Resolve, then check: switches given as "true"/"false" become booleans first.
+        object.__setattr__(self, "training", resolve_switches(self.training))
+        validate(self)

@@ -1,0 +1,125 @@
+"""The BERT pretraining job rendered from its spec: torchrun arguments, pod and Volcano Job.
+
+The CDK construct applies :func:`render_job`'s manifest; the TorchX component builds its role
+from :func:`launch_spec` and :func:`~trainium_job.pod.pod_template`, so both run one command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import checks
+from .errors import ConfigError
+from .instances import InstanceFacts
+from .launch import LaunchSpec, script_args_from_dict
+from .naming import hashed_name, spec_digest
+from .plan import TrainingPlan
+from .pod import TASK_NAME, pod_template, rank0_endpoint, volcano_job
+from .spec import BertJobSpec, context_key
+
+#: Service account of the training pods (no AWS role, no Kubernetes API token).
+SERVICE_ACCOUNT = "bert-trainer"
+
+
+def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
+    """The ``training.pretrain`` arguments: the spec's extra flags plus the ones the job sets."""
+    paths = spec.paths
+    return script_args_from_dict(
+        {
+            **spec.extra_args,
+            "model": spec.model,
+            "data_dir": paths.data_dir,
+            "output_dir": paths.output_dir,
+            "batch_size": spec.batch_size,
+            "grad_accum_usteps": plan.grad_accum_usteps,
+            "max_steps": spec.max_steps,
+            "checkpoint_every": spec.checkpoint_every,
+        }
+    )
+
+
+def launch_spec(
+    spec: BertJobSpec, plan: TrainingPlan, *, rdzv_endpoint: str, rdzv_id: str = "bert-pretrain"
+) -> LaunchSpec:
+    """What torchrun runs on each node of the job."""
+    return LaunchSpec(
+        nnodes=plan.nodes,
+        nproc_per_node=plan.nproc_per_node,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_backend=spec.rdzv_backend,
+        rdzv_id=rdzv_id,
+        max_restarts=spec.max_restarts,
+        script_args=tuple(script_args(spec, plan)),
+    )
+
+
+def max_name_prefix(nodes: int) -> int:
+    """Longest job-name prefix: pod host names ``<prefix>-<8 hex>-worker-<i>`` are DNS labels."""
+    return checks.MAX_LABEL - 9 - len(f"-{TASK_NAME}-{nodes - 1}")
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """A rendered job: its name, the digest of its spec, torchrun's spec and the manifest."""
+
+    name: str
+    digest: str
+    launch: LaunchSpec
+    manifest: dict[str, Any]
+
+
+def render_job(
+    spec: BertJobSpec,
+    *,
+    plan: TrainingPlan,
+    facts: InstanceFacts,
+    image: str,
+    image_key: str,
+    name_prefix: str,
+    namespace: str,
+    queue: str,
+    claim_name: str,
+    service_account: str = SERVICE_ACCOUNT,
+    etcd_endpoint: str | None = None,
+) -> RenderedJob:
+    """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
+
+    The name hashes the job rendered with ``image_key`` for the image and the bare prefix for the
+    name (the name appears inside the job): a changed spec gets a new name, the same spec the
+    same name, whatever token ``image`` is at synth.
+    """
+    checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
+    if spec.rdzv_backend != "c10d" and not etcd_endpoint:
+        raise ConfigError(
+            context_key("rdzv_backend"),
+            spec.rdzv_backend,
+            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
+        )
+
+    def build(job_name: str, image: str) -> tuple[LaunchSpec, dict[str, Any]]:
+        endpoint = rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)
+        launch = launch_spec(spec, plan, rdzv_endpoint=endpoint, rdzv_id=job_name)
+        template = pod_template(
+            job_name=job_name,
+            image=image,
+            facts=facts,
+            spec=launch,
+            paths=spec.paths,
+            claim_name=claim_name,
+            service_account=service_account,
+        )
+        job = volcano_job(
+            job_name=job_name,
+            namespace=namespace,
+            queue=queue,
+            nodes=plan.nodes,
+            max_retry=spec.max_retry,
+            template=template,
+        )
+        return launch, job
+
+    _, draft = build(name_prefix, image_key)
+    name = hashed_name(name_prefix, draft)
+    launch, manifest = build(name, image)
+    return RenderedJob(name=name, digest=spec_digest(draft), launch=launch, manifest=manifest)

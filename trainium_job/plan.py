@@ -1,0 +1,72 @@
+"""What a job spec works out to on a nodegroup: workers and gradient accumulation."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from . import checks
+from .errors import ConfigError
+from .instances import InstanceFacts
+from .spec import BertJobSpec, context_key
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The job's shape (validated, no CDK involved).
+
+    ``grad_accum_usteps = global_batch / (batch_size x workers)``; the reference's 2 x
+    trn1.32xlarge recipe: 64 workers, 16 x 64 x 16 = 16,384.
+    """
+
+    nodes: int
+    nproc_per_node: int
+    batch_size: int
+    global_batch: int
+
+    @property
+    def workers(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def grad_accum_usteps(self) -> int:
+        return self.global_batch // (self.batch_size * self.workers)
+
+
+# Cached: the config's checks, its review and the job construct ask for the same plan in one synth.
+@functools.lru_cache(maxsize=64)
+def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_nodes: int) -> TrainingPlan:
+    """Resolve ``nproc_per_node`` and check the shape; ConfigError naming the context key otherwise.
+
+    ``nodes`` is the job's pod count (context key ``desired_nodes``), ``max_nodes`` the
+    nodegroup's maximum.
+    """
+    nproc = spec.nproc_per_node or facts.neuron_cores
+    checks.whole_number("desired_nodes", nodes, minimum=1)
+    if nproc > facts.neuron_cores:
+        raise ConfigError(
+            context_key("nproc_per_node"),
+            nproc,
+            f"{facts.name} has {facts.neuron_cores} NeuronCores; use at most that",
+        )
+    if nodes > max_nodes:
+        raise ConfigError(
+            "desired_nodes",
+            nodes,
+            f"the Trainium nodegroup's maximum is {max_nodes}; raise max_nodes or use fewer",
+        )
+    if nodes > 1 and not facts.multi_node:
+        raise ConfigError(
+            "desired_nodes",
+            nodes,
+            f"{facts.name} has no EFA for multi-node training; use 1 node or a 32xlarge/48xlarge type",
+        )
+    plan = TrainingPlan(nodes, nproc, spec.batch_size, spec.global_batch)
+    if spec.global_batch % (spec.batch_size * plan.workers):
+        raise ConfigError(
+            context_key("global_batch"),
+            spec.global_batch,
+            f"must be a multiple of batch_size x workers = {spec.batch_size} x {plan.workers} "
+            f"= {spec.batch_size * plan.workers} (gradient accumulation is a whole number)",
+        )
+    return plan

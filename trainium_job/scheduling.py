@@ -1,0 +1,44 @@
+"""Where Kubernetes puts the platform's pods: node labels, the Trainium taint and its tolerations,
+extended-resource names, the training namespace and queue. Each fact is written here once.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Key of the node label that tells the platform's two nodegroups apart.
+NODE_POOL_LABEL_KEY: Final = "trainium-eks/pool"
+#: Node label of the system nodegroup (controllers, TensorBoard, etcd, Volcano).
+SYSTEM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "system"}
+#: Node label of the Trainium nodegroup (node selectors use it next to the instance type).
+TRAINIUM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "trainium"}
+#: Well-known label the kubelet sets to the EC2 instance type.
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+
+#: Taint that keeps everything but Trainium work (and the Neuron/EFA daemons) off Trainium nodes.
+NEURON_TAINT_KEY: Final = "aws.amazon.com/neuron"
+NEURON_TAINT: Final = {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+#: Toleration of training, staging and data-preparation pods: exactly the taint the nodegroup sets.
+WORKLOAD_TOLERATION: Final = {
+    "key": NEURON_TAINT_KEY,
+    "operator": "Equal",
+    "value": "true",
+    "effect": NEURON_TAINT["effect"],
+}
+#: Toleration of the device-plugin daemons (Neuron, EFA): any value of the taint, so a node
+#: tainted by hand with another value still gets its devices advertised.
+DEVICE_PLUGIN_TOLERATION: Final = {
+    "key": NEURON_TAINT_KEY,
+    "operator": "Exists",
+    "effect": NEURON_TAINT["effect"],
+}
+
+#: Extended resources the device plugins advertise.
+NEURON_RESOURCE: Final = "aws.amazon.com/neuron"
+NEURONCORE_RESOURCE: Final = "aws.amazon.com/neuroncore"
+EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
+
+#: Namespace of the training job, its service account, the FSx claim and TensorBoard.
+TRAINING_NAMESPACE: Final = "training"
+#: Volcano queue the training job is submitted to.
+TRAINING_QUEUE: Final = "training"

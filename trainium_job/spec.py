@@ -1,0 +1,141 @@
+"""The BERT pretraining job's settings: one frozen, typed spec with its defaults and checks.
+
+The CDK app reads it from the ``training_*`` context keys (``trainium_eks.config``), the
+construct ``BertPretrainingJob`` and the TorchX component ``trn_dist_ddp`` take it. Every error
+names the context key a user types (``training_global_batch``), whichever of the three built it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from . import checks
+from .errors import ConfigError
+from .launch import RDZV_BACKENDS
+from .pod import JobPaths, job_paths
+
+#: Model configs of ``training/model_configs``.
+MODELS: Final = ("large", "base", "tiny")
+#: Prefix of the spec's context keys: field ``global_batch`` is key ``training_global_batch``.
+CONTEXT_PREFIX: Final = "training_"
+#: Value of one extra ``training.pretrain`` flag (``True`` renders a bare switch).
+ScriptArg = str | int | float | bool
+
+#: ``training.pretrain`` flags the job renders itself, and the key that sets each.
+JOB_SET_FLAGS: Final = {
+    "data_dir": "training_dataset_name",
+    "output_dir": "training_run_name",
+    "batch_size": "training_batch_size",
+    "grad_accum_usteps": "training_global_batch",
+    "max_steps": "training_max_steps",
+    "model": "training_model",
+    "checkpoint_every": "training_checkpoint_every",
+    "precompile": "(set by the precompile pass)",
+}
+#: Highest number of torchrun restarts or Volcano retries (a loop of failures costs node-hours).
+MAX_RESTARTS: Final = 100
+
+
+def context_key(name: str) -> str:
+    """The context key of spec field ``name``."""
+    return f"{CONTEXT_PREFIX}{name}"
+
+
+@dataclass(frozen=True)
+class BertJobSpec:
+    """What a BERT pretraining run is: model, batch, schedule, launcher, where its data live.
+
+    The defaults are the reference recipe (BERT-large phase 1, AdamW) on 2 x trn1.32xlarge.
+    ``script_args`` is accepted as a mapping and stored as sorted ``(flag, value)`` pairs, so
+    the spec is hashable and equal settings compare equal.
+    """
+
+    #: Model config of training/model_configs: large | base | tiny.
+    model: str = "large"
+    #: Micro-batch per worker (the reference's 16).
+    batch_size: int = 16
+    #: Sequences per optimizer step; the accumulation is global / (batch x workers): 16,384 on
+    #: 2 x trn1.32xlarge (64 workers) gives 16 micro-batches.
+    global_batch: int = 16384
+    #: Optimizer steps of the schedule (the reference's phase 1: 28,125).
+    max_steps: int = 28125
+    #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
+    nproc_per_node: int = 0
+    #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs the etcd add-on).
+    rdzv_backend: str = "c10d"
+    #: The shards are read from /data/datasets/<name>.
+    dataset_name: str = "bert-wikicorpus-seq128"
+    #: Neuron compile cache set: /data/neuron-cache/<set>. Never the same for two running jobs.
+    cache_set: str = "bert-large-seq128"
+    #: Checkpoints and TensorBoard events in /data/runs/<run>; a job resumes from it.
+    run_name: str = "bert-large-phase1"
+    #: Optimizer steps between checkpoints.
+    checkpoint_every: int = 200
+    #: torchrun restarts of the worker group.
+    max_restarts: int = 3
+    #: Volcano (or TorchX) restarts of the whole job, on a failed or evicted pod.
+    max_retry: int = 3
+    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}.
+    script_args: tuple[tuple[str, ScriptArg], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "script_args", _script_arg_pairs(self.script_args))
+        _validate(self)
+
+    @property
+    def extra_args(self) -> dict[str, ScriptArg]:
+        """``script_args`` as a dict."""
+        return dict(self.script_args)
+
+    @property
+    def paths(self) -> JobPaths:
+        """Where the job's shards, compile cache and run directory live on FSx."""
+        return job_paths(dataset_name=self.dataset_name, cache_set=self.cache_set, run_name=self.run_name)
+
+    def replace(self, **changes: object) -> BertJobSpec:
+        """A copy with ``changes`` applied (and checked)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+#: The spec's field names, in declaration order.
+SPEC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(BertJobSpec))
+
+
+def _script_arg_pairs(value: object) -> tuple[tuple[str, ScriptArg], ...]:
+    if isinstance(value, Mapping):
+        items: Iterable[object] = value.items()
+    elif isinstance(value, (tuple, list)):
+        items = value
+    else:
+        raise ConfigError(context_key("script_args"), value, "give flag names with string values")
+    pairs: list[tuple[str, ScriptArg]] = []
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ConfigError(context_key("script_args"), item, "give flag names with string values")
+        key, arg = item
+        if not isinstance(key, str) or not isinstance(arg, (str, int, float, bool)):
+            raise ConfigError(context_key("script_args"), {key: arg}, "give flag names with string values")
+        pairs.append((key, arg))
+    return tuple(sorted(pairs))
+
+
+def _validate(s: BertJobSpec) -> None:
+    checks.one_of(context_key("model"), s.model, MODELS)
+    for name in ("batch_size", "global_batch", "max_steps", "checkpoint_every"):
+        checks.whole_number(context_key(name), getattr(s, name), minimum=1)
+    checks.whole_number(context_key("nproc_per_node"), s.nproc_per_node, minimum=0)
+    for name in ("max_restarts", "max_retry"):
+        checks.whole_number(context_key(name), getattr(s, name), minimum=0, maximum=MAX_RESTARTS)
+    checks.one_of(context_key("rdzv_backend"), s.rdzv_backend, RDZV_BACKENDS)
+    for name in ("dataset_name", "cache_set", "run_name"):
+        checks.dns_label(context_key(name), getattr(s, name))
+    for key, _ in s.script_args:
+        if key in JOB_SET_FLAGS:
+            raise ConfigError(
+                context_key("script_args"),
+                {key: dict(s.script_args)[key]},
+                f"the job sets --{key} itself; use {JOB_SET_FLAGS[key]}",
+            )
