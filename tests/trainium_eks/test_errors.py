@@ -13,11 +13,16 @@ PACKAGE = Path(trainium_eks.__file__).parent
 
 
 #: Raises that are not a refused value: a parser whose ValueError its callers turn into a
-#: problem text, a programming error, the nag and build-context checks, argparse's hook.
+#: problem text, a programming error (an escape hatch that finds another child than aws-cdk-lib had),
+#: the nag and build-context checks, argparse's hook.
 NOT_PROP_CHECKS = {
     ("parse_s3_uri", "ValueError"),
     ("chart_props", "ValueError"),
     ("_find", "LookupError"),
+    ("resolve_finding", "LookupError"),
+    ("logical_id", "LookupError"),
+    ("l1", "TypeError"),
+    ("descendant", "TypeError"),
     ("acknowledge_findings", "StaleAcknowledgement"),
     ("_context_files", "FileNotFoundError"),
     ("_raise", "_ArgsError"),
