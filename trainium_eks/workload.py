@@ -15,6 +15,8 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
+from trainium_job.scheduling import TRAINING_QUEUE
+
 from .config import PlatformConfig
 from .dataset_preparation import DatasetPreparation
 from .dataset_staging import DatasetStaging
@@ -23,9 +25,6 @@ from .nag import suppress_workload_findings
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
 from .training_job import BertPretrainingJob, add_job_outputs
-
-#: The Volcano queue the platform creates for training jobs (``addons.volcano``'s default).
-TRAINING_QUEUE = "training"
 
 
 @dataclass(frozen=True)
