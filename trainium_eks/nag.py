@@ -86,7 +86,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         f"AwsSolutions-IAM5[Resource::<<logical-id:{_KUBECTL}/Handler/Resource>.Arn>:*]",
         _KUBECTL_REASON + " The wildcard covers the versions of that one handler function.",
     ),
-    # [storage] entries go here.
+    # Storage: the FSx CSI controller.
     (
         "StorageVolume/ControllerRole/DefaultPolicy",
         "AwsSolutions-IAM5[Resource::*]",
@@ -94,7 +94,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         "volumes need no create/delete), and that action supports no resource-level permissions "
         "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'.",
     ),
-    # [addons] entries: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
+    # Add-ons: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
 )
 
 # The workload's entries (paths under the workload construct): the image copy into ECR.

@@ -1,4 +1,4 @@
-"""[addons] configuration: defaults, boolean coercion from context, and errors for bad inputs."""
+"""Add-on configuration: defaults, boolean coercion from context, and errors for bad inputs."""
 
 import pytest
 
