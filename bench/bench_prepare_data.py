@@ -1,7 +1,7 @@
 """Benchmark of training.prepare_data (and training.vocab) on a real public-domain corpus.
 
-    python bench/bench_prepare_data.py [--workers 1 2] [--dupe_factor 5]
-    python bench/bench_prepare_data.py --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
+    python -m bench.bench_prepare_data [--workers 1 2] [--dupe_factor 5]
+    python -m bench.bench_prepare_data --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
 
 With ``--reference`` (the reference tool: NVIDIA DeepLearningExamples'
 ``PyTorch/LanguageModeling/BERT/create_pretraining_data.py`` with its ``tokenization.py`` beside
@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 # SWORD module -> (Debian package, diatheke key range, whether entries span several lines).
 # The Bible modules' plain output repeats psalm headings between later verses (a diatheke
