@@ -28,6 +28,7 @@ import torch
 from training.data import Shard, make_batch
 from training.device import make_backend
 from training.model import build_model
+from training.shard_format import SHARD_FIELDS
 from training.step import make_step_state, optimizer_step
 
 SEQ, PRED = 128, 20
@@ -57,7 +58,11 @@ def random_shard(n: int, vocab: int, seed: int = 0) -> Shard:
         "masked_lm_ids": mids,
         "next_sentence_labels": rng.integers(0, 2, n).astype(np.int8),
     }
-    return Shard("<random>", arrays)
+    # Stored dtypes from the format's one table, as the data tool writes them.
+    return Shard(
+        "<random>",
+        {name: arrays[name].astype(dtype, copy=False) for name, (dtype, _) in SHARD_FIELDS.items()},
+    )
 
 
 def our_loop(model_name: str, mlm_head: str, accum: int, seed: int):

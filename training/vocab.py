@@ -22,7 +22,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -31,61 +31,18 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.trainers import WordPieceTrainer
 
-from training.text_input import UsageError, check_text_files  # noqa: F401  (UsageError re-exported)
+from training.bert_samples import VocabInfo
+from training.text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
+    OneLineArgumentParser,
+    UsageError,
+    check_text_files,
+    corpus_has_text,
+    expand_inputs,
+)
 
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNK_TOKEN = "[UNK]"
 CONTINUATION_PREFIX = "##"
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse parser whose errors are a single ``prog: error: ...`` line, exit code 2.
-
-    The usage block argparse normally prints before the error is several lines long for these
-    tools and hides the message; ``--help`` still shows it.
-    """
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Return the corpus files named by ``inputs``.
-
-    Files are kept in the order given; a directory contributes every regular file below it,
-    recursively, in sorted path order, skipping hidden files and folders (names starting with a
-    dot). The order matters: ``prepare_data`` derives its random seeds from a file's position.
-
-    Raises:
-        UsageError: an input does not exist, or a directory holds no files.
-    """
-    files: list[Path] = []
-    for raw in inputs:
-        path = Path(raw)
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            found = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            if not found:
-                raise UsageError(f"--input {raw}: directory contains no corpus files")
-            files.extend(found)
-        else:
-            raise UsageError(f"--input {raw}: no such file or directory")
-    return files
-
-
-def corpus_has_text(files: Sequence[Path]) -> bool:
-    """True if any file has a non-whitespace byte; stops at the first one found."""
-    for path in files:
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 20):
-                if block.strip():
-                    return True
-    return False
 
 
 def bert_tokenizer(vocab: dict[str, int] | None, lower_case: bool = True) -> Tokenizer:
@@ -164,6 +121,47 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
         for index, line in enumerate(handle):
             vocab.setdefault(line.rstrip("\r\n"), index)
     return vocab
+
+
+def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]:
+    """Read and check a vocab.txt for sample-making.
+
+    Raises:
+        UsageError: missing file, missing special tokens, [PAD] not at id 0 (the format pads
+            with 0), or no ordinary token to use as a random replacement.
+    """
+    if not Path(path).is_file():
+        raise UsageError(
+            f"--vocab {path}: file not found; build one with "
+            f"`python -m training.vocab --input <corpus> --output {path}`"
+        )
+    try:
+        vocab = read_vocab(path)
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--vocab {path}: not a UTF-8 text file; a vocab.txt has one token per line"
+        ) from None
+    missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise UsageError(
+            f"--vocab {path}: lacks special token(s) {' '.join(missing)}; a BERT vocab needs "
+            f"{' '.join(SPECIAL_TOKENS)}: use a BERT vocab.txt or build one with `python -m training.vocab`"
+        )
+    if vocab["[PAD]"] != 0:
+        raise UsageError(
+            f"--vocab {path}: [PAD] has id {vocab['[PAD]']}, but the shard format pads with 0; "
+            "move [PAD] to the first line"
+        )
+    size = max(vocab.values()) + 1
+    tokens = [""] * size
+    for token, index in vocab.items():
+        tokens[index] = token
+    info = VocabInfo.from_tokens(tokens, CONTINUATION_PREFIX)
+    if info.replacement_ids.size == 0:
+        raise UsageError(
+            f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`"
+        )
+    return vocab, info
 
 
 def train_vocab(
