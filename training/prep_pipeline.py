@@ -28,6 +28,7 @@ these same functions, and 3, 5 and 6 on one of them, for the same bytes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing as mp
 import os
@@ -38,9 +39,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from training import interrupt
 from training.bert_samples import PrepConfig, record_dtype
@@ -283,7 +284,7 @@ def finish_set(
     ]
     log.info("write: %d shard(s)", num_shards)
     entries = []
-    bar = tqdm(total=num_shards, desc="write shards", unit="shard", disable=_disabled(progress))
+    bar = _bar(progress, total=num_shards, desc="write shards", unit="shard")
     with bar:
         for entry in parallel_map(write_shard, jobs):
             interrupt.check()
@@ -380,6 +381,9 @@ class _WorkerMap:
         # makes the workers at once, before the progress bars start theirs. spawn elsewhere.
         if "fork" in mp.get_all_start_methods():
             init_worker(vocab_path, cfg, False, encoding, errors)
+            # Objects made so far go to the collector's permanent generation: a worker's
+            # collections then never touch them, so their pages stay shared (no copy-on-write).
+            gc.freeze()
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context("fork"), initializer=init_forked_worker
             )
@@ -399,9 +403,10 @@ class _WorkerMap:
             interrupt.check()
         return self._ordered
 
-    def __exit__(self, exc_type, *_) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+            gc.unfreeze()  # this process may go on (a caller's loop, the tests): collect them again
 
 
 WorkerMap = _WorkerMap  # shared with training.prepare_indexed
@@ -429,7 +434,7 @@ def _build_all(
     Returns the totals and the spool: each unit's record file with its record count, in order."""
     totals = _Totals()
     folders = [str(work_dir / f"unit-{k}") for k in range(len(chunks))]
-    bar = tqdm(total=total_bytes, desc="tokenize", unit="B", unit_scale=True, disable=_disabled(progress))
+    bar = _bar(progress, total=total_bytes, desc="tokenize", unit="B", unit_scale=True)
     documents = []
     with bar:
         for result in parallel_map(tokenize_unit, zip(chunks, folders, strict=True)):
@@ -442,7 +447,7 @@ def _build_all(
     pool_folder = work_dir / "pool"
     first_document = build_pool(folders, documents, totals.tokens, pool_tokens, cfg.seed, pool_folder)
     jobs = [(k, folders[k], int(first_document[k]), str(pool_folder)) for k in range(len(chunks))]
-    bar = tqdm(total=len(jobs), desc="pairs+masks", unit="unit", disable=_disabled(progress))
+    bar = _bar(progress, total=len(jobs), desc="pairs+masks", unit="unit")
     spool = []
     with bar:
         for (_, folder, _, _), count in zip(jobs, parallel_map(unit_records, jobs), strict=True):
@@ -454,6 +459,27 @@ def _build_all(
     return totals, spool
 
 
-def _disabled(progress: bool | None) -> bool | None:
-    # tqdm: disable=None means "only on a terminal".
-    return None if progress is None else not progress
+class _NoBar:
+    """What a progress bar is asked to do, doing nothing."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def update(self, n: float = 1) -> None:
+        pass
+
+    def set_postfix(self, **_: object) -> None:
+        pass
+
+
+def _bar(progress: bool | None, **kwargs: Any) -> Any:
+    """A tqdm bar; None shows it only on a terminal. Without bars, tqdm is not imported: its
+    import is serial start-up time before the workers fork."""
+    if progress is False:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(disable=None if progress is None else not progress, **kwargs)

@@ -157,11 +157,11 @@ def init_worker(
     if single_threaded_tokenizer:
         _single_threaded_tokenizer()
         interrupt.ignore_interactive_interrupt()
-    _, info = load_vocab(vocab_path)
+    vocab, info = load_vocab(vocab_path)
     _STATE = _WorkerState(
         cfg,
         info,
-        WordPieceEncoder(vocab_path, cfg.lower_case),
+        WordPieceEncoder(vocab_path, cfg.lower_case, vocab),
         record_dtype(cfg, info.size),
         encoding=encoding,
         errors=errors,

@@ -19,6 +19,7 @@ them elsewhere ([PAD]=0, [UNK]=100, ...), which is why consumers look ids up by 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -82,13 +83,21 @@ class WordPieceEncoder:
     line of the test corpora and on each fast-path character alone and inside words.
     """
 
-    def __init__(self, vocab_path: str | os.PathLike[str], lower_case: bool = True) -> None:
+    def __init__(
+        self, vocab_path: str | os.PathLike[str], lower_case: bool = True, vocab: dict[str, int] | None = None
+    ) -> None:
+        """``vocab``: the file's tokens as ``read_vocab`` gives them, when the caller has read it."""
         from flash_tokenizer._core import FlashBertTokenizer
 
-        self.vocab = read_vocab(vocab_path)
-        self.reference = bert_tokenizer(self.vocab, lower_case)
+        self.vocab = read_vocab(vocab_path) if vocab is None else vocab
+        self.lower_case = lower_case
         # The length limit is far above any line: nothing is truncated.
         self.fast = FlashBertTokenizer(str(vocab_path), lower_case, 1 << 30, True)
+
+    @functools.cached_property
+    def reference(self) -> Tokenizer:
+        """The ``tokenizers`` model, made when a line first needs it (few corpora have such lines)."""
+        return bert_tokenizer(self.vocab, self.lower_case)
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         fast_line = _FAST_LINE.fullmatch
@@ -124,7 +133,10 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
 
 
 def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]:
-    """Read and check a vocab.txt for sample-making.
+    """Read and check a vocab.txt for sample-making (the returned objects are shared: read only).
+
+    One result is kept per file version: the data tool checks the vocab while planning, then
+    sets up its tokenizer from it before forking its workers, and both are serial start-up time.
 
     Raises:
         UsageError: missing file, missing special tokens, [PAD] not at id 0 (the format pads
@@ -135,6 +147,13 @@ def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]
             f"--vocab {path}: file not found; build one with "
             f"`python -m training.vocab --input <corpus> --output {path}`"
         )
+    stat = os.stat(path)
+    return _load_checked_vocab(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_checked_vocab(path: str, mtime_ns: int, size: int) -> tuple[dict[str, int], VocabInfo]:
+    """``load_vocab`` for one version (modification time and size) of the file."""
     try:
         vocab = read_vocab(path)
     except UnicodeDecodeError:
