@@ -109,7 +109,7 @@ def prepare_shards(
     """Make pretraining shards from a corpus; see the module docstring.
 
     Args:
-        inputs: corpus files or directories (see ``training.vocab.expand_inputs`` for the order).
+        inputs: corpus files or directories (see ``training.text_input.expand_inputs`` for the order).
         vocab_path: vocab.txt with the BERT special tokens, [PAD] on the first line.
         output_dir: the shard set's directory: ``<output_prefix>_training_<k>.hdf5`` and
             ``manifest.json``, published together once complete (see ``training.shard_format``).
