@@ -371,16 +371,22 @@ class _WorkerMap:
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
         vocab_path, cfg, _, encoding, errors = self.init_args
+        # A stop signal raised inside an import or a C extension's callback can come out as
+        # another error (an ImportError) or be swallowed with a traceback on stderr: set-up and
+        # each in-process work item run with signals deferred, and stop right after them.
+        fork = "fork" in mp.get_all_start_methods()
+        if self.workers == 1 or fork:
+            with interrupt.deferred_signals():
+                init_worker(vocab_path, cfg, False, encoding, errors)
+            interrupt.check()
         if self.workers == 1:
-            init_worker(vocab_path, cfg, False, encoding, errors)
-            return map
+            return _in_process
         # fork where there is one (Linux): workers inherit the imports and the loaded vocab and
         # tokenizers instead of making them again (flash-tokenizer's ~150 MB of tables, shared
         # copy-on-write: each worker building its own cost 2 workers 18% more CPU, not 6%). This
         # process has used no tokenizer and started no thread yet, and the first task below
         # makes the workers at once, before the progress bars start theirs. spawn elsewhere.
-        if "fork" in mp.get_all_start_methods():
-            init_worker(vocab_path, cfg, False, encoding, errors)
+        if fork:
             # Objects made so far go to the collector's permanent generation: a worker's
             # collections then never touch them, so their pages stay shared (no copy-on-write).
             gc.freeze()
@@ -410,6 +416,15 @@ class _WorkerMap:
 
 
 WorkerMap = _WorkerMap  # shared with training.prepare_indexed
+
+
+def _in_process(fn: Callable, items: Iterable) -> Iterator:
+    """``map`` in this process, a stop signal acted on between items (see ``_WorkerMap``)."""
+    for item in items:
+        with interrupt.deferred_signals():
+            result = fn(item)
+        interrupt.check()
+        yield result
 
 
 @dataclass

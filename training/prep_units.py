@@ -142,6 +142,7 @@ def _single_threaded_tokenizer() -> None:
 
 
 def init_forked_worker() -> None:
+    """Set-up of a worker forked from a process that ran ``init_worker``: it inherits the state."""
     _single_threaded_tokenizer()
     interrupt.ignore_interactive_interrupt()
 
@@ -153,6 +154,7 @@ def init_worker(
     encoding: str = "utf-8",
     errors: str = "strict",
 ) -> None:
+    """Load the vocab and tokenizer into this process's state, which the unit functions use."""
     global _STATE
     if single_threaded_tokenizer:
         _single_threaded_tokenizer()
@@ -196,7 +198,7 @@ class _TokenizeResult:
     bytes: int
 
 
-def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
+def tokenize_unit(job: tuple[Chunk, str]) -> _TokenizeResult:
     """Phase 1 of a unit: its text, tokenized, saved in the work folder."""
     assert _STATE is not None
     chunk, folder = job
@@ -214,7 +216,7 @@ def _tokenize_chunk(job: tuple[Chunk, str]) -> _TokenizeResult:
     )
 
 
-def _build_unit(job: tuple[int, str, int, str]) -> int:
+def unit_records(job: tuple[int, str, int, str]) -> int:
     """Phase 2 of a unit: its samples, given the pool (mapped once per process), written to
     the unit's spool file; returns their number."""
     assert _STATE is not None
@@ -228,19 +230,14 @@ def _build_unit(job: tuple[int, str, int, str]) -> int:
     return len(records)
 
 
-# The unit functions and the process pool, shared with the Indexed-Job workers
-# (training.prepare_indexed) so that the pod count cannot change the output.
-tokenize_unit = _tokenize_chunk
-unit_records = _build_unit
-
-
 def write_shard(job: tuple[list[tuple[str, int]], str, str, int]) -> ShardEntry:
     """Gather one shard's records from the spool (where its label is), shuffle them and write
     them as HDF5; returns its manifest entry. The spool is the units' record files in order."""
     assert _STATE is not None
     spool, labels, out, shard = job
     mine = np.flatnonzero(np.load(labels, mmap_mode="r") == shard)
-    parts, offset = [], 0
+    parts: list[np.ndarray] = []
+    offset = 0
     for path, count in spool:
         local = mine[(mine >= offset) & (mine < offset + count)] - offset
         # An empty file cannot be memory-mapped: a unit may make no sample.
