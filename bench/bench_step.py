@@ -50,7 +50,7 @@ def random_shard(n: int, vocab: int, seed: int = 0) -> Shard:
         k = min(PRED, max(1, round(0.15 * length)))
         pos[i, :k] = np.sort(rng.choice(np.arange(1, length - 1), k, replace=False))
         mids[i, :k] = rng.integers(1000, vocab, size=k)
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "input_ids": ids,
         "input_mask": mask,
         "segment_ids": seg,
