@@ -7,6 +7,7 @@ and gzip filters with chunks deflated here by ISA-L, so any HDF5 reader reads th
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import h5py
@@ -67,9 +68,21 @@ def _write_gzip_dataset(handle: h5py.File, name: str, array: np.ndarray) -> None
         if len(block) < rows:  # an edge chunk is stored whole; rows past the end are never read
             block = np.concatenate([block, np.zeros((rows - len(block), *array.shape[1:]), array.dtype)])
         planes = np.ascontiguousarray(block).view(np.uint8).reshape(-1, width).T
-        dataset.id.write_direct_chunk(
-            (start,) + (0,) * (array.ndim - 1), isal_zlib.compress(planes.tobytes(), 1)
-        )
+        dataset.id.write_direct_chunk((start,) + (0,) * (array.ndim - 1), _deflate(planes.tobytes()))
+
+
+# Chunks below this many bytes are deflated by zlib: ISA-L 1.9.1 at level 1 was seen to make
+# different (valid) streams for the same 1 KiB chunk in different processes (the 1-D
+# next_sentence_labels chunks of one shard out of 4 in 1 of about 10 two-worker runs), which
+# breaks the byte-identical output; zlib is deterministic and these chunks are few and small.
+_SMALL_CHUNK_BYTES = 1 << 16
+
+
+def _deflate(data: bytes) -> bytes:
+    """A zlib stream of ``data`` at level 1 (what HDF5's gzip filter reads)."""
+    if len(data) < _SMALL_CHUNK_BYTES:
+        return zlib.compress(data, 1)
+    return isal_zlib.compress(data, 1)
 
 
 def shard_labels(samples: int, num_shards: int, work_dir: Path, seed: int) -> Path:
