@@ -106,17 +106,17 @@ bench: $(VENV)/.dev
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 	    diatheke sword-comm-tdavid sword-comm-scofield sword-text-web sword-text-kjv >/dev/null; }
-	$(PY) bench/bench_prepare_data.py
-	$(PY) bench/bench_loader.py
-	$(PY) bench/bench_step.py --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
-	$(PY) bench/bench_checkpoint.py
+	$(PY) -m bench.bench_prepare_data
+	$(PY) -m bench.bench_loader
+	$(PY) -m bench.bench_step --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
+	$(PY) -m bench.bench_checkpoint
 
 .PHONY: bench-xla
 # Graph counts, compile seconds and host transfers of the XLA path (numbers, not tests).
 # base compiles at XLA:CPU's optimisation level 0 (~70 s a graph at it on 2 shared cores).
 bench-xla: $(VENV_XLA)/.installed
-	PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py --models tiny --rounds 2 --steps 20 --log_every 10
-	XLA_FLAGS=--xla_backend_optimization_level=0 PJRT_DEVICE=CPU $(PY_XLA) bench/bench_xla.py \
+	PJRT_DEVICE=CPU $(PY_XLA) -m bench.bench_xla --models tiny --rounds 2 --steps 20 --log_every 10
+	XLA_FLAGS=--xla_backend_optimization_level=0 PJRT_DEVICE=CPU $(PY_XLA) -m bench.bench_xla \
 	  --models base tiny --rounds 1
 
 .PHONY: clean

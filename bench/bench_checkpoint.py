@@ -1,8 +1,8 @@
 """What integrity checking adds to a BERT-large checkpoint save: hash vs. write.
 
-    .venv/bin/python bench/bench_checkpoint.py                    # everything, one process
-    .venv/bin/python bench/bench_checkpoint.py --only-save sha256 # one save (for a whole-process A/B)
-    .venv/bin/python bench/bench_checkpoint.py --only-save none
+    .venv/bin/python -m bench.bench_checkpoint                    # everything, one process
+    .venv/bin/python -m bench.bench_checkpoint --only-save sha256 # one save (for a whole-process A/B)
+    .venv/bin/python -m bench.bench_checkpoint --only-save none
 
 The state is BERT-large's (bert-large-uncased config, ``BertForPreTraining``: the shapes come
 from the model built on the meta device, the values are random): fp32 weights plus AdamW's two
@@ -31,12 +31,9 @@ import time
 import zlib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from training import checkpoint as ckpt  # noqa: E402
+from training import checkpoint as ckpt
 
 HASHES = {
     "sha256": lambda b: hashlib.sha256(b).hexdigest(),

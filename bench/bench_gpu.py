@@ -1,7 +1,7 @@
 """BERT-large phase 1 (bf16 autocast, seq 128) on one CUDA GPU: seq/s and MFU, one command.
 
-    python bench/bench_gpu.py                   # on a machine with a CUDA GPU
-    python bench/bench_gpu.py --dry-run         # anywhere: tiny model on CPU, checks the script
+    python -m bench.bench_gpu                   # on a machine with a CUDA GPU
+    python -m bench.bench_gpu --dry-run         # anywhere: tiny model on CPU, checks the script
 
 Times ``training.step.optimizer_step`` — the loop pretrain.py runs — with the CUDA backend
 (bf16 autocast, fp32 weights, AdamW) on random shard-format batches already on the GPU, so
@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.bench_step import random_shard  # noqa: E402
-from training.data import make_batch  # noqa: E402
-from training.device import make_backend, select_device  # noqa: E402
-from training.metrics import mfu, model_flops_per_seq  # noqa: E402
-from training.model import build_model  # noqa: E402
-from training.step import make_trainer, optimizer_step  # noqa: E402
+from bench.bench_step import random_shard
+from training.data import make_batch
+from training.device import make_backend, select_device
+from training.metrics import mfu, model_flops_per_seq
+from training.model import build_model
+from training.step import make_step_state, optimizer_step
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
     backend = make_backend(device, 0, 0, 1)
     torch.manual_seed(0)
     module = backend.prepare_model(build_model(args.model, mlm_head=args.mlm_head), precision)
-    trainer = make_trainer(
+    step_state = make_step_state(
         backend,
         module,
         precision=precision,
@@ -87,7 +84,7 @@ def run(args: argparse.Namespace) -> dict:
     on_device = [{k: v.to(backend.device) for k, v in b.items()} for b in host]
 
     def one_step() -> float:
-        return optimizer_step(trainer, iter([dict(b) for b in on_device])).loss.item()
+        return optimizer_step(step_state, iter([dict(b) for b in on_device])).loss.item()
 
     for _ in range(args.warmup):
         one_step()

@@ -1,7 +1,7 @@
 """Loader throughput and memory per worker, on shards written by the data tool.
 
-    .venv/bin/python bench/bench_loader.py                          # makes its own shards
-    .venv/bin/python bench/bench_loader.py --data_dir /data/shards  # real shards
+    .venv/bin/python -m bench.bench_loader                          # makes its own shards
+    .venv/bin/python -m bench.bench_loader --data_dir /data/shards  # real shards
 
 Each measurement runs in a fresh process (so peak RSS is that loader's): the real path —
 ``ShardStream`` (HDF5 read + gzip inflate in the prefetch thread, per-batch label building,
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 PUBLISHED_NODE_SEQ_PER_S = 3826.6  # Neuron 2.28, one trn1.32xlarge, BERT-large phase 1
 WORKERS_PER_NODE = 32
@@ -130,7 +129,8 @@ def main() -> None:
             out = subprocess.run(
                 [
                     sys.executable,
-                    __file__,
+                    "-m",
+                    "bench.bench_loader",
                     "--child",
                     str(workers),
                     "--data_dir",

@@ -1,7 +1,15 @@
 """Benchmark of training.prepare_data (and training.vocab) on a real public-domain corpus.
 
-    python bench/bench_prepare_data.py [--workers 1 2] [--dupe_factor 5]
-    python bench/bench_prepare_data.py --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
+    python -m bench.bench_prepare_data [--workers 1 2] [--dupe_factor 5]
+    python -m bench.bench_prepare_data --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
+    python -m bench.bench_prepare_data --scaling [--repeat 5]
+
+With ``--scaling`` it prints only how 2 workers compare with 1 on the 21 MB corpus: the two
+commands run in turn (1, 2, 1, 2, ...), wall and CPU time of each whole process, the speed-up
+(1-worker wall / 2-worker wall, pair by pair, median), whether both made the same bytes, and
+the "one-core time" of the 2-worker runs (2 x wall - CPU: the time only one core was busy, i.e.
+serial start-up, phase ends and exit, if nothing else ran). On an idle 2-core machine the issue's
+target is a speed-up of at least 1.8; the probe lines say how many cores were free.
 
 With ``--reference`` (the reference tool: NVIDIA DeepLearningExamples'
 ``PyTorch/LanguageModeling/BERT/create_pretraining_data.py`` with its ``tokenization.py`` beside
@@ -56,9 +64,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 # SWORD module -> (Debian package, diatheke key range, whether entries span several lines).
 # The Bible modules' plain output repeats psalm headings between later verses (a diatheke
@@ -73,7 +81,7 @@ VERSE = re.compile(r"^\s*((?:(?:I{1,3}|[1-3]) )?[A-Z][a-z]+(?: (?:of )?[A-Z][a-z
 SENTENCE_END = re.compile(r"([a-z)\]\"'”’][.!?][\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z])")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     sys.exit(f"bench_prepare_data: {message}")
 
 
@@ -145,7 +153,7 @@ def ensure_pydoc_corpus(cache: Path) -> Path:
     if not PYDOC_SOURCES.is_dir():
         fail("needs the Python manuals' sources: apt-get install python3.11-doc")
     cache.mkdir(parents=True, exist_ok=True)
-    parts = []
+    parts: list[str] = []
     for source in sorted(PYDOC_SOURCES.rglob("*.rst.txt")):
         parts.extend("\n".join(doc) + "\n" for doc in pydoc_documents(source.read_text(encoding="utf-8")))
     partial = corpus.with_suffix(".partial")
@@ -170,7 +178,7 @@ def ensure_corpus(cache: Path, modules: tuple[str, ...] = tuple(MODULES), name: 
             + " ".join(["diatheke"] + [package for package, _, _ in MODULES.values()])
         )
     cache.mkdir(parents=True, exist_ok=True)
-    parts = []
+    parts: list[str] = []
     for module in modules:
         package, keys, multiline = MODULES[module]
         documents = to_documents(export_module(module, keys), multiline)
@@ -250,6 +258,14 @@ def timed_run(command: list[str], cwd: Path = REPO) -> Run:
         fail(f"{' '.join(command)} failed:\n{stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Run(seconds, cpu, stdout, memory)
+
+
+def samples_written(stdout: str) -> int:
+    """The sample count from prepare_data's last line ("wrote N samples to ...")."""
+    match = re.search(r"wrote (\d+) samples", stdout)
+    if match is None:
+        fail(f"prepare_data printed no 'wrote N samples' line: {stdout[-300:]!r}")
+    return int(match[1])
 
 
 def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[str]:
@@ -466,7 +482,7 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
         for workers in (1, 2):
             out = work / f"ours-{workers}"
             run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
-            instances = int(re.search(r"wrote (\d+) samples", run.stdout)[1])
+            instances = samples_written(run.stdout)
             runs[f"ours, {workers} worker{'s' if workers > 1 else ''}"].append(
                 (run.seconds, run.cpu_seconds, instances)
             )
@@ -505,6 +521,26 @@ def free_cores(processes: int) -> float:
     return solo * processes / (time.perf_counter() - started)
 
 
+def ensure_vocab(corpus: Path, vocab: Path, vocab_size: int) -> Path:
+    """The corpus's vocab, built once: builds are not bit-identical, and the shards depend on it."""
+    if not vocab.exists():
+        timed_run(
+            [
+                sys.executable,
+                "-m",
+                "training.vocab",
+                "--input",
+                str(corpus),
+                "--output",
+                str(vocab),
+                "--vocab_size",
+                str(vocab_size),
+                "--no_progress",
+            ]
+        )
+    return vocab
+
+
 def machine() -> str:
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
@@ -514,6 +550,42 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs ({model}), {memory_kib / 2**20:.1f} GiB RAM, "
         f"Python {platform.python_version()}, load average before the run {load}"
     )
+
+
+def scaling(corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> None:
+    """2 workers against 1, whole processes in turn; see the module docstring (``--scaling``)."""
+    import statistics
+
+    runs: dict[int, list[Run]] = {1: [], 2: []}
+    manifests: dict[int, set[bytes]] = {1: set(), 2: set()}
+    for _ in range(repeat):
+        for workers in (1, 2):
+            out = work / f"scaling-{workers}"
+            run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
+            runs[workers].append(run)
+            manifests[workers].add((out / "manifest.json").read_bytes())
+            shutil.rmtree(out)
+    pairs = [one.seconds / two.seconds for one, two in zip(runs[1], runs[2], strict=True)]
+    print(
+        f"\n2 workers vs 1 on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), dupe factor {dupe}, "
+        f"{repeat} runs each in turn, medians:\n"
+    )
+    print("| workers | wall s (all runs) | CPU s | one-core time s (2 x wall - CPU) |\n|---|---|---|---|")
+    for workers, values in runs.items():
+        walls = [r.seconds for r in values]
+        one_core = (
+            f"{statistics.median(2 * r.seconds - r.cpu_seconds for r in values):.2f}" if workers == 2 else "-"
+        )
+        print(
+            f"| {workers} | {statistics.median(walls):.2f} ({', '.join(f'{w:.2f}' for w in walls)}) "
+            f"| {statistics.median(r.cpu_seconds for r in values):.2f} | {one_core} |"
+        )
+    same = len(manifests[1] | manifests[2]) == 1
+    print(
+        f"\nspeed-up, 1-worker wall / 2-worker wall, pair by pair: median {statistics.median(pairs):.2f}x "
+        f"(min {min(pairs):.2f}, max {max(pairs):.2f}); target on an idle 2-core machine: 1.8x"
+    )
+    print(f"same shard set (manifest with SHA-256 of each shard) from every run: {'yes' if same else 'NO'}")
 
 
 def main() -> None:
@@ -535,7 +607,22 @@ def main() -> None:
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the statistics runs"
     )
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="only 2 workers against 1 on the 21 MB corpus (--repeat runs each, in turn)",
+    )
     args = parser.parse_args()
+    if args.scaling:
+        print(f"machine: {machine()}")
+        print(
+            f"free cores now (probe with {os.cpu_count()} busy loops): {free_cores(os.cpu_count() or 1):.2f}"
+        )
+        corpus = ensure_corpus(args.cache_dir)
+        vocab = ensure_vocab(corpus, args.cache_dir / "vocab.txt", args.vocab_size)
+        scaling(corpus, vocab, args.cache_dir, args.dupe_factor, args.repeat)
+        print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
+        return
     if args.reference is not None:
         compare_with_reference(args)
         return
@@ -593,7 +680,7 @@ def main() -> None:
         ]
         runs = [timed_run(command) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r.seconds)
-        samples = int(re.search(r"wrote (\d+) samples", best.stdout)[1])
+        samples = samples_written(best.stdout)
         print(
             f"| {workers} | {best.seconds:.1f} ({', '.join(f'{r.seconds:.1f}' for r in runs)}) "
             f"| {best.cpu_seconds:.1f} | "

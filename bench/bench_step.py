@@ -1,7 +1,7 @@
 """Training-step throughput on CPU: our loop vs a plain Hugging Face loop, same batches, same run.
 
-    .venv/bin/python bench/bench_step.py                      # tiny and base
-    .venv/bin/python bench/bench_step.py --models base --rounds 3
+    .venv/bin/python -m bench.bench_step                      # tiny and base
+    .venv/bin/python -m bench.bench_step --models base --rounds 3
 
 Three loops over identical batches (built with ``training.data.make_batch`` from random
 shard-format arrays), interleaved round by round so machine noise hits all alike:
@@ -20,19 +20,16 @@ import itertools
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from training.data import Shard, make_batch  # noqa: E402
-from training.device import make_backend  # noqa: E402
-from training.model import build_model  # noqa: E402
-from training.step import make_trainer, optimizer_step  # noqa: E402
+from training.data import Shard, make_batch
+from training.device import make_backend
+from training.model import build_model
+from training.shard_format import SHARD_FIELDS
+from training.step import make_step_state, optimizer_step
 
 SEQ, PRED = 128, 20
 
@@ -53,7 +50,7 @@ def random_shard(n: int, vocab: int, seed: int = 0) -> Shard:
         k = min(PRED, max(1, round(0.15 * length)))
         pos[i, :k] = np.sort(rng.choice(np.arange(1, length - 1), k, replace=False))
         mids[i, :k] = rng.integers(1000, vocab, size=k)
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "input_ids": ids,
         "input_mask": mask,
         "segment_ids": seg,
@@ -61,14 +58,18 @@ def random_shard(n: int, vocab: int, seed: int = 0) -> Shard:
         "masked_lm_ids": mids,
         "next_sentence_labels": rng.integers(0, 2, n).astype(np.int8),
     }
-    return Shard("<random>", arrays)
+    # Stored dtypes from the format's one table, as the data tool writes them.
+    return Shard(
+        "<random>",
+        {name: arrays[name].astype(dtype, copy=False) for name, (dtype, _) in SHARD_FIELDS.items()},
+    )
 
 
 def our_loop(model_name: str, mlm_head: str, accum: int, seed: int):
     torch.manual_seed(seed)
     backend = make_backend("cpu", 0, 0, 1)
     module = build_model(model_name, mlm_head=mlm_head)
-    trainer = make_trainer(
+    step_state = make_step_state(
         backend,
         module,
         precision="fp32",
@@ -83,7 +84,7 @@ def our_loop(model_name: str, mlm_head: str, accum: int, seed: int):
     module.train()
 
     def step(batches):
-        out = optimizer_step(trainer, batches)
+        out = optimizer_step(step_state, batches)
         return out.loss.item()
 
     return step

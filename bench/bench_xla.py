@@ -1,10 +1,10 @@
 """The XLA path's graph figures, and XLA-on-CPU against eager CPU (informational).
 
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/bench_xla.py              # tiny and base
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/bench_xla.py --models tiny --rounds 3
+    PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.bench_xla              # tiny and base
+    PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.bench_xla --models tiny --rounds 3
 
 For each model, ``rounds`` times in turn (XLA, then eager CPU, so machine noise hits both
-alike), ``training.pretrain`` runs in a fresh process under ``bench/xla_graph_probe.py`` on
+alike), ``training.pretrain`` runs in a fresh process under ``python -m bench.xla_graph_probe`` on
 shards made by ``training.prepare_data`` from a synthetic corpus (tests/training/corpus.py).
 It prints, per model:
 
@@ -31,8 +31,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-PROBE = REPO / "bench" / "xla_graph_probe.py"
 
 
 def make_shards(root: Path) -> tuple[Path, int]:
@@ -100,7 +98,7 @@ def probe(device: str, model: str, shards: Path, vocab: int, out: Path, a: argpa
     ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run(
-        [sys.executable, str(PROBE), str(out / "probe.json"), "--", *flags],
+        [sys.executable, "-m", "bench.xla_graph_probe", str(out / "probe.json"), "--", *flags],
         check=True,
         cwd=REPO,
         env=env,

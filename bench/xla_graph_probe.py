@@ -1,6 +1,6 @@
 """Run ``training.pretrain`` on XLA and record torch-xla's counters around every optimizer step.
 
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graph_probe.py OUT.json -- <pretrain flags>
+    PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.xla_graph_probe OUT.json -- <pretrain flags>
 
 Writes ``OUT.json``: the run's summary (``train``'s return value) and, per optimizer step,
 the counters just before and just after ``training.step.optimizer_step``:
@@ -16,7 +16,7 @@ With ``--device cpu`` the counters stay 0 and only ``time`` means something (the
 
 What happens between two steps (a checkpoint save, for one) falls between one step's
 ``after`` and the next one's ``before``. Run it in a fresh process: torch-xla's counters and
-its in-memory graph cache are per process. Used by ``bench/bench_xla.py`` and ``tests/xla``.
+its in-memory graph cache are per process. Used by ``python -m bench.bench_xla`` and ``tests/xla``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch_xla.debug.metrics as met
 
-import torch_xla.debug.metrics as met  # noqa: E402
-
-import training.pretrain as pretrain  # noqa: E402
-from training.cli import parse_args  # noqa: E402
+import training.pretrain as pretrain
+from training.cli import parse_args
 
 
 def counters() -> dict[str, float]:

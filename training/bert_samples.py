@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from training.vocab import UsageError
+from training.text_input import UsageError
 
 # Stream tags keep the RNGs of the different stages independent for the same seed.
 BUILD, ROUTE, SHUFFLE, POOL = 0, 1, 2, 3
@@ -147,7 +147,7 @@ class TokenizedChunk:
     document_starts: np.ndarray  # int64 [n_documents + 1], offsets into sentences
     # Global number of each document in the corpus (default 0..n-1): a random next segment is
     # never taken from the document being processed while another one exists.
-    document_ids: np.ndarray = field(default=None)  # type: ignore[assignment]
+    document_ids: np.ndarray = field(default=None)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         if self.document_ids is None:

@@ -8,14 +8,14 @@ Kubernetes sets in the pods of an Indexed Job. ``--work_dir`` and ``--output_dir
 file system all pods share (FSx for Lustre), and all W pods must run at the same time
 (parallelism = completions): they wait for each other twice.
 
-1. Every pod plans the run (``prepare_data.plan_run``: the same units everywhere) and tokenizes
-   units ``I, I+W, I+2W, ...`` with ``prepare_data.tokenize_unit``.
-2. Wait for all units; pod 0 gathers the random-next pool (``prepare_data.build_pool``), the
+1. Every pod plans the run (``prep_pipeline.plan_run``: the same units everywhere) and tokenizes
+   units ``I, I+W, I+2W, ...`` with ``prep_units.tokenize_unit``.
+2. Wait for all units; pod 0 gathers the random-next pool (``prep_units.build_pool``), the
    others wait for it.
-3. Every pod makes the samples of its units with ``prepare_data.unit_records`` (each unit's
+3. Every pod makes the samples of its units with ``prep_units.unit_records`` (each unit's
    record file, as on one machine). Pods other than 0 are done.
 4. Pod 0 waits for every unit's records, then shuffles and writes the shards, the manifest, and
-   publishes them (``prepare_data.finish_set``: the record files are read in unit order, as the
+   publishes them (``prep_pipeline.finish_set``: the record files are read in unit order, as the
    single-machine tool reads them), writes ``--marker`` and deletes the work folder.
 
 These are the single-machine tool's own functions on the same units with the same seeds, so the
@@ -38,24 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from training import interrupt
-from training.prepare_data import (
-    PhaseLog,
-    RunPlan,
-    WorkerMap,
-    build_parser,
-    build_pool,
-    finish_set,
-    log,
-    open_output,
-    plan_run,
-    prep_config,
-    publish_set,
-    run_settings,
-    tokenize_unit,
-    unit_records,
-)
+from training.prep_pipeline import RunPlan, WorkerMap, finish_set, log, open_output, plan_run, publish_set
+from training.prep_units import build_pool, tokenize_unit, unit_records
+from training.prepare_data import PhaseLog, build_parser, prep_config, run_settings
 from training.shard_format import MANIFEST_NAME, ManifestError, discard, read_manifest
-from training.vocab import UsageError
+from training.text_input import UsageError
 
 DEFAULT_POLL_SECONDS = 10.0
 DEFAULT_BARRIER_TIMEOUT = 24 * 3600.0  # a long tokenization on a slow file system still fits
@@ -74,7 +61,7 @@ class WorkFolder:
         return self.root / f"unit-{k}.json"
 
     def records(self, k: int) -> Path:
-        return self.unit(k) / "records.bin"  # where prepare_data.unit_records writes them
+        return self.unit(k) / "records.bin"  # where prep_units.unit_records writes them
 
     def spooled(self, k: int) -> Path:
         return self.root / f"samples-{k}.json"
@@ -238,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             f"--index {index}: give 0 to --completions - 1, or run in an Indexed Job ($JOB_COMPLETION_INDEX)"
         )
-    index = int(index)
+    index = int(str(index))
     output_dir = Path(args.output_dir)
     marker = Path(args.marker) if args.marker else None
     if marker is not None and marker.exists():

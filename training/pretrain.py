@@ -35,7 +35,7 @@ from training.model import PretrainingModule, build_model, count_parameters
 from training.optim import MasterWeights, apply_hyperparameters
 from training.preflight import PreflightError, preflight
 from training.resume import ResumeError, check_flags, check_resumed_loss, saved_flags
-from training.step import make_trainer, optimizer_step
+from training.step import make_step_state, optimizer_step
 from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from trainium_job.launch import launch_env
 
@@ -158,7 +158,7 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     )
     config = module.hf_model.config
     module = backend.prepare_model(module, precision)
-    trainer = make_trainer(
+    step_state = make_step_state(
         backend,
         module,
         precision=precision,
@@ -171,7 +171,7 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
         max_grad_norm=args.max_grad_norm,
         fp32_master_weights=args.fp32_master_weights,
     )
-    master, optimizer, scheduler = trainer.master, trainer.optimizer, trainer.scheduler
+    master, optimizer, scheduler = step_state.master, step_state.optimizer, step_state.scheduler
 
     root = ckpt.checkpoint_root(output)
     step, position = 0, DataPosition()
@@ -232,8 +232,8 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     )
     loader = make_loader(stream, num_workers=args.num_workers, pin_memory=device == "cuda")
     batches = backend.batches(loader)
-    trainer.model = backend.wrap_model(module)
-    trainer.model.train()
+    step_state.model = backend.wrap_model(module)
+    step_state.model.train()
 
     writes = rank == 0 and not args.precompile
     # Resumed: TensorBoard hides the events a previous attempt wrote from this step on.
@@ -285,7 +285,7 @@ def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | Non
     while step < end_step:
         logs = rank == 0 and ((step + 1) % log_every == 0 or step + 1 == end_step)
         report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
-        last_position = optimizer_step(trainer, batches, report).position
+        last_position = optimizer_step(step_state, batches, report).position
         step += 1
         saved = not args.precompile and (step % args.checkpoint_every == 0 or step == end_step)
         if saved:

@@ -1,7 +1,7 @@
 """One optimizer step: accumulate micro-batches, average gradients, clip, update.
 
-Shared by ``training.pretrain`` and the step benchmarks (``bench/bench_step.py``,
-``bench/bench_gpu.py``), so the benchmarks time exactly the training loop's code.
+Shared by ``training.pretrain`` and the step benchmarks (``python -m bench.bench_step``,
+``python -m bench.bench_gpu``), so the benchmarks time exactly the training loop's code.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from training.optim import MasterWeights, build_optimizer, build_scheduler, para
 
 
 @dataclass
-class Trainer:
-    """What a step touches. ``model`` may be a DDP wrapper of ``module``."""
+class StepState:
+    """The state an optimizer step reads and updates. ``model`` may be a DDP wrapper of ``module``."""
 
     backend: Backend
     module: PretrainingModule
@@ -36,7 +36,7 @@ class Trainer:
     master: MasterWeights | None = None
 
 
-def make_trainer(
+def make_step_state(
     backend: Backend,
     module: PretrainingModule,
     *,
@@ -49,17 +49,17 @@ def make_trainer(
     grad_accum: int,
     max_grad_norm: float,
     fp32_master_weights: bool = False,
-) -> Trainer:
+) -> StepState:
     """Optimizer, schedule and (optional) fp32 masters over an already prepared ``module``.
 
-    The model is not wrapped yet (``trainer.model is module``): load a checkpoint first,
-    then ``trainer.model = backend.wrap_model(module)``.
+    The model is not wrapped yet (``state.model is module``): load a checkpoint first,
+    then ``state.model = backend.wrap_model(module)``.
     """
     groups = param_groups(module, weight_decay)
     master = MasterWeights(groups) if fp32_master_weights else None
     opt_groups = master.groups if master else groups
     opt = build_optimizer(optimizer, opt_groups, lr)
-    return Trainer(
+    return StepState(
         backend=backend,
         module=module,
         model=module,
@@ -83,7 +83,7 @@ class StepResult:
 
 
 def optimizer_step(
-    t: Trainer,
+    t: StepState,
     batches: Iterator[dict[str, torch.Tensor]],
     report: Callable[[StepResult], None] | None = None,
 ) -> StepResult:

@@ -1,4 +1,5 @@
-"""Checks that a corpus file is text, and decoding that names the first bad byte.
+"""Corpus input of the data tools: which files (``expand_inputs``), whether they are text and
+hold any, decoding that names the first bad byte, and the one-line errors of their CLIs.
 
 ``prepare_data`` reads its corpus as byte ranges (chunks) that end at blank lines, so an
 encoding must keep ``\\n`` and ASCII as single bytes (UTF-8, Latin-1, cp1252, ...).
@@ -6,8 +7,10 @@ encoding must keep ``\\n`` and ASCII as single bytes (UTF-8, Latin-1, cp1252, ..
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -111,3 +114,53 @@ def _line_number(path: str | os.PathLike[str], start: int, raw: bytes, index: in
             before += block.count(b"\n")
             remaining -= len(block)
     return before + raw.count(b"\n", 0, index) + 1
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse parser whose errors are a single ``prog: error: ...`` line, exit code 2.
+
+    The usage block argparse normally prints before the error is several lines long for these
+    tools and hides the message; ``--help`` still shows it.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Return the corpus files named by ``inputs``.
+
+    Files are kept in the order given; a directory contributes every regular file below it,
+    recursively, in sorted path order, skipping hidden files and folders (names starting with a
+    dot). The order matters: ``prepare_data`` derives its random seeds from a file's position.
+
+    Raises:
+        UsageError: an input does not exist, or a directory holds no files.
+    """
+    files: list[Path] = []
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not found:
+                raise UsageError(f"--input {raw}: directory contains no corpus files")
+            files.extend(found)
+        else:
+            raise UsageError(f"--input {raw}: no such file or directory")
+    return files
+
+
+def corpus_has_text(files: Sequence[Path]) -> bool:
+    """True if any file has a non-whitespace byte; stops at the first one found."""
+    for path in files:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                if block.strip():
+                    return True
+    return False

@@ -19,11 +19,15 @@ them elsewhere ([PAD]=0, [UNK]=100, ...), which is why consumers look ids up by 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
@@ -31,61 +35,18 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.trainers import WordPieceTrainer
 
-from training.text_input import UsageError, check_text_files  # noqa: F401  (UsageError re-exported)
+from training.bert_samples import VocabInfo
+from training.text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
+    OneLineArgumentParser,
+    UsageError,
+    check_text_files,
+    corpus_has_text,
+    expand_inputs,
+)
 
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNK_TOKEN = "[UNK]"
 CONTINUATION_PREFIX = "##"
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse parser whose errors are a single ``prog: error: ...`` line, exit code 2.
-
-    The usage block argparse normally prints before the error is several lines long for these
-    tools and hides the message; ``--help`` still shows it.
-    """
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Return the corpus files named by ``inputs``.
-
-    Files are kept in the order given; a directory contributes every regular file below it,
-    recursively, in sorted path order, skipping hidden files and folders (names starting with a
-    dot). The order matters: ``prepare_data`` derives its random seeds from a file's position.
-
-    Raises:
-        UsageError: an input does not exist, or a directory holds no files.
-    """
-    files: list[Path] = []
-    for raw in inputs:
-        path = Path(raw)
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            found = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            if not found:
-                raise UsageError(f"--input {raw}: directory contains no corpus files")
-            files.extend(found)
-        else:
-            raise UsageError(f"--input {raw}: no such file or directory")
-    return files
-
-
-def corpus_has_text(files: Sequence[Path]) -> bool:
-    """True if any file has a non-whitespace byte; stops at the first one found."""
-    for path in files:
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 20):
-                if block.strip():
-                    return True
-    return False
 
 
 def bert_tokenizer(vocab: dict[str, int] | None, lower_case: bool = True) -> Tokenizer:
@@ -116,6 +77,29 @@ _FAST_LINE = re.compile(f"[\\x20-\\x7e{FAST_PATH_EXTRA_CHARACTERS}]*")
 _NEEDS_SPACES = re.compile("[\u00b6\u00ab\u00bb]")
 
 
+def _flash_core() -> ModuleType:
+    """flash-tokenizer's compiled module, without running its package ``__init__``.
+
+    That ``__init__`` imports ``requests`` for downloading pretrained vocabularies, which this
+    project never does: about 0.06 s of the data tool's serial start-up. The compiled module
+    needs nothing from the package; if it cannot be loaded alone, the plain import is used.
+    """
+    name = "flash_tokenizer._core"
+    if name in sys.modules:
+        return sys.modules[name]
+    package = importlib.util.find_spec("flash_tokenizer")  # finds, does not run, a top-level package
+    folders = list(package.submodule_search_locations or []) if package is not None else []
+    spec = importlib.machinery.PathFinder.find_spec(name, folders)
+    if spec is None or spec.loader is None:
+        import flash_tokenizer._core as core  # type: ignore[import-not-found,unused-ignore]
+
+        return core
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 class WordPieceEncoder:
     """BERT WordPiece ids of many lines at once, without [CLS]/[SEP].
 
@@ -125,13 +109,21 @@ class WordPieceEncoder:
     line of the test corpora and on each fast-path character alone and inside words.
     """
 
-    def __init__(self, vocab_path: str | os.PathLike[str], lower_case: bool = True) -> None:
-        from flash_tokenizer._core import FlashBertTokenizer
+    def __init__(
+        self, vocab_path: str | os.PathLike[str], lower_case: bool = True, vocab: dict[str, int] | None = None
+    ) -> None:
+        """``vocab``: the file's tokens as ``read_vocab`` gives them, when the caller has read it."""
+        FlashBertTokenizer = _flash_core().FlashBertTokenizer  # noqa: N806 (the library's class name)
 
-        self.vocab = read_vocab(vocab_path)
-        self.reference = bert_tokenizer(self.vocab, lower_case)
+        self.vocab = read_vocab(vocab_path) if vocab is None else vocab
+        self.lower_case = lower_case
         # The length limit is far above any line: nothing is truncated.
         self.fast = FlashBertTokenizer(str(vocab_path), lower_case, 1 << 30, True)
+
+    @functools.cached_property
+    def reference(self) -> Tokenizer:
+        """The ``tokenizers`` model, made when a line first needs it (few corpora have such lines)."""
+        return bert_tokenizer(self.vocab, self.lower_case)
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         fast_line = _FAST_LINE.fullmatch
@@ -164,6 +156,57 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
         for index, line in enumerate(handle):
             vocab.setdefault(line.rstrip("\r\n"), index)
     return vocab
+
+
+def load_vocab(path: str | os.PathLike[str]) -> tuple[dict[str, int], VocabInfo]:
+    """Read and check a vocab.txt for sample-making (the returned objects are shared: read only).
+
+    One result is kept per file version: the data tool checks the vocab while planning, then
+    sets up its tokenizer from it before forking its workers, and both are serial start-up time.
+
+    Raises:
+        UsageError: missing file, missing special tokens, [PAD] not at id 0 (the format pads
+            with 0), or no ordinary token to use as a random replacement.
+    """
+    if not Path(path).is_file():
+        raise UsageError(
+            f"--vocab {path}: file not found; build one with "
+            f"`python -m training.vocab --input <corpus> --output {path}`"
+        )
+    stat = os.stat(path)
+    return _load_checked_vocab(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_checked_vocab(path: str, mtime_ns: int, size: int) -> tuple[dict[str, int], VocabInfo]:
+    """``load_vocab`` for one version (modification time and size) of the file."""
+    try:
+        vocab = read_vocab(path)
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--vocab {path}: not a UTF-8 text file; a vocab.txt has one token per line"
+        ) from None
+    missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise UsageError(
+            f"--vocab {path}: lacks special token(s) {' '.join(missing)}; a BERT vocab needs "
+            f"{' '.join(SPECIAL_TOKENS)}: use a BERT vocab.txt or build one with `python -m training.vocab`"
+        )
+    if vocab["[PAD]"] != 0:
+        raise UsageError(
+            f"--vocab {path}: [PAD] has id {vocab['[PAD]']}, but the shard format pads with 0; "
+            "move [PAD] to the first line"
+        )
+    size = max(vocab.values()) + 1
+    tokens = [""] * size
+    for token, index in vocab.items():
+        tokens[index] = token
+    info = VocabInfo.from_tokens(tokens, CONTINUATION_PREFIX)
+    if info.replacement_ids.size == 0:
+        raise UsageError(
+            f"--vocab {path}: has only special tokens; build a real one with `python -m training.vocab`"
+        )
+    return vocab, info
 
 
 def train_vocab(

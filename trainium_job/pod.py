@@ -48,7 +48,7 @@ RESERVED_MEMORY_MIB = 32 * 1024
 
 # --- Graceful stop budget (training.stop): what a pod needs between SIGTERM and SIGKILL -------
 #: BERT-large (``BertForPreTraining``, bert-large-uncased config, tied embeddings once); printed
-#: by ``bench/bench_checkpoint.py``.
+#: by ``python -m bench.bench_checkpoint``.
 BERT_LARGE_PARAMETERS = 336_226_108
 #: Checkpoint bytes per parameter at most: fp32 weights + AdamW's two fp32 moments (fp32, or bf16
 #: with --fp32_master_weights). The XLA default, bf16 with stochastic rounding, saves 6.

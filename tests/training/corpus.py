@@ -3,7 +3,8 @@
 Typical use (shards in a temporary directory, in a few seconds on one core)::
 
     from tests.training.corpus import build_vocab, write_corpus
-    from training.prepare_data import PrepConfig, prepare_shards
+    from training.bert_samples import PrepConfig
+    from training.prep_pipeline import prepare_shards
 
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=40, seed=0)
     vocab = build_vocab([corpus], tmp_path / "vocab.txt", vocab_size=400)

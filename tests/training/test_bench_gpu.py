@@ -9,13 +9,13 @@ import torch
 
 from tests.training.conftest import PYTHON, REPO, child_env
 
-SCRIPT = str(REPO / "bench" / "bench_gpu.py")
+SCRIPT = ["-m", "bench.bench_gpu"]  # run from the repository root, as the README says
 
 
 def test_given_no_cuda_then_bench_gpu_fails_with_a_clear_message():
     assert not torch.cuda.is_available()  # this test documents the CPU-only machine
     proc = subprocess.run(
-        [PYTHON, SCRIPT], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300
+        [PYTHON, *SCRIPT], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300
     )
     assert proc.returncode != 0
     assert "no CUDA device" in proc.stderr and "--dry-run" in proc.stderr
@@ -25,7 +25,7 @@ def test_given_no_cuda_then_bench_gpu_fails_with_a_clear_message():
 def test_given_dry_run_then_same_step_code_reports_throughput(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run(
-        [PYTHON, SCRIPT, "--dry-run", "--json", str(out)],
+        [PYTHON, *SCRIPT, "--dry-run", "--json", str(out)],
         cwd=REPO,
         env=child_env(),
         capture_output=True,

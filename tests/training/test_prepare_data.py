@@ -21,15 +21,9 @@ import pytest
 from transformers import BertTokenizerFast
 
 from tests.training.corpus import build_vocab, write_corpus
-from training.prepare_data import (
-    PrepConfig,
-    TokenizedChunk,
-    build_pairs,
-    plan_chunks,
-    prepare_shards,
-    tokenize_documents,
-    truncate_pair,
-)
+from training.bert_samples import PrepConfig, TokenizedChunk, build_pairs, truncate_pair
+from training.prep_pipeline import prepare_shards
+from training.prep_units import plan_chunks, tokenize_documents
 from training.vocab import SPECIAL_TOKENS, bert_tokenizer, read_vocab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -584,7 +578,7 @@ def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
     """write_hdf5 compresses each chunk itself (shuffle + deflate): h5py must read back every
     value, through a partial last chunk too."""
     from training.bert_samples import record_dtype
-    from training.prepare_data import write_hdf5
+    from training.shard_writer import write_hdf5
 
     cfg = PrepConfig(max_seq_len=32, max_pred_len=5)
     rng = np.random.default_rng(samples)

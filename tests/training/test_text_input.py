@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.training.corpus import build_vocab, write_corpus
-from training.text_input import binary_kind
+from training.text_input import binary_kind, expand_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 PROG = "python -m training.prepare_data: error: "
@@ -228,3 +228,11 @@ def test_given_a_bad_encoding_option_or_unwritable_output_then_one_line(corpus, 
 def test_given_text_then_no_binary_kind_is_reported():
     assert binary_kind("Ein Satz mit Umlauten: äöü.\nAnother line.\n".encode()) is None
     assert binary_kind(b"") is None
+
+
+def test_directories_are_walked_in_sorted_order_without_hidden_files(tmp_path: Path):
+    for name in ["b/2.txt", "a.txt", "b/1.txt", ".hidden/x.txt", "b/.y.txt"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("word\n")
+    single = tmp_path / "b" / "2.txt"
+    assert expand_inputs([single, tmp_path]) == [single, tmp_path / "a.txt", tmp_path / "b/1.txt", single]

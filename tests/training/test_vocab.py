@@ -18,7 +18,6 @@ from training.vocab import (
     SPECIAL_TOKENS,
     WordPieceEncoder,
     bert_tokenizer,
-    expand_inputs,
     read_vocab,
     train_vocab,
 )
@@ -92,14 +91,6 @@ def test_no_lower_case_keeps_capitals(corpus: Path, tmp_path: Path):
         train_vocab([corpus], tmp_path / "vocab.txt", vocab_size=300, lower_case=False).read_text().split()
     )
     assert any(c.isupper() for t in tokens[5:] for c in t)
-
-
-def test_directories_are_walked_in_sorted_order_without_hidden_files(tmp_path: Path):
-    for name in ["b/2.txt", "a.txt", "b/1.txt", ".hidden/x.txt", "b/.y.txt"]:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("word\n")
-    single = tmp_path / "b" / "2.txt"
-    assert expand_inputs([single, tmp_path]) == [single, tmp_path / "a.txt", tmp_path / "b/1.txt", single]
 
 
 @pytest.mark.parametrize(

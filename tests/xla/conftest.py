@@ -16,7 +16,6 @@ import pytest
 
 from tests.training.conftest import PYTHON, REPO, Shards, child_env, free_port, shards  # noqa: F401 (fixture)
 
-PROBE = REPO / "bench" / "xla_graph_probe.py"
 # Compile time dominates these tests (XLA:CPU's LLVM backend, ~20 s a graph on a busy 2-core
 # machine). Optimisation level 0 compiles ~3x faster; these tests check graphs, transfers and
 # numerics of the training code, not XLA:CPU's code quality. Set before the runtime starts.
@@ -80,9 +79,9 @@ def run_pretrain(args: list[str], timeout: int = 300, **env: str) -> subprocess.
 
 
 def run_probe(out_json: Path, args: list[str], timeout: int = 400) -> dict:
-    """pretrain under ``bench/xla_graph_probe.py`` (per-step counters) in a fresh process."""
+    """pretrain under ``python -m bench.xla_graph_probe`` (per-step counters) in a fresh process."""
     proc = subprocess.run(
-        [PYTHON, str(PROBE), str(out_json), "--", *args],
+        [PYTHON, "-m", "bench.xla_graph_probe", str(out_json), "--", *args],
         cwd=REPO,
         env=child_env(),
         capture_output=True,

@@ -21,7 +21,7 @@ from tests.xla.conftest import PYTHON, REPO, child_env, free_port, tiny_args
 from training.data import ShardStream, list_shards, make_loader
 from training.device import XlaBackend
 from training.model import build_model
-from training.step import make_trainer, optimizer_step
+from training.step import make_step_state, optimizer_step
 
 
 def test_given_two_processes_on_pjrt_cpu_then_the_run_stops_before_training_naming_both_worlds(
@@ -75,7 +75,7 @@ def one_step(shards, world_size: int, recorder: Recorder | None = None):
     backend = XlaBackend(local_rank=0, rank=0, world_size=world_size)  # no process group here
     module = backend.prepare_model(build_model("tiny", vocab_size=shards.vocab_size, attn="eager"), "fp32")
     module.eval()  # no dropout: both calls compute the same values
-    trainer = make_trainer(
+    step_state = make_step_state(
         backend,
         module,
         precision="fp32",
@@ -90,8 +90,8 @@ def one_step(shards, world_size: int, recorder: Recorder | None = None):
     stream = ShardStream(list_shards(str(shards.dir)), batch_size=2, seq_len=128, max_pred_len=20, seed=5)
     if recorder is not None:
         module.register_forward_hook(recorder.forward_hook)
-    result = optimizer_step(trainer, backend.batches(make_loader(stream)))
-    return result.loss.item(), result.grad_norm.item(), len(trainer.model_params)
+    result = optimizer_step(step_state, backend.batches(make_loader(stream)))
+    return result.loss.item(), result.grad_norm.item(), len(step_state.model_params)
 
 
 def test_given_world_of_two_then_one_gradient_all_reduce_per_optimizer_step_inside_the_graph(

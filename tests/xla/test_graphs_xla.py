@@ -1,7 +1,7 @@
 """Graph stability on XLA, the stand-in for Neuron compile cost, measured with torch-xla's counters.
 
 On Trainium every new graph is a neuronx-cc compile (minutes for BERT-large) and every
-device-to-host transfer inside a step stalls the device. ``bench/xla_graph_probe.py`` runs the
+device-to-host transfer inside a step stalls the device. ``python -m bench.xla_graph_probe`` runs the
 real training loop in a fresh process and snapshots the counters around each optimizer step.
 """
 
