@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     mfu_text = (
         f"{result['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s"
-        if result["mfu"] is not None
+        if result["mfu"] is not None and peak is not None
         else "n/a (peak unknown)"
     )
     print(

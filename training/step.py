@@ -110,7 +110,7 @@ def optimizer_step(
     if t.master:
         t.master.grads_to_master()
     grad_norm = torch.nn.utils.clip_grad_norm_(t.opt_params, t.max_grad_norm)
-    lr = t.scheduler.get_last_lr()[0]
+    lr = float(t.scheduler.get_last_lr()[0])  # LambdaLR over a float base rate: a Python float
     t.optimizer.step()
     t.scheduler.step()
     t.optimizer.zero_grad(set_to_none=True)
