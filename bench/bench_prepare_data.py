@@ -81,6 +81,10 @@ VERSE = re.compile(r"^\s*((?:(?:I{1,3}|[1-3]) )?[A-Z][a-z]+(?: (?:of )?[A-Z][a-z
 SENTENCE_END = re.compile(r"([a-z)\]\"'”’][.!?][\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z])")
 
 
+#: Seed of every timed run: training.prepare_data's own default (--seed).
+DEFAULT_SEED = 12345
+
+
 def fail(message: str) -> NoReturn:
     sys.exit(f"bench_prepare_data: {message}")
 
@@ -471,7 +475,7 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
     for _ in range(repeat):
         ref_out = work / "reference.hdf5"
         run = timed_run(
-            reference_command(reference, corpus, vocab, ref_out, dupe, 12345), cwd=reference.parent
+            reference_command(reference, corpus, vocab, ref_out, dupe, DEFAULT_SEED), cwd=reference.parent
         )
         import h5py
 
@@ -481,7 +485,7 @@ def compare_speed(reference: Path, corpus: Path, vocab: Path, work: Path, dupe: 
         runs["reference"].append((run.seconds, run.cpu_seconds, instances))
         for workers in (1, 2):
             out = work / f"ours-{workers}"
-            run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
+            run = timed_run(ours_command(corpus, vocab, out, dupe, DEFAULT_SEED, workers))
             instances = samples_written(run.stdout)
             runs[f"ours, {workers} worker{'s' if workers > 1 else ''}"].append(
                 (run.seconds, run.cpu_seconds, instances)
@@ -561,7 +565,7 @@ def scaling(corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> No
     for _ in range(repeat):
         for workers in (1, 2):
             out = work / f"scaling-{workers}"
-            run = timed_run(ours_command(corpus, vocab, out, dupe, 12345, workers))
+            run = timed_run(ours_command(corpus, vocab, out, dupe, DEFAULT_SEED, workers))
             runs[workers].append(run)
             manifests[workers].add((out / "manifest.json").read_bytes())
             shutil.rmtree(out)
@@ -661,23 +665,7 @@ def main() -> None:
     )
     for workers in args.workers:
         out = args.cache_dir / f"shards-{workers}"
-        command = [
-            sys.executable,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(corpus),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(out),
-            "--dupe_factor",
-            str(args.dupe_factor),
-            "--num_workers",
-            str(workers),
-            "--overwrite",
-            "--no_progress",
-        ]
+        command = ours_command(corpus, vocab, out, args.dupe_factor, DEFAULT_SEED, workers)
         runs = [timed_run(command) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r.seconds)
         samples = samples_written(best.stdout)

@@ -27,7 +27,7 @@ from constructs import Construct, IConstruct
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.naming import hashed_name, spec_digest
+from trainium_job.naming import content_named, spec_digest
 from trainium_job.pod import (
     DATA_MOUNT,
     JobPaths,
@@ -320,29 +320,22 @@ class DatasetPreparation(Construct):
             args=args,
             work_dir=self.work_dir,
         )
-        draft = preparation_job(
-            name="prepare",
-            namespace=namespace,
-            image=image_key,
-            command=command,
-            pods=pods,
-            cpus_per_pod=cpus_per_pod,
-            claim_name=claim_name,
-            service_account=service_account,
-        )
-        self.job_name = hashed_name("prepare-dataset", draft)
-        self.job = preparation_job(
-            name=self.job_name,
-            namespace=namespace,
+        self.job_name, digest, self.job = content_named(
+            "prepare-dataset",
+            lambda name, job_image: preparation_job(
+                name=name,
+                namespace=namespace,
+                image=job_image,
+                command=command,
+                pods=pods,
+                cpus_per_pod=cpus_per_pod,
+                claim_name=claim_name,
+                service_account=service_account,
+            ),
             image=image,
-            command=command,
-            pods=pods,
-            cpus_per_pod=cpus_per_pod,
-            claim_name=claim_name,
-            service_account=service_account,
+            image_key=image_key,
+            draft_name="prepare",
         )
-        self.manifest = eks.KubernetesManifest(
-            self, f"Job{spec_digest(draft)}", cluster=cluster, manifest=[self.job]
-        )
+        self.manifest = eks.KubernetesManifest(self, f"Job{digest}", cluster=cluster, manifest=[self.job])
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)

@@ -28,7 +28,7 @@ from constructs import Construct, IConstruct
 
 from training.shard_format import SHARD_PATTERN
 from trainium_job.errors import ConfigError
-from trainium_job.naming import hashed_name, spec_digest
+from trainium_job.naming import content_named
 from trainium_job.pod import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
 from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
@@ -181,27 +181,21 @@ class DatasetStaging(Construct):
         """
         super().__init__(scope, id)
         check_source(source)
-        draft = staging_job(
-            name="stage",
-            namespace=namespace,
-            image=image_key,
-            source=source,
-            paths=paths,
-            claim_name=claim_name,
-            service_account=service_account,
-        )
-        self.job_name = hashed_name("stage-dataset", draft)
-        self.job = staging_job(
-            name=self.job_name,
-            namespace=namespace,
+        self.job_name, digest, self.job = content_named(
+            "stage-dataset",
+            lambda name, job_image: staging_job(
+                name=name,
+                namespace=namespace,
+                image=job_image,
+                source=source,
+                paths=paths,
+                claim_name=claim_name,
+                service_account=service_account,
+            ),
             image=image,
-            source=source,
-            paths=paths,
-            claim_name=claim_name,
-            service_account=service_account,
+            image_key=image_key,
+            draft_name="stage",
         )
-        self.manifest = eks.KubernetesManifest(
-            self, f"Job{spec_digest(draft)}", cluster=cluster, manifest=[self.job]
-        )
+        self.manifest = eks.KubernetesManifest(self, f"Job{digest}", cluster=cluster, manifest=[self.job])
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)

@@ -13,7 +13,7 @@ from . import checks
 from .errors import ConfigError
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
-from .naming import hashed_name, spec_digest
+from .naming import content_named
 from .plan import TrainingPlan
 from .pod import TASK_NAME, pod_template, rank0_endpoint, volcano_job
 from .spec import BertJobSpec, context_key
@@ -97,19 +97,21 @@ def render_job(
             "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
         )
 
-    def build(job_name: str, image: str) -> tuple[LaunchSpec, dict[str, Any]]:
+    def launch(job_name: str) -> LaunchSpec:
         endpoint = rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)
-        launch = launch_spec(spec, plan, rdzv_endpoint=endpoint, rdzv_id=job_name)
+        return launch_spec(spec, plan, rdzv_endpoint=endpoint, rdzv_id=job_name)
+
+    def build(job_name: str, image: str) -> dict[str, Any]:
         template = pod_template(
             job_name=job_name,
             image=image,
             facts=facts,
-            spec=launch,
+            spec=launch(job_name),
             paths=spec.paths,
             claim_name=claim_name,
             service_account=service_account,
         )
-        job = volcano_job(
+        return volcano_job(
             job_name=job_name,
             namespace=namespace,
             queue=queue,
@@ -117,9 +119,6 @@ def render_job(
             max_retry=spec.max_retry,
             template=template,
         )
-        return launch, job
 
-    _, draft = build(name_prefix, image_key)
-    name = hashed_name(name_prefix, draft)
-    launch, manifest = build(name, image)
-    return RenderedJob(name=name, digest=spec_digest(draft), launch=launch, manifest=manifest)
+    name, digest, manifest = content_named(name_prefix, build, image=image, image_key=image_key)
+    return RenderedJob(name=name, digest=digest, launch=launch(name), manifest=manifest)

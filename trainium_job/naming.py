@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .checks import DNS1123_LABEL, MAX_LABEL, is_dns_label
 from .errors import ConfigError
 
-__all__ = ["DNS1123_LABEL", "HASH_CHARS", "MAX_LABEL", "hashed_name", "is_dns1123_label", "spec_digest"]
+__all__ = [
+    "DNS1123_LABEL",
+    "HASH_CHARS",
+    "MAX_LABEL",
+    "content_named",
+    "hashed_name",
+    "is_dns1123_label",
+    "spec_digest",
+]
+
+Manifest = TypeVar("Manifest")
 
 #: Hex characters of the spec digest in a hashed name.
 HASH_CHARS = 8
@@ -43,3 +54,22 @@ def hashed_name(base: str, spec: Any, *, field: str = "name_prefix") -> str:
             f"{MAX_LABEL} characters; shorten it",
         )
     return name
+
+
+def content_named(
+    base: str,
+    build: Callable[[str, str], Manifest],
+    *,
+    image: str,
+    image_key: str,
+    draft_name: str | None = None,
+) -> tuple[str, str, Manifest]:
+    """``build(name, image)`` under a name that changes exactly when the object's content does.
+
+    The image URI holds deploy-time tokens, so the name is hashed from a draft built with
+    ``draft_name`` (default ``base``) and ``image_key``, the image's content hash known at synth.
+    Returns the name (``<base>-<digest>``), the draft's digest and the object itself.
+    """
+    draft = build(draft_name or base, image_key)
+    name = hashed_name(base, draft)
+    return name, spec_digest(draft), build(name, image)
