@@ -4,7 +4,8 @@
     python -m bench.bench_prepare_data --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
     python -m bench.bench_prepare_data --scaling [--repeat 5]
 
-With ``--scaling`` it prints only how 2 workers compare with 1 on the 21 MB corpus: the two
+With ``--scaling`` it prints only how 2 workers compare with 1 on the 21 MB corpus and on the
+same corpus written twice (42 MB; ``--copies`` picks the multiples): the two
 commands run in turn (1, 2, 1, 2, ...), wall and CPU time of each whole process, the speed-up
 (1-worker wall / 2-worker wall, pair by pair, median), whether both made the same bytes, and
 the "one-core time" of the 2-worker runs (2 x wall - CPU: the time only one core was busy, i.e.
@@ -556,6 +557,19 @@ def machine() -> str:
     )
 
 
+def repeated(corpus: Path, copies: int) -> Path:
+    """The corpus written ``copies`` times over, cached beside it (the corpus itself for 1)."""
+    if copies == 1:
+        return corpus
+    path = corpus.with_name(f"{corpus.stem}-x{copies}{corpus.suffix}")
+    if not path.exists() or path.stat().st_size != copies * corpus.stat().st_size:
+        text = corpus.read_bytes()
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(text * copies)
+        partial.replace(path)
+    return path
+
+
 def scaling(corpus: Path, vocab: Path, work: Path, dupe: int, repeat: int) -> None:
     """2 workers against 1, whole processes in turn; see the module docstring (``--scaling``)."""
     import statistics
@@ -614,7 +628,15 @@ def main() -> None:
     parser.add_argument(
         "--scaling",
         action="store_true",
-        help="only 2 workers against 1 on the 21 MB corpus (--repeat runs each, in turn)",
+        help="only 2 workers against 1 on the 21 MB corpus and its --copies (--repeat runs each, in turn)",
+    )
+    parser.add_argument(
+        "--copies",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="with --scaling: the corpus written this many times over, one measurement each "
+        "(1 = 20.9 MB, 2 = 41.8 MB)",
     )
     args = parser.parse_args()
     if args.scaling:
@@ -624,7 +646,8 @@ def main() -> None:
         )
         corpus = ensure_corpus(args.cache_dir)
         vocab = ensure_vocab(corpus, args.cache_dir / "vocab.txt", args.vocab_size)
-        scaling(corpus, vocab, args.cache_dir, args.dupe_factor, args.repeat)
+        for copies in args.copies:
+            scaling(repeated(corpus, copies), vocab, args.cache_dir, args.dupe_factor, args.repeat)
         print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
         return
     if args.reference is not None:

@@ -45,7 +45,6 @@ Differences from the reference, each small or optional:
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,7 +110,8 @@ class VocabInfo:
     def from_tokens(cls, tokens: list[str], continuation_prefix: str = "##") -> VocabInfo:
         """From the token of each id (``""`` for an unused id); the special tokens must be there."""
         index = {token: i for i, token in reversed(list(enumerate(tokens)))}
-        bracketed = np.array([bool(re.fullmatch(r"\[.*\]", t)) or not t for t in tokens])
+        # "[...]" names a special or unused token ([CLS], [unused0]); "" is an id without a token.
+        bracketed = np.array([not t or (len(t) > 1 and t[0] == "[" and t[-1] == "]") for t in tokens])
         return cls(
             size=len(tokens),
             unk_id=index["[UNK]"],

@@ -20,8 +20,8 @@ Pipeline, and why its output does not depend on --num_workers:
    from the spool and permutes them in memory with its own seed. A uniformly random balanced split
    followed by a uniform order inside each part is a uniform shuffle of the whole set.
 6. Write, in parallel over shards: HDF5 with the shuffle and gzip filters (chunks deflated with
-   zlib-ng), arrays made at their final dtypes; then the manifest (sample counts, SHA-256), and
-   publish.
+   zlib-ng), made one chunk of rows at a time at the final dtypes; then the manifest (sample
+   counts, SHA-256), and publish.
 ``training.prepare_indexed`` runs steps 2 and 4 on the pods of a Kubernetes Indexed Job with
 these same functions, and 3, 5 and 6 on one of them, for the same bytes.
 """

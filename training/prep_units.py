@@ -11,6 +11,7 @@ not depend on how many share the work.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,6 +142,31 @@ def _single_threaded_tokenizer() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
+# glibc's mallopt parameters (malloc.h) and the values set: see ``_reuse_freed_memory``.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_BYTES = 256 << 20
+
+
+def _reuse_freed_memory() -> None:
+    """Let this process reuse the memory it frees instead of handing it back to the kernel.
+
+    Every work item allocates and frees arrays of several MB. glibc maps blocks above its
+    mmap threshold afresh and gives freed heap above its trim threshold back, so items kept
+    page-faulting their arrays in again (the first shard a worker wrote took 0.22 s instead of
+    0.17 s). With both thresholds raised the process keeps its high-water mark and reuses it;
+    forked workers inherit the setting. Peak memory does not grow with the corpus either way.
+    Does nothing outside glibc.
+    """
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+        libc = ctypes.CDLL(None)
+    except (ValueError, OSError):
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2 * _MMAP_THRESHOLD_BYTES)
+
+
 def init_forked_worker() -> None:
     """Set-up of a worker forked from a process that ran ``init_worker``: it inherits the state."""
     _single_threaded_tokenizer()
@@ -156,6 +182,7 @@ def init_worker(
 ) -> None:
     """Load the vocab and tokenizer into this process's state, which the unit functions use."""
     global _STATE
+    _reuse_freed_memory()  # first: flash-tokenizer's tables are allocated below
     if single_threaded_tokenizer:
         _single_threaded_tokenizer()
         interrupt.ignore_interactive_interrupt()
@@ -246,8 +273,7 @@ def write_shard(job: tuple[list[tuple[str, int]], str, str, int]) -> ShardEntry:
         offset += count
     records = np.concatenate(parts)
     _, np_rng = rngs(_STATE.cfg.seed, SHUFFLE, shard)
-    records = records[np_rng.permutation(len(records))]
-    write_hdf5(Path(out), records, _STATE.cfg)
+    write_hdf5(Path(out), records, _STATE.cfg, order=np_rng.permutation(len(records)))
     return shard_entry(out, len(records))
 
 

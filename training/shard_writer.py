@@ -17,57 +17,73 @@ from training.bert_samples import ROUTE, PrepConfig, rngs
 from training.shard_format import SHARD_FIELDS
 
 
-def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig) -> None:
-    """Write spool records as one shard in the interchange format (atomically renamed)."""
-    pos = np.arange(cfg.max_seq_len, dtype=np.int32)[None, :]
-    length = records["length"][:, None].astype(np.int32)
-    len_a = records["len_a"][:, None].astype(np.int32)
-    values = {
-        "input_ids": records["ids"],
-        # bool is one byte of 0 or 1: viewing it as int8 saves a copy.
-        "input_mask": (pos < length).view(np.int8),
-        "segment_ids": ((pos >= len_a + 2) & (pos < length)).view(np.int8),
-        "masked_lm_positions": records["positions"],
-        "masked_lm_ids": records["labels"],
-        "next_sentence_labels": records["next_sentence"],
-    }
-    arrays = {name: values[name].astype(dtype, copy=False) for name, (dtype, _) in SHARD_FIELDS.items()}
+def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig, order: np.ndarray | None = None) -> None:
+    """Write spool records as one shard in the interchange format (atomically renamed).
+
+    ``order``: the records' positions in the shard (its rows are ``records[order]``); None keeps
+    their order. The shard is made one chunk of rows at a time: each block's arrays fit in the
+    core's cache, and a worker never holds (or page-faults in) whole-shard arrays.
+    """
+    n = len(records)
+    rows = max(1, min(n, _CHUNK_ROWS))
     partial = path.with_name(path.name + ".partial")
     with h5py.File(partial, "w") as handle:
-        for name, array in arrays.items():
-            _write_gzip_dataset(handle, name, array)
+        datasets = {
+            name: handle.create_dataset(
+                name,
+                shape=(n, *_width(kind, cfg)),
+                dtype=dtype,
+                chunks=(rows, *_width(kind, cfg)),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+            )
+            for name, (dtype, kind) in SHARD_FIELDS.items()
+        }
+        for start in range(0, n, rows):
+            block = records[start : start + rows] if order is None else records[order[start : start + rows]]
+            if len(block) < rows:  # an edge chunk is stored whole; rows past the end are never read
+                block = np.concatenate([block, np.zeros(rows - len(block), block.dtype)])
+            for name, array in _shard_arrays(block, cfg).items():
+                chunk_offset = (start,) + (0,) * (array.ndim - 1)
+                datasets[name].id.write_direct_chunk(chunk_offset, _deflate(_shuffled_bytes(array)))
     partial.replace(path)
 
 
 _CHUNK_ROWS = 1024  # whole-row chunks: readers take runs of samples, never columns
 
 
-def _write_gzip_dataset(handle: h5py.File, name: str, array: np.ndarray) -> None:
-    """A dataset with HDF5's byte-shuffle and gzip (deflate) filters, its chunks compressed here.
+def _width(kind: str | None, cfg: PrepConfig) -> tuple[int, ...]:
+    return {"seq": (cfg.max_seq_len,), "pred": (cfg.max_pred_len,), None: ()}[kind]
+
+
+def _shard_arrays(block: np.ndarray, cfg: PrepConfig) -> dict[str, np.ndarray]:
+    """A block of spool records as the shard's fields, at their final dtypes."""
+    pos = np.arange(cfg.max_seq_len, dtype=np.int32)[None, :]
+    length = block["length"][:, None].astype(np.int32)
+    len_a = block["len_a"][:, None].astype(np.int32)
+    values = {
+        "input_ids": block["ids"],
+        # bool is one byte of 0 or 1: viewing it as int8 saves a copy.
+        "input_mask": (pos < length).view(np.int8),
+        "segment_ids": ((pos >= len_a + 2) & (pos < length)).view(np.int8),
+        "masked_lm_positions": block["positions"],
+        "masked_lm_ids": block["labels"],
+        "next_sentence_labels": block["next_sentence"],
+    }
+    return {name: values[name].astype(dtype, copy=False) for name, (dtype, _) in SHARD_FIELDS.items()}
+
+
+def _shuffled_bytes(array: np.ndarray) -> bytes:
+    """A chunk as HDF5's shuffle filter stores it: all first bytes of its elements, then all
+    second bytes, ... (so any HDF5 reader undoes it).
 
     HDF5 would deflate with zlib; zlib-ng (the ``zlib-ng`` package) writes the same standard
-    stream about 3x faster at level 1. Each chunk is shuffled as
-    the shuffle filter does (all first bytes of the elements, then all second bytes, ...) and
-    stored as it is, so any HDF5 reader undoes both filters. Shuffle + deflate level 1 makes
-    smaller files than plain gzip level 4 (about 12.8 vs 15.0 MB for 65,536 samples).
+    stream about 3x faster at level 1. Shuffle + deflate level 1 makes smaller files than plain
+    gzip level 4 (about 12.8 vs 15.0 MB for 65,536 samples).
     """
-    rows = max(1, min(len(array), _CHUNK_ROWS))
-    dataset = handle.create_dataset(
-        name,
-        shape=array.shape,
-        dtype=array.dtype,
-        chunks=(rows, *array.shape[1:]),
-        compression="gzip",
-        compression_opts=1,
-        shuffle=True,
-    )
     width = array.dtype.itemsize
-    for start in range(0, len(array), rows):
-        block = array[start : start + rows]
-        if len(block) < rows:  # an edge chunk is stored whole; rows past the end are never read
-            block = np.concatenate([block, np.zeros((rows - len(block), *array.shape[1:]), array.dtype)])
-        planes = np.ascontiguousarray(block).view(np.uint8).reshape(-1, width).T
-        dataset.id.write_direct_chunk((start,) + (0,) * (array.ndim - 1), _deflate(planes.tobytes()))
+    return np.ascontiguousarray(array).view(np.uint8).reshape(-1, width).T.tobytes()
 
 
 def _deflate(data: bytes) -> bytes:

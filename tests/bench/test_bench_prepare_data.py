@@ -83,3 +83,18 @@ def test_given_shards_in_another_order_when_statistics_computed_then_figures_are
     backward = shard_statistics(two_shards[::-1], 2_000_000, MASK)
 
     assert backward == pytest.approx(forward)
+
+
+def test_given_a_corpus_when_repeated_then_the_copy_is_cached_beside_it_and_rebuilt_if_stale(tmp_path):
+    from bench.bench_prepare_data import repeated
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("One line.\n\nTwo lines.\n", encoding="utf-8")
+
+    assert repeated(corpus, 1) == corpus
+    twice = repeated(corpus, 2)
+    assert twice == tmp_path / "corpus-x2.txt"
+    assert twice.read_bytes() == corpus.read_bytes() * 2
+
+    corpus.write_text("A longer first line.\n\nTwo lines.\n", encoding="utf-8")
+    assert repeated(corpus, 2).read_bytes() == corpus.read_bytes() * 2

@@ -24,6 +24,7 @@ from tests.training.corpus import build_vocab, write_corpus
 from training.bert_samples import PrepConfig, TokenizedChunk, build_pairs, truncate_pair
 from training.prep_pipeline import prepare_shards
 from training.prep_units import plan_chunks, tokenize_documents
+from training.shard_format import SHARD_FIELDS
 from training.vocab import SPECIAL_TOKENS, bert_tokenizer, read_vocab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -598,3 +599,48 @@ def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
     assert np.array_equal(data["input_mask"].sum(1), records["length"])
     with h5py.File(tmp_path / "shard.hdf5", "r") as handle:
         assert handle["input_ids"].compression == "gzip" and handle["input_ids"].shuffle
+
+
+@pytest.mark.parametrize("samples", [1, 1500, 2048])
+def test_given_an_order_when_shard_written_then_its_rows_are_the_records_in_that_order(tmp_path, samples):
+    """write_shard passes the shard's permutation instead of a permuted copy: row i of every
+    dataset is record order[i], across chunk edges and a partial last chunk."""
+    from training.bert_samples import record_dtype
+    from training.shard_writer import write_hdf5
+
+    cfg = PrepConfig(max_seq_len=16, max_pred_len=3)
+    rng = np.random.default_rng(samples)
+    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
+    records["ids"] = rng.integers(0, 30522, size=(samples, 16))
+    records["length"] = rng.integers(5, 17, size=samples)
+    records["len_a"] = rng.integers(1, 3, size=samples)
+    records["positions"] = rng.integers(0, 16, size=(samples, 3))
+    records["labels"] = rng.integers(0, 30522, size=(samples, 3))
+    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    order = rng.permutation(samples)
+
+    write_hdf5(tmp_path / "ordered.hdf5", records, cfg, order=order)
+    write_hdf5(tmp_path / "copied.hdf5", records[order], cfg)
+
+    ordered, copied = load_shards([tmp_path / "ordered.hdf5"]), load_shards([tmp_path / "copied.hdf5"])
+    assert np.array_equal(ordered["input_ids"], records["ids"][order].astype(np.int32))
+    assert np.array_equal(ordered["next_sentence_labels"], records["next_sentence"][order].astype(np.int8))
+    assert all(np.array_equal(ordered[name], copied[name]) for name in SHARD_FIELDS)
+    assert (tmp_path / "ordered.hdf5").read_bytes() == (tmp_path / "copied.hdf5").read_bytes()
+
+
+def test_given_no_glibc_when_worker_set_up_then_malloc_tuning_is_skipped(monkeypatch):
+    """The heap setting is glibc's: elsewhere (musl, macOS) it must do nothing, not fail."""
+    import ctypes
+
+    from training import prep_units
+
+    def no_glibc(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    def no_cdll(*_):
+        raise AssertionError("libc loaded without glibc")
+
+    monkeypatch.setattr(prep_units.os, "confstr", no_glibc)
+    monkeypatch.setattr(ctypes, "CDLL", no_cdll)
+    prep_units._reuse_freed_memory()
