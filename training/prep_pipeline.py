@@ -382,8 +382,9 @@ class _WorkerMap:
         if self.workers == 1:
             return _in_process
         # fork where there is one (Linux): workers inherit the imports and the loaded vocab and
-        # tokenizers instead of making them again (flash-tokenizer's ~150 MB of tables, shared
-        # copy-on-write: each worker building its own cost 2 workers 18% more CPU, not 6%). This
+        # tokenizers instead of making them again (flash-tokenizer's ~200 MB of tables, shared
+        # copy-on-write: built in each worker they start 0.1 s sooner on 2 cores, but cost one
+        # private copy per worker; BENCHMARKS.md "Two workers by corpus size"). This
         # process has used no tokenizer and started no thread yet, and the first task below
         # makes the workers at once, before the progress bars start theirs. spawn elsewhere.
         if fork:
