@@ -574,22 +574,29 @@ def test_truncation_trims_the_longer_segment_at_random_ends():
     assert drops > 10_000 and within(fronts, drops, 0.5)
 
 
+def _random_records(cfg: PrepConfig, samples: int, rng: np.random.Generator) -> np.ndarray:
+    """Spool records with random values in their fields' ranges (30,522-token vocab)."""
+    from training.bert_samples import record_dtype
+
+    seq, pred = cfg.max_seq_len, cfg.max_pred_len
+    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
+    records["ids"] = rng.integers(0, 30522, size=(samples, seq))
+    records["length"] = rng.integers(5, seq + 1, size=samples)
+    records["len_a"] = rng.integers(1, 3, size=samples)
+    records["positions"] = rng.integers(0, seq, size=(samples, pred))
+    records["labels"] = rng.integers(0, 30522, size=(samples, pred))
+    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    return records
+
+
 @pytest.mark.parametrize("samples", [1, 1023, 1024, 2500])
 def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
     """write_hdf5 compresses each chunk itself (shuffle + deflate): h5py must read back every
     value, through a partial last chunk too."""
-    from training.bert_samples import record_dtype
     from training.shard_writer import write_hdf5
 
     cfg = PrepConfig(max_seq_len=32, max_pred_len=5)
-    rng = np.random.default_rng(samples)
-    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
-    records["ids"] = rng.integers(0, 30522, size=(samples, 32))
-    records["length"] = rng.integers(5, 33, size=samples)
-    records["len_a"] = rng.integers(1, 3, size=samples)
-    records["positions"] = rng.integers(0, 32, size=(samples, 5))
-    records["labels"] = rng.integers(0, 30522, size=(samples, 5))
-    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    records = _random_records(cfg, samples, np.random.default_rng(samples))
     write_hdf5(tmp_path / "shard.hdf5", records, cfg)
     data = load_shards([tmp_path / "shard.hdf5"])
     assert np.array_equal(data["input_ids"], records["ids"].astype(np.int32))
@@ -605,18 +612,11 @@ def test_shards_written_chunk_by_chunk_read_back_exactly(tmp_path, samples):
 def test_given_an_order_when_shard_written_then_its_rows_are_the_records_in_that_order(tmp_path, samples):
     """write_shard passes the shard's permutation instead of a permuted copy: row i of every
     dataset is record order[i], across chunk edges and a partial last chunk."""
-    from training.bert_samples import record_dtype
     from training.shard_writer import write_hdf5
 
     cfg = PrepConfig(max_seq_len=16, max_pred_len=3)
     rng = np.random.default_rng(samples)
-    records = np.zeros(samples, dtype=record_dtype(cfg, 30522))
-    records["ids"] = rng.integers(0, 30522, size=(samples, 16))
-    records["length"] = rng.integers(5, 17, size=samples)
-    records["len_a"] = rng.integers(1, 3, size=samples)
-    records["positions"] = rng.integers(0, 16, size=(samples, 3))
-    records["labels"] = rng.integers(0, 30522, size=(samples, 3))
-    records["next_sentence"] = rng.integers(0, 2, size=samples)
+    records = _random_records(cfg, samples, rng)
     order = rng.permutation(samples)
 
     write_hdf5(tmp_path / "ordered.hdf5", records, cfg, order=order)
