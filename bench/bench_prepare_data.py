@@ -526,23 +526,25 @@ def free_cores(processes: int) -> float:
     return solo * processes / (time.perf_counter() - started)
 
 
+def vocab_command(corpus: Path, vocab: Path, vocab_size: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "training.vocab",
+        "--input",
+        str(corpus),
+        "--output",
+        str(vocab),
+        "--vocab_size",
+        str(vocab_size),
+        "--no_progress",
+    ]
+
+
 def ensure_vocab(corpus: Path, vocab: Path, vocab_size: int) -> Path:
     """The corpus's vocab, built once: builds are not bit-identical, and the shards depend on it."""
     if not vocab.exists():
-        timed_run(
-            [
-                sys.executable,
-                "-m",
-                "training.vocab",
-                "--input",
-                str(corpus),
-                "--output",
-                str(vocab),
-                "--vocab_size",
-                str(vocab_size),
-                "--no_progress",
-            ]
-        )
+        timed_run(vocab_command(corpus, vocab, vocab_size))
     return vocab
 
 
@@ -661,20 +663,7 @@ def main() -> None:
     print(f"corpus: {corpus} ({corpus_mb:.1f} MB)")
 
     vocab = args.cache_dir / "vocab.txt"
-    run = timed_run(
-        [
-            sys.executable,
-            "-m",
-            "training.vocab",
-            "--input",
-            str(corpus),
-            "--output",
-            str(vocab),
-            "--vocab_size",
-            str(args.vocab_size),
-            "--no_progress",
-        ]
-    )
+    run = timed_run(vocab_command(corpus, vocab, args.vocab_size))
     tokens = len(vocab.read_text(encoding="utf-8").splitlines())
     print(
         f"vocab: {tokens} tokens in {run.seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU "
@@ -719,44 +708,13 @@ def compare_with_reference(args: argparse.Namespace) -> None:
     ]
     work = args.cache_dir / "versus-reference"
     work.mkdir(parents=True, exist_ok=True)
-    vocabs = []
     for corpus in corpora:
-        vocab = args.cache_dir / f"{corpus.stem}-vocab.txt"
-        if not vocab.exists():  # builds are not bit-identical: keep one per corpus
-            timed_run(
-                [
-                    sys.executable,
-                    "-m",
-                    "training.vocab",
-                    "--input",
-                    str(corpus),
-                    "--output",
-                    str(vocab),
-                    "--vocab_size",
-                    str(args.vocab_size),
-                    "--no_progress",
-                ]
-            )
-        vocabs.append(vocab)
+        # builds are not bit-identical: keep one per corpus
+        vocab = ensure_vocab(corpus, args.cache_dir / f"{corpus.stem}-vocab.txt", args.vocab_size)
         compare_tokenizers(corpus, vocab)
         compare_statistics(args.reference, corpus, vocab, work, args.dupe_factor, args.seeds)
     speed_corpus = ensure_corpus(args.cache_dir)
-    speed_vocab = args.cache_dir / "vocab.txt"
-    if not speed_vocab.exists():
-        timed_run(
-            [
-                sys.executable,
-                "-m",
-                "training.vocab",
-                "--input",
-                str(speed_corpus),
-                "--output",
-                str(speed_vocab),
-                "--vocab_size",
-                str(args.vocab_size),
-                "--no_progress",
-            ]
-        )
+    speed_vocab = ensure_vocab(speed_corpus, args.cache_dir / "vocab.txt", args.vocab_size)
     compare_tokenizers(speed_corpus, speed_vocab)
     compare_speed(args.reference, speed_corpus, speed_vocab, work, args.dupe_factor, args.repeat)
     print(f"free cores after the runs (probe): {free_cores(os.cpu_count() or 1):.2f}")
