@@ -82,7 +82,7 @@ test-xla: $(VENV_XLA)/.installed
 	PJRT_DEVICE=CPU $(PY_XLA) -m pytest tests/xla --confcutdir=tests/xla $(PYTEST_ARGS)
 
 # checkov on the synthesized template, from its own pinned environment (see requirements-checkov.txt).
-# The README's security section records the result and the reason for each remaining failure.
+# docs/security.md records the result and the reason for each remaining failure.
 CHECKOV_VENV := .venv-checkov
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt constraints-checkov.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -90,7 +90,7 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt constraints-checkov.txt
 	  -r requirements-checkov.txt -c constraints-checkov.txt $(QUIET_PIP)
 	touch $@
 
-# checkov-baseline.json lists the accepted failures (reasons: README, "Scanner results"); a new
+# checkov-baseline.json lists the accepted failures (reasons: docs/security.md, "Scanner results"); a new
 # failure fails the target. CHECKOV_ARGS=--soft-fail (or no baseline: CHECKOV_BASELINE=) for the full list.
 CHECKOV_BASELINE ?= checkov-baseline.json
 CHECKOV_ARGS ?=
@@ -98,6 +98,12 @@ CHECKOV_ARGS ?=
 checkov: $(CHECKOV_VENV)/.installed synth
 	$(CHECKOV_VENV)/bin/checkov --compact --skip-download --framework cloudformation -d cdk.out \
 	  $(if $(CHECKOV_BASELINE),--baseline $(CHECKOV_BASELINE)) $(CHECKOV_ARGS)
+
+# The configuration reference, written from the fields' declarations (schema.py, spec.py); a test
+# fails when the committed page differs from what this writes.
+.PHONY: docs
+docs: $(VENV)/.runtime
+	$(PY) -m trainium_eks.config.reference docs/configuration.md
 
 .PHONY: bench
 # Benchmarks (numbers, not tests): the data-preparation corpus comes from Debian's SWORD packages.

@@ -53,7 +53,7 @@ class BertJobSpec:
     the spec is hashable and equal settings compare equal.
     """
 
-    #: Model config of training/model_configs: large | base | tiny.
+    #: Model config of training/model_configs.
     model: str = "large"
     #: Micro-batch per worker (the reference's 16).
     batch_size: int = 16
@@ -64,7 +64,7 @@ class BertJobSpec:
     max_steps: int = 28125
     #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
     nproc_per_node: int = 0
-    #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs the etcd add-on).
+    #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs ``etcd_enabled``).
     rdzv_backend: str = "c10d"
     #: The shards are read from /data/datasets/<name>.
     dataset_name: str = "bert-wikicorpus-seq128"
@@ -78,7 +78,8 @@ class BertJobSpec:
     max_restarts: int = 3
     #: Volcano (or TorchX) restarts of the whole job, on a failed or evicted pod.
     max_retry: int = 3
-    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}.
+    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
+    #: against the script's own parser (names, types, rules).
     script_args: tuple[tuple[str, ScriptArg], ...] = ()
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ class PlatformSettings:
     built) rather than this.
     """
 
-    #: AWS region of the stack.
+    #: AWS region of the stack (China regions are refused: they lack EKS Pod Identity).
     region: str = "us-west-2"
     #: AZ **ID** (not name: names differ per account) that offers the instance type; the Trainium
     #: nodegroup, its placement group and FSx live only here.
@@ -38,17 +38,19 @@ class PlatformSettings:
     min_nodes: int = 2
     desired_nodes: int = 2
     max_nodes: int = 2
-    #: Kubernetes minor version (a key of ``KUBERNETES_RELEASES``).
+    #: Kubernetes minor version, each pinned with its kubectl layer (a key of ``KUBERNETES_RELEASES``).
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
-    #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only.
+    #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only; together at
+    #: most one /8 of addresses unless ``endpoint_public_allow_broad``.
     endpoint_public_cidrs: tuple[str, ...] = ()
     #: Opt-in for ``endpoint_public_cidrs`` that together cover more than one /8 of IPv4
-    #: (:data:`MAX_PUBLIC_ENDPOINT_ADDRESSES`). False: such sets are refused.
+    #: (:data:`MAX_PUBLIC_ENDPOINT_ADDRESSES`). False: such sets are refused. ``0.0.0.0/0`` is
+    #: refused either way.
     endpoint_public_allow_broad: bool = False
     #: IAM role/user ARNs given cluster-admin access entries.
     admin_principal_arns: tuple[str, ...] = ()
-    #: Root EBS volume of each Trainium node (GiB); container images are ~10 GiB each.
+    #: Encrypted gp3 root volume of each Trainium node (GiB); container images are ~10 GiB each.
     root_volume_gib: int = 512
     #: Capacity reservation or Capacity Block to launch into (``cr-`` + 17 hex), if any.
     capacity_reservation_id: str | None = None
@@ -57,9 +59,10 @@ class PlatformSettings:
     #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
     #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
     efa_interface_layout: str = "efa"
-    #: Prefix of every named resource (lower case, <= 20 characters).
+    #: Prefix of every named resource and of the stack names (lower case, <= 20 characters); each
+    #: name built from it (stack, ECR repository, job) must be valid.
     name_prefix: str = "trn-bert"
-    #: CIDR of the VPC the platform creates.
+    #: IPv4 CIDR of the VPC the platform creates (a /16).
     vpc_cidr: str = "10.0.0.0/16"
     #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).
     nat_gateways: int = 1
@@ -118,12 +121,14 @@ class PlatformSettings:
     #: under /dataset when fsx_s3_import_uri imports them from S3.
     preparation_corpus: str = "fsx:/dataset/corpus"
     preparation_vocab: str = "fsx:/dataset/vocab.txt"
-    #: Pods of the Indexed Job (all run at once, spread over the Trainium nodes) and CPUs of each.
+    #: Pods of the Indexed Job (all run at once, spread over the Trainium nodes: they must fit on
+    #: ``desired_nodes``) and CPUs of each (= its worker processes).
     preparation_pods: int = 4
     preparation_cpus_per_pod: int = 16
     #: More training.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
     preparation_args: Mapping[str, str] = field(default_factory=dict)
-    #: Tags applied to every taggable resource.
+    #: Tags applied to every taggable resource: keys 1-128 and values 0-256 characters of letters,
+    #: digits, spaces and ``_ . : / = + - @``; no ``aws:`` prefix.
     tags: Mapping[str, str] = field(default_factory=lambda: {"project": "trainium-bert"})
 
     @property
