@@ -3,8 +3,8 @@
 Each flag that shapes the training state is either applied (the run continues with the new
 value, correctly) or refused (a one-line error naming the flag, before the first step). The
 checkpoint's ``meta.json`` records the flags (``saved_flags``), so pre-flight decides without
-loading the state. README.md ("Changing flags on resume") shows this table; a test keeps them
-in step.
+loading the state. docs/training.md ("Changing flags on resume") shows this table; a test keeps
+them in step.
 
 The loss check: a resumed run's first logged loss is compared with the loss recorded at the
 save. Weights that verify but are wrong (a bug, memory corruption before the write) show as a

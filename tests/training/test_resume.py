@@ -195,9 +195,9 @@ def test_given_resume_after_steps_past_the_checkpoint_then_tensorboard_has_each_
     assert [e.value for e in losses[3:]] == pytest.approx([second[s] for s in range(4, 9)], rel=1e-6)
 
 
-def test_given_readme_then_its_resume_table_is_the_modules():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("| `--")]
+def test_given_training_docs_then_their_resume_table_is_the_modules():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `--")]
     table = {}
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]

@@ -1,7 +1,7 @@
 """CDK context -> :class:`PlatformConfig`: each value coerced to its field's type.
 
 Context keys are the configuration's fields, and the job spec's fields under ``training_<field>``
-(``training_global_batch`` sets ``BertJobSpec.global_batch``): the keys of the README's table.
+(``training_global_batch`` sets ``BertJobSpec.global_batch``): the keys of docs/configuration.md.
 """
 
 from __future__ import annotations
