@@ -7,8 +7,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from trainium_eks.config import PlatformSettings
 from trainium_eks.config.context import _KEYS as CONTEXT_KEYS
 from trainium_eks.config.reference import BEGIN, END, field_comments, main, render, rows
@@ -102,6 +100,10 @@ def test_given_a_stale_page_when_checked_then_it_exits_1_naming_make_docs(tmp_pa
     assert main(["--check", str(page)]) == 0
 
 
-def test_given_a_page_without_markers_then_render_refuses_it():
-    with pytest.raises(ValueError, match="no generated block"):
-        render("# configuration\n")
+def test_given_a_page_without_markers_then_it_is_left_alone_and_main_exits_2(tmp_path, capsys):
+    assert render("# configuration\n") is None
+    page = tmp_path / "configuration.md"
+    page.write_text("# configuration\n", encoding="utf-8")
+    assert main([str(page)]) == 2
+    assert "has no generated block" in capsys.readouterr().err
+    assert page.read_text(encoding="utf-8") == "# configuration\n"

@@ -24,7 +24,7 @@ import inspect
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,29 +61,24 @@ class Row:
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """Each dataclass field's own ``#:`` comment, read from the source of ``cls`` and its bases.
+    """Each field's own ``#:`` comment, read from the source of the module that declares ``cls``.
 
     A comment is the run of ``#:`` lines right above the field; a field without one maps to
     ``""`` (it shares the comment of the field above it).
     """
+    lines = inspect.getsource(sys.modules[cls.__module__]).splitlines()
+    node = next(
+        n for n in ast.parse("\n".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls.__name__
+    )
     comments: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        lines = inspect.getsource(sys.modules[klass.__module__]).splitlines()
-        node = next(
-            n
-            for n in ast.parse("\n".join(lines)).body
-            if isinstance(n, ast.ClassDef) and n.name == klass.__name__
-        )
-        for stmt in node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                above: list[str] = []
-                index = stmt.lineno - 2
-                while index >= 0 and lines[index].strip().startswith("#:"):
-                    above.insert(0, lines[index].strip().removeprefix("#:").strip())
-                    index -= 1
-                comments[stmt.target.id] = " ".join(above)
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            above: list[str] = []
+            index = stmt.lineno - 2
+            while index >= 0 and lines[index].strip().startswith("#:"):
+                above.insert(0, lines[index].strip().removeprefix("#:").strip())
+                index -= 1
+            comments[stmt.target.id] = " ".join(above)
     return comments
 
 
@@ -165,11 +160,11 @@ def render_table() -> str:
     return "\n".join([*lines, "", END])
 
 
-def render(current: str) -> str:
-    """``current`` (the reference page) with its generated block rewritten."""
+def render(current: str) -> str | None:
+    """``current`` (the reference page) with its generated block rewritten; None if it has none."""
     start, end = current.find(BEGIN), current.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"the page has no generated block: put {BEGIN!r} and {END!r} where it goes")
+        return None
     return current[:start] + render_table() + current[end + len(END) :]
 
 
@@ -181,6 +176,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = parser.parse_args(None if argv is None else list(argv))
     current = args.page.read_text(encoding="utf-8")
     expected = render(current)
+    if expected is None:
+        print(f"{args.page} has no generated block: put {BEGIN} and {END} where it goes", file=sys.stderr)
+        return 2
     if args.check:
         if current != expected:
             print(f"{args.page} is not what the generator writes: run `make docs`", file=sys.stderr)
@@ -233,7 +231,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _listing(values: Iterable[str] | Mapping[str, object]) -> str:
+def _listing(values: Iterable[str]) -> str:
     return ", ".join(f"`{v}`" for v in values)
 
 
