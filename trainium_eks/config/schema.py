@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from trainium_job.instances import InstanceFacts, instance_facts
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec
 
@@ -58,7 +59,7 @@ class PlatformSettings:
     #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
     efa_interface_layout: str = "efa"
     #: Prefix of every named resource (lower case, <= 20 characters).
-    name_prefix: str = "trn-bert"
+    name_prefix: str = DEFAULT_NAME_PREFIX
     #: CIDR of the VPC the platform creates.
     vpc_cidr: str = "10.0.0.0/16"
     #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).
