@@ -74,6 +74,15 @@ class FsxCsiVolume(Construct):
         claim_name: str = CLAIM_NAME,
         volume_name: str = "fsx-training",
     ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            file_system: the :class:`~trainium_eks.fsx.TrainingFileSystem` to mount.
+            namespace: the namespace created for the claim (and the workload). Default
+                ``TRAINING_NAMESPACE`` ("training").
+            claim_name: the ReadWriteMany claim. Default ``CLAIM_NAME`` ("fsx-claim").
+            volume_name: the PersistentVolume. Default "fsx-training".
+        """
         super().__init__(scope, id)
         self.namespace = namespace
         self.claim_name = claim_name

@@ -14,9 +14,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job.paths import DATA_MOUNT
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
 from trainium_job.security import pod_security_context, service_security_context
-
-from .cluster import SYSTEM_NODE_LABEL
 
 PORT = 6006
 NAME = "tensorboard"
@@ -115,6 +114,15 @@ class TensorBoard(Construct):
         logdir: str = f"{DATA_MOUNT}/runs",
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            namespace: the namespace of the Deployment and the Service (the claim's).
+            image: the TensorBoard image URI.
+            claim_name: the FSx claim, mounted read-only at /data.
+            logdir: the event files' directory on FSx. Default "/data/runs" (every run).
+            depends_on: constructs applied first (the claim, the image copy). Default ``()``.
+        """
         super().__init__(scope, id)
         self.manifest = eks.KubernetesManifest(
             self,

@@ -82,7 +82,8 @@ class BertPretrainingJob(Construct):
             name_prefix: prefix of the job name (<= 45 characters). Default
                 ``DEFAULT_NAME_PREFIX`` ("trn-bert").
             service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
-            depends_on: constructs applied first (Volcano chart and queue, the claim).
+            depends_on: constructs applied first (Volcano chart and queue, the claim). Default
+                ``()``.
         """
         super().__init__(scope, id)
         self.spec = spec = BertJobSpec() if spec is None else spec
