@@ -84,9 +84,7 @@ def check_kubernetes_version(version: str, *, field: str = "kubernetes_version")
 def check_system_nodes(count: int, *, field: str = "system_nodes") -> None:
     """The system nodegroup's size: a whole number from 1 to 10."""
     if not Token.is_unresolved(count):
-        checks.whole_number(field, count)
-        if not MIN_SYSTEM_NODES <= count <= MAX_SYSTEM_NODES:
-            raise ConfigError(field, count, f"use {MIN_SYSTEM_NODES} to {MAX_SYSTEM_NODES}")
+        checks.whole_number(field, count, minimum=MIN_SYSTEM_NODES, maximum=MAX_SYSTEM_NODES)
 
 
 def check_endpoint_public_cidrs(

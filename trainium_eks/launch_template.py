@@ -37,9 +37,7 @@ def check_efa_layout(layout: str, *, field: str = "efa_layout") -> None:
 def check_root_volume_gib(size: int, *, field: str = "root_volume_gib") -> None:
     """A whole number of GiB from 30 to 16384."""
     if not Token.is_unresolved(size):
-        checks.whole_number(field, size)
-        if not MIN_ROOT_VOLUME_GIB <= size <= MAX_ROOT_VOLUME_GIB:
-            raise ConfigError(field, size, f"use {MIN_ROOT_VOLUME_GIB} to {MAX_ROOT_VOLUME_GIB} GiB")
+        checks.whole_number(field, size, minimum=MIN_ROOT_VOLUME_GIB, maximum=MAX_ROOT_VOLUME_GIB)
 
 
 def check_capacity_reservation_id(

@@ -122,8 +122,8 @@ def test_given_capacity_block_without_reservation_then_construct_refuses():
 @pytest.mark.parametrize(
     "props,field,fix",
     [
-        ({"root_volume_gib": 10}, "root_volume_gib", "use 30 to 16384 GiB"),
-        ({"root_volume_gib": 20000}, "root_volume_gib", "use 30 to 16384 GiB"),
+        ({"root_volume_gib": 10}, "root_volume_gib", "use 30 to 16384"),
+        ({"root_volume_gib": 20000}, "root_volume_gib", "use 30 to 16384"),
         ({"root_volume_gib": 512.5}, "root_volume_gib", "whole number"),
         ({"efa_layout": "ena"}, "efa_layout", "choose one of efa, efa-only"),
         ({"capacity_reservation_id": "cr-123"}, "capacity_reservation_id", "cr-0123456789abcdef0"),

@@ -80,7 +80,7 @@ def _nodegroup(instance_type: str = "trn1.32xlarge", **props: Any) -> TrainiumNo
         ("trn1.32xlarge", {"min_size": "2"}, "min_size", "whole number"),
         ("trn1.2xlarge", {}, "max_size", "trn1.2xlarge has no EFA for multi-node training"),
         # The launch template's props are checked by the launch template, under the same names.
-        ("trn1.32xlarge", {"root_volume_gib": 10}, "root_volume_gib", "use 30 to 16384 GiB"),
+        ("trn1.32xlarge", {"root_volume_gib": 10}, "root_volume_gib", "use 30 to 16384"),
         ("trn1.32xlarge", {"capacity_block": True}, "capacity_block", "needs capacity_reservation_id"),
     ],
 )

@@ -25,7 +25,6 @@ from trainium_job.naming import (
 )
 
 from ..cluster import (
-    MAX_PUBLIC_ENDPOINT_ADDRESSES,
     check_admin_principal_arns,
     check_endpoint_public_cidrs,
     check_kubernetes_version,
@@ -39,7 +38,6 @@ from ..fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..fsx import throughput_problem as fsx_throughput_problem
 from ..launch_template import (
-    EFA_LAYOUTS,
     check_capacity_block,
     check_capacity_reservation_id,
     check_efa_layout,
@@ -51,25 +49,6 @@ from ..registry import check_keep_images
 from ..versions import ADDON_EVIDENCE, ADDON_PINS
 from .job_checks import validate_training
 from .schema import PlatformSettings
-
-__all__ = [
-    "ALWAYS_ON_ADDONS",
-    "AZ_ID_PARTITIONS",
-    "CAPACITY_TYPES",
-    "EFA_LAYOUTS",
-    "MAX_PUBLIC_ENDPOINT_ADDRESSES",
-    "MAX_TAGS",
-    "NODE_SIZE_KEYS",
-    "OPTIONAL_ADDONS",
-    "PLATFORM_TAG_KEYS",
-    "SUPPORTED_PARTITIONS",
-    "az_id_prefix",
-    "name_prefix_problem",
-    "region_partition",
-    "tag_problem",
-    "unverified_addons",
-    "validate",
-]
 
 OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
 #: Managed add-ons the platform always installs.
