@@ -1,7 +1,9 @@
 """Deployment checks of the platform's configuration: each field, and the rules between fields.
 
 Every check raises :class:`ConfigError` naming the context key the user typed, its value and the
-fix. The ``training_*`` keys: :mod:`.job_checks`.
+fix. A rule of a construct's prop is the construct's own ``check_*`` function (cluster, network,
+launch template, nodegroup, registry, FSx), called here with the key's name, so the construct
+and the configuration say the same. The ``training_*`` keys: :mod:`.job_checks`.
 """
 
 from __future__ import annotations
