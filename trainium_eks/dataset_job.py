@@ -8,13 +8,13 @@ training job's dataset to FSx, named after its content, applied after what it ne
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job.naming import content_named
-from trainium_job.paths import DATA_MOUNT
+from trainium_job.paths import DATA_MOUNT, JobPaths
 from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 from trainium_job.security import container_security_context
 
@@ -64,19 +64,32 @@ def dataset_volumes(claim_name: str) -> list[dict[str, Any]]:
     ]
 
 
+class DatasetJobProps(TypedDict):
+    """The props both dataset constructs take (keyword-only), for passing them on as one."""
+
+    #: The EKS cluster (with a kubectl provider).
+    cluster: eks.ICluster
+    #: Namespace of the Job (the FSx claim's).
+    namespace: str
+    #: The training image URI (may be a token).
+    image: str
+    #: A plain string identifying ``image`` (its tag), for the Job's name.
+    image_key: str
+    #: The training job's FSx layout: the shards go to ``data_dir``, then the marker.
+    paths: JobPaths
+    #: The FSx claim (mounted at /data).
+    claim_name: str
+    #: An existing service account in ``namespace`` (no AWS role).
+    service_account: str
+    #: Constructs applied first (the constructs' default: ``()``).
+    depends_on: Sequence[IConstruct]
+
+
 class DatasetJob(Construct):
     """A dataset Job applied by the stack; its name (and construct id) follow its spec, like the
     training job's, so a changed spec is a new Job and an unchanged one is left alone.
 
-    Props both dataset constructs take (keyword-only):
-        cluster: the EKS cluster (with a kubectl provider).
-        namespace: namespace of the Job (the FSx claim's).
-        image: the training image URI (may be a token).
-        image_key: a plain string identifying ``image`` (its tag), for the Job's name.
-        paths: the training job's FSx layout: the shards go to ``data_dir``, then the marker.
-        claim_name: the FSx claim (mounted at /data).
-        service_account: an existing service account in ``namespace`` (no AWS role).
-        depends_on: constructs applied first. Default ``()``.
+    The props both dataset constructs take: :class:`DatasetJobProps`.
 
     Attributes: job_name, manifest, job (the Job as a dict).
     """

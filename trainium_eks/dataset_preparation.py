@@ -286,7 +286,7 @@ class DatasetPreparation(DatasetJob):
             facts, nodes: the Trainium node type and count; given, the pods are checked to fit.
                 Default None: not checked.
 
-        The other props are :class:`~trainium_eks.dataset_job.DatasetJob`'s.
+        The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
         args = dict(args or {})

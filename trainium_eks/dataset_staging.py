@@ -166,7 +166,7 @@ class DatasetStaging(DatasetJob):
             source: where the shards come from, see the module docstring. Default
                 :data:`PUBLIC_BERT_SHARDS` (the public bucket needs no sign-in).
 
-        The other props are :class:`~trainium_eks.dataset_job.DatasetJob`'s.
+        The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
         check_source(source)
