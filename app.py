@@ -17,6 +17,7 @@ from trainium_eks import (
     StaleAcknowledgement,
     config_from_context,
     platform_review,
+    training_stack_name,
 )
 
 #: What a cloud assembly consists of (the CLI's lock files are left alone).
@@ -54,7 +55,9 @@ def instantiate_stacks(app: cdk.App, config: PlatformConfig) -> list[cdk.Stack]:
     if not config.training_enabled:
         return [platform]
     # The CLI selects stacks by construct ID: `cdk deploy <prefix>-training --exclusively`.
-    training = TrainingStack(app, f"{config.name_prefix}-training", platform=platform.platform, config=config)
+    training = TrainingStack(
+        app, training_stack_name(config.name_prefix), platform=platform.platform, config=config
+    )
     return [platform, training]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import Environment, Stack, Tags
 from constructs import Construct
 
-from trainium_eks import PlatformConfig, TrainiumPlatform
+from trainium_eks import PlatformConfig, TrainiumPlatform, platform_stack_name
 
 
 class TrainiumPlatformStack(Stack):
@@ -26,7 +26,7 @@ class TrainiumPlatformStack(Stack):
             scope,
             id,
             env=Environment(region=config.region),
-            stack_name=f"{config.name_prefix}-platform",
+            stack_name=platform_stack_name(config.name_prefix),
             description=f"Trainium EKS platform ({config.instance_type} x {config.desired_nodes})",
             **kwargs,
         )

@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import Environment, Stack, Tags
 from constructs import Construct
 
-from trainium_eks import PlatformConfig, TrainingWorkload, TrainiumPlatform
+from trainium_eks import PlatformConfig, TrainingWorkload, TrainiumPlatform, training_stack_name
 
 
 class TrainingStack(Stack):
@@ -36,7 +36,7 @@ class TrainingStack(Stack):
             scope,
             id,
             env=Environment(region=config.region),
-            stack_name=f"{config.name_prefix}-training",
+            stack_name=training_stack_name(config.name_prefix),
             description=f"BERT-{config.training.model} pretraining on Trainium "
             f"({config.instance_type} x {config.desired_nodes})",
             **kwargs,

@@ -3,8 +3,10 @@
 The public API is what this module re-exports; submodules are implementation detail.
 """
 
-from .addons import TrainiumAddons
+from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
+
 from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
+from .cluster_addons import TrainiumAddons
 from .config import ConfigError, PlatformConfig, config_from_context
 from .dataset_preparation import DatasetPreparation
 from .dataset_staging import PUBLIC_BERT_SHARDS, DatasetStaging
@@ -41,6 +43,7 @@ __all__ = [
     "DatasetPreparation",
     "DatasetStaging",
     "DEFAULT_KUBERNETES_VERSION",
+    "DEFAULT_NAME_PREFIX",
     "efa_network_interfaces",
     "FsxCsiVolume",
     "instance_facts",
@@ -55,7 +58,9 @@ __all__ = [
     "PlatformChecks",
     "platform_review",
     "PlatformConfig",
+    "platform_stack_name",
     "PUBLIC_BERT_SHARDS",
+    "repository_name",
     "StaleAcknowledgement",
     "suppress_platform_findings",
     "suppress_workload_findings",
@@ -65,6 +70,7 @@ __all__ = [
     "TrainingFileSystem",
     "TrainingImageRepository",
     "TrainingImages",
+    "training_stack_name",
     "TrainingWorkload",
     "TrainingPlan",
     "TRAINIUM_NODE_LABEL",

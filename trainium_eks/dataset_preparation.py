@@ -27,15 +27,12 @@ from constructs import Construct, IConstruct
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.naming import content_named, spec_digest
-from trainium_job.pod import (
-    DATA_MOUNT,
-    JobPaths,
-    compute_resources,
-    container_security_context,
-    pod_security_context,
-)
-from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
+from trainium_job.naming import spec_digest
+from trainium_job.paths import DATA_MOUNT, JobPaths
+from trainium_job.pod import compute_resources
+from trainium_job.security import pod_security_context
+
+from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
 
 #: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -198,12 +195,9 @@ def preparation_job(
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {
-                    "serviceAccountName": service_account,
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "Never",
+                    **pod_identity(service_account),
                     "securityContext": pod_security_context(),
-                    "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [dict(WORKLOAD_TOLERATION)],
+                    **trainium_placement(),
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,
@@ -212,26 +206,16 @@ def preparation_job(
                             "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
                         }
                     ],
+                    # Work files go to FSx beside the output.
                     "containers": [
-                        {
-                            "name": CONTAINER,
-                            "image": image,
-                            "command": command,
-                            "resources": {"requests": dict(resources), "limits": dict(resources)},
-                            # Read-only root: work files go to FSx beside the output; Python's and
-                            # the tools' scratch files to an emptyDir /tmp (HOME too).
-                            "env": [{"name": "HOME", "value": "/tmp"}],
-                            "volumeMounts": [
-                                {"name": "data", "mountPath": DATA_MOUNT},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                            "securityContext": container_security_context(read_only_root=True),
-                        }
+                        dataset_container(
+                            name=CONTAINER,
+                            image=image,
+                            command=command,
+                            resources={"requests": dict(resources), "limits": dict(resources)},
+                        )
                     ],
-                    "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                    ],
+                    "volumes": dataset_volumes(claim_name),
                 },
             },
         },
@@ -261,8 +245,9 @@ def validate_preparation_config(c: Any) -> None:
         raise ConfigError(f"preparation_{err.field_name}", err.value, err.fix) from None
 
 
-class DatasetPreparation(Construct):
-    """Applies the preparation Job; its name (and construct id) follow its spec, like the staging Job.
+class DatasetPreparation(DatasetJob):
+    """Applies the preparation Job (see :class:`~trainium_eks.dataset_job.DatasetJob` for the props
+    it shares with :class:`~trainium_eks.dataset_staging.DatasetStaging`).
 
     Attributes: job_name, work_dir, manifest, job (the Job as a dict).
     """
@@ -290,17 +275,18 @@ class DatasetPreparation(Construct):
     ) -> None:
         """
         Args:
-            image_key: a plain string identifying ``image`` (its tag), for the Job's name.
-            paths: the training job's FSx layout: the set goes to ``data_dir``, then the marker.
-            corpus: ``fsx:/<path>`` of the text corpus (a file or a folder), default
-                ``fsx:/dataset/corpus`` (under the S3 import of ``fsx_s3_import_uri``).
-            vocab: ``fsx:/<path>`` of the WordPiece vocab.txt, default ``fsx:/dataset/vocab.txt``.
-            pods: Indexed Job completions (= parallelism), default 4.
-            cpus_per_pod: CPU request = limit and worker processes per pod, default 16
-                (memory: 2 GiB per CPU).
-            args: more ``prepare_data`` settings, see :data:`SETTING_FLAGS` (default: none,
-                the tool's defaults: seq 128, 20 predictions, dupe factor 5, seed 12345).
+            corpus: ``fsx:/<path>`` of the text corpus (a file or a folder). Default
+                "fsx:/dataset/corpus" (under the S3 import of ``fsx_s3_import_uri``).
+            vocab: ``fsx:/<path>`` of the WordPiece vocab.txt. Default "fsx:/dataset/vocab.txt".
+            pods: Indexed Job completions (= parallelism). Default 4.
+            cpus_per_pod: CPU request = limit and worker processes per pod (memory: 2 GiB per
+                CPU). Default 16.
+            args: more ``prepare_data`` settings, see :data:`SETTING_FLAGS`. Default None: the
+                tool's defaults (seq 128, 20 predictions, dupe factor 5, seed 12345).
             facts, nodes: the Trainium node type and count; given, the pods are checked to fit.
+                Default None: not checked.
+
+        The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
         args = dict(args or {})
@@ -320,7 +306,7 @@ class DatasetPreparation(Construct):
             args=args,
             work_dir=self.work_dir,
         )
-        self.job_name, digest, self.job = content_named(
+        self._apply_job(
             "prepare-dataset",
             lambda name, job_image: preparation_job(
                 name=name,
@@ -332,10 +318,9 @@ class DatasetPreparation(Construct):
                 claim_name=claim_name,
                 service_account=service_account,
             ),
+            draft_name="prepare",
+            cluster=cluster,
             image=image,
             image_key=image_key,
-            draft_name="prepare",
+            depends_on=depends_on,
         )
-        self.manifest = eks.KubernetesManifest(self, f"Job{digest}", cluster=cluster, manifest=[self.job])
-        for dependency in depends_on:
-            self.manifest.node.add_dependency(dependency)

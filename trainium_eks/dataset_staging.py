@@ -28,9 +28,10 @@ from constructs import Construct, IConstruct
 
 from training.shard_format import SHARD_PATTERN
 from trainium_job.errors import ConfigError
-from trainium_job.naming import content_named
-from trainium_job.pod import DATA_MOUNT, JobPaths, container_security_context, pod_security_context
-from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
+from trainium_job.paths import DATA_MOUNT, JobPaths
+from trainium_job.security import pod_security_context
+
+from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
 
 #: The reference's public copy of the tokenized BERT shards (sequence length 128).
 PUBLIC_BERT_SHARDS = (
@@ -42,6 +43,7 @@ _FSX = re.compile(r"^fsx:/[A-Za-z0-9._/-]+$")
 
 
 def check_source(source: str) -> None:
+    """An S3 tar, an S3 prefix or a path on FSx (see the module docstring)."""
     if not (_S3.match(source) or _FSX.match(source)):
         raise ConfigError(
             "dataset_source",
@@ -116,42 +118,30 @@ def staging_job(
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "dataset-staging"}},
                 "spec": {
-                    "serviceAccountName": service_account,
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "Never",
-                    "nodeSelector": dict(TRAINIUM_NODE_LABEL),
-                    "tolerations": [dict(WORKLOAD_TOLERATION)],
+                    **pod_identity(service_account),
+                    **trainium_placement(),
                     "containers": [
-                        {
-                            "name": "stage",
-                            "image": image,
-                            "command": ["bash", "-c", staging_script(source, paths)],
-                            "resources": {
+                        dataset_container(
+                            name="stage",
+                            image=image,
+                            command=["bash", "-c", staging_script(source, paths)],
+                            resources={
                                 "requests": {"cpu": "2", "memory": "4Gi"},
                                 "limits": {"cpu": "4", "memory": "8Gi"},
                             },
-                            # Read-only root: the AWS CLI's scratch files go to an emptyDir /tmp (HOME too).
-                            "env": [{"name": "HOME", "value": "/tmp"}],
-                            "volumeMounts": [
-                                {"name": "data", "mountPath": DATA_MOUNT},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
-                            "securityContext": container_security_context(read_only_root=True),
-                        }
+                        )
                     ],
                     "securityContext": pod_security_context(),
-                    "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                    ],
+                    "volumes": dataset_volumes(claim_name),
                 },
             },
         },
     }
 
 
-class DatasetStaging(Construct):
-    """Applies the staging Job; its name (and construct id) follow its spec, like the training job.
+class DatasetStaging(DatasetJob):
+    """Applies the staging Job (see :class:`~trainium_eks.dataset_job.DatasetJob` for the props it
+    shares with :class:`~trainium_eks.dataset_preparation.DatasetPreparation`).
 
     Attributes: job_name, manifest, job (the Job as a dict).
     """
@@ -173,15 +163,14 @@ class DatasetStaging(Construct):
     ) -> None:
         """
         Args:
-            image_key: a plain string identifying ``image`` (its tag), for the Job's name.
-            source: see the module docstring. Default: :data:`PUBLIC_BERT_SHARDS`.
-            paths: the job's FSx layout (data_dir and its marker).
-            service_account: an existing service account in ``namespace`` (no AWS role: the
-                public bucket needs no sign-in).
+            source: where the shards come from, see the module docstring. Default
+                :data:`PUBLIC_BERT_SHARDS` (the public bucket needs no sign-in).
+
+        The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
         check_source(source)
-        self.job_name, digest, self.job = content_named(
+        self._apply_job(
             "stage-dataset",
             lambda name, job_image: staging_job(
                 name=name,
@@ -192,10 +181,9 @@ class DatasetStaging(Construct):
                 claim_name=claim_name,
                 service_account=service_account,
             ),
+            draft_name="stage",
+            cluster=cluster,
             image=image,
             image_key=image_key,
-            draft_name="stage",
+            depends_on=depends_on,
         )
-        self.manifest = eks.KubernetesManifest(self, f"Job{digest}", cluster=cluster, manifest=[self.job])
-        for dependency in depends_on:
-            self.manifest.node.add_dependency(dependency)

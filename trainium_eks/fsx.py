@@ -184,18 +184,28 @@ class TrainingFileSystem(Construct):
         backup_retention_days: int | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
-        """``throughput_per_tib``: ``None`` is 125 for PERSISTENT_2 and must stay ``None`` for
-        SCRATCH_2 (see :func:`resolved_throughput`). ``backup_retention_days``: ``None`` is 7
-        for PERSISTENT_2 and none for SCRATCH_2 (which has no backups); 0 turns them off.
-        ``storage_gib``: 1200 or a multiple of 2400. ``s3_import_uri`` is linked at
-        :data:`DATASET_PATH` with automatic import of new, changed and deleted objects;
-        ``s3_export_uri`` at :data:`OUTPUT_PATH` with automatic export of new and changed files
-        (a file deleted on FSx stays in S3)."""
+        """
+        Args:
+            vpc: the VPC of the file system's security group.
+            subnet: the one subnet of the file system (the Trainium AZ's).
+            client_security_group_ids: security groups of the Lustre clients (the EKS cluster
+                security group); at least one.
+            deployment_type: one of :data:`DEPLOYMENT_TYPES`. Default "PERSISTENT_2".
+            storage_gib: capacity, 1200 or a multiple of 2400. Default 1200.
+            throughput_per_tib: PERSISTENT_2 tier in MB/s/TiB (:data:`PERSISTENT_2_THROUGHPUT_TIERS`).
+                Default None: 125 for PERSISTENT_2; must stay None for SCRATCH_2 (see
+                :func:`resolved_throughput`).
+            compression: LZ4 data compression. Default True.
+            s3_import_uri: S3 URI linked at :data:`DATASET_PATH`, with automatic import of new,
+                changed and deleted objects. Default None: no import.
+            s3_export_uri: S3 URI linked at :data:`OUTPUT_PATH`, with automatic export of new and
+                changed files (a file deleted on FSx stays in S3). Default None: no export.
+            backup_retention_days: days of daily backups, 0 to 90 (0: none). Default None: 7 for
+                PERSISTENT_2, none for SCRATCH_2 (which has no backups).
+            removal_policy: what a stack delete or a replacement does to the file system and its
+                security group. Default ``RemovalPolicy.RETAIN``.
+        """
         super().__init__(scope, id)
-        if deployment_type not in DEPLOYMENT_TYPES:
-            raise ConfigError(
-                "deployment_type", deployment_type, f"choose one of {', '.join(DEPLOYMENT_TYPES)}"
-            )
         persistent = deployment_type == "PERSISTENT_2"
         throughput_per_tib = resolved_throughput(deployment_type, throughput_per_tib)
         if backup_retention_days is None:
@@ -210,8 +220,37 @@ class TrainingFileSystem(Construct):
             client_security_group_ids,
         )
         self.storage_gib = storage_gib
+        self.security_group = self._security_group(vpc, client_security_group_ids)
+        # SCRATCH_2 always uses the FSx service key.
+        self.kms_key: kms.Key | None = (
+            kms.Key(
+                self,
+                "Key",
+                enable_key_rotation=True,
+                description="FSx for Lustre training data at rest",
+                # Without its key the file system's data is unreadable: keep it as long as the data.
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+            if persistent
+            else None
+        )
+        lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
+            deployment_type=deployment_type,
+            per_unit_storage_throughput=throughput_per_tib if persistent else None,
+            data_compression_type="LZ4" if compression else "NONE",
+            automatic_backup_retention_days=backup_retention_days if persistent else None,
+            copy_tags_to_backups=True if persistent else None,
+        )
+        self.file_system = self._file_system(subnet, storage_gib, lustre)
+        self._retain_with_file_system(removal_policy)
+        self.file_system_id: str = self.file_system.ref
+        self.dns_name: str = self.file_system.attr_dns_name
+        self.mount_name: str = self.file_system.attr_lustre_mount_name
+        self.associations = self._associations(s3_import_uri, s3_export_uri)
 
-        self.security_group = ec2.SecurityGroup(
+    def _security_group(self, vpc: ec2.IVpc, client_security_group_ids: Sequence[str]) -> ec2.SecurityGroup:
+        """Lustre's ports between the file servers and to and from the clients, nothing else."""
+        group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
@@ -220,12 +259,12 @@ class TrainingFileSystem(Construct):
         )
         for low, high in LUSTRE_PORT_RANGES:
             port = ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low)
-            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
-            self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
+            group.add_ingress_rule(group, port, "Lustre between file servers")
+            group.add_egress_rule(group, port, "Lustre between file servers")
             for index, group_id in enumerate(client_security_group_ids):
                 peer = ec2.Peer.security_group_id(group_id)
-                self.security_group.add_ingress_rule(peer, port, "Lustre from EKS nodes")
-                self.security_group.add_egress_rule(peer, port, "Lustre to EKS nodes")
+                group.add_ingress_rule(peer, port, "Lustre from EKS nodes")
+                group.add_egress_rule(peer, port, "Lustre to EKS nodes")
                 # Clients accept the file servers' connections too (FSx guide, client rules).
                 ec2.CfnSecurityGroupIngress(
                     self,
@@ -234,28 +273,18 @@ class TrainingFileSystem(Construct):
                     ip_protocol="tcp",
                     from_port=low,
                     to_port=high,
-                    source_security_group_id=self.security_group.security_group_id,
+                    source_security_group_id=group.security_group_id,
                     description="Lustre from FSx file servers",
                 )
+        return group
 
-        self.kms_key: kms.Key | None = None
-        if persistent:
-            self.kms_key = kms.Key(
-                self,
-                "Key",
-                enable_key_rotation=True,
-                description="FSx for Lustre training data at rest",
-                # Without its key the file system's data is unreadable: keep it as long as the data.
-                removal_policy=RemovalPolicy.RETAIN,
-            )
-        lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
-            deployment_type=deployment_type,
-            per_unit_storage_throughput=throughput_per_tib if persistent else None,
-            data_compression_type="LZ4" if compression else "NONE",
-            automatic_backup_retention_days=backup_retention_days if persistent else None,
-            copy_tags_to_backups=True if persistent else None,
-        )
-        self.file_system = fsx.CfnFileSystem(
+    def _file_system(
+        self,
+        subnet: ec2.ISubnet,
+        storage_gib: int,
+        lustre: fsx.CfnFileSystem.LustreConfigurationProperty,
+    ) -> fsx.CfnFileSystem:
+        return fsx.CfnFileSystem(
             self,
             "FileSystem",
             file_system_type="LUSTRE",
@@ -267,6 +296,10 @@ class TrainingFileSystem(Construct):
             kms_key_id=self.kms_key.key_id if self.kms_key else None,
             lustre_configuration=lustre,
         )
+
+    def _retain_with_file_system(self, removal_policy: RemovalPolicy) -> None:
+        """The file system, its group and the group's rules share ``removal_policy``; the file
+        system waits for the rules."""
         self.file_system.apply_removal_policy(removal_policy)
         # FSx refuses to create a file system whose group does not yet let Lustre in from itself;
         # the self-referencing rules are separate resources, so wait for all of the group's rules.
@@ -277,13 +310,14 @@ class TrainingFileSystem(Construct):
             if isinstance(child, (ec2.CfnSecurityGroupIngress, ec2.CfnSecurityGroupEgress)):
                 self.file_system.node.add_dependency(child)
                 child.apply_removal_policy(removal_policy)
-        self.file_system_id: str = self.file_system.ref
-        self.dns_name: str = self.file_system.attr_dns_name
-        self.mount_name: str = self.file_system.attr_lustre_mount_name
 
-        self.associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
+    def _associations(
+        self, s3_import_uri: str | None, s3_export_uri: str | None
+    ) -> dict[str, fsx.CfnDataRepositoryAssociation]:
+        """The S3 data repository associations, by file system path."""
+        associations: dict[str, fsx.CfnDataRepositoryAssociation] = {}
         if s3_import_uri:
-            self.associations[DATASET_PATH] = self._associate(
+            associations[DATASET_PATH] = self._associate(
                 "DatasetImport",
                 DATASET_PATH,
                 s3_import_uri,
@@ -291,13 +325,14 @@ class TrainingFileSystem(Construct):
                 export_events=None,
             )
         if s3_export_uri:
-            self.associations[OUTPUT_PATH] = self._associate(
+            associations[OUTPUT_PATH] = self._associate(
                 "OutputExport",
                 OUTPUT_PATH,
                 s3_export_uri,
                 import_events=None,
                 export_events=["NEW", "CHANGED"],
             )
+        return associations
 
     def _associate(
         self,
@@ -339,6 +374,10 @@ class TrainingFileSystem(Construct):
         s3_export_uri: str | None,
         client_security_group_ids: Sequence[str],
     ) -> None:
+        if deployment_type not in DEPLOYMENT_TYPES:
+            raise ConfigError(
+                "deployment_type", deployment_type, f"choose one of {', '.join(DEPLOYMENT_TYPES)}"
+            )
         if not Token.is_unresolved(storage_gib):
             problem = storage_capacity_problem(deployment_type, storage_gib)
             if problem:

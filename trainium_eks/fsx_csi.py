@@ -18,19 +18,16 @@ from constructs import Construct
 
 from trainium_job.scheduling import SYSTEM_NODE_LABEL
 from trainium_job.scheduling import TRAINING_NAMESPACE as TRAINING_NAMESPACE  # re-exported by the package
+from trainium_job.security import namespace_manifest, pod_security_labels
 
 from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
 #: Pod Security Admission labels of the training namespace. Enforced level: privileged, because
-#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``trainium_job.pod``), which the
-#: baseline level forbids; every other pod there (staging, TensorBoard) meets restricted's
+#: the training pods add CAP_IPC_LOCK (EFA's pinned buffers; ``trainium_job.security``), which
+#: the baseline level forbids; every other pod there (staging, TensorBoard) meets restricted's
 #: capability and seccomp rules. warn/audit at baseline flag anything else beyond it.
-TRAINING_NAMESPACE_PSA = {
-    "pod-security.kubernetes.io/enforce": "privileged",
-    "pod-security.kubernetes.io/warn": "baseline",
-    "pod-security.kubernetes.io/audit": "baseline",
-}
+TRAINING_NAMESPACE_PSA = pod_security_labels("privileged", warn="baseline", audit="baseline")
 #: The claim training pods mount (at /data).
 CLAIM_NAME = "fsx-claim"
 #: CSI driver name and the controller's service account (chart defaults).
@@ -77,6 +74,15 @@ class FsxCsiVolume(Construct):
         claim_name: str = CLAIM_NAME,
         volume_name: str = "fsx-training",
     ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            file_system: the :class:`~trainium_eks.fsx.TrainingFileSystem` to mount.
+            namespace: the namespace created for the claim (and the workload). Default
+                ``TRAINING_NAMESPACE`` ("training").
+            claim_name: the ReadWriteMany claim. Default ``CLAIM_NAME`` ("fsx-claim").
+            volume_name: the PersistentVolume. Default "fsx-training".
+        """
         super().__init__(scope, id)
         self.namespace = namespace
         self.claim_name = claim_name
@@ -120,13 +126,7 @@ class FsxCsiVolume(Construct):
             self,
             "Namespace",
             cluster=cluster,
-            manifest=[
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": namespace, "labels": dict(TRAINING_NAMESPACE_PSA)},
-                }
-            ],
+            manifest=[namespace_manifest(namespace, TRAINING_NAMESPACE_PSA)],
         )
         self.volume_manifest = eks.KubernetesManifest(
             self,

@@ -1,13 +1,65 @@
-"""Launch template for Trainium nodes: every EFA interface, a cluster placement group, IMDSv2."""
+"""Launch template for Trainium nodes: every EFA interface, a cluster placement group, IMDSv2.
+
+The rules of its props live here as ``check_*`` functions: the construct runs them, and the
+app's configuration (:mod:`trainium_eks.config`) calls the same ones.
+"""
 
 from __future__ import annotations
 
-from aws_cdk import Tags
+import re
+from typing import Any
+
+from aws_cdk import Tags, Token
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
+from trainium_job.naming import DEFAULT_NAME_PREFIX, launch_template_name, node_name
+
+#: EFA interface layouts (see :func:`efa_network_interfaces`).
+EFA_LAYOUTS = ("efa", "efa-only")
+#: Root volume sizes (GiB) the template accepts: container images take ~10 GiB each, and a gp3
+#: volume holds at most 16,384 GiB (Amazon EBS volume types).
+MIN_ROOT_VOLUME_GIB, MAX_ROOT_VOLUME_GIB = 30, 16384
+#: IMDS response hop limits: 1 keeps containers outside the host network from reaching IMDS, 2
+#: lets them (what the AMI defaults to).
+IMDS_HOP_LIMITS = (1, 2)
+_CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
+
+
+def check_efa_layout(layout: str, *, field: str = "efa_layout") -> None:
+    """One of :data:`EFA_LAYOUTS`."""
+    checks.one_of(field, layout, EFA_LAYOUTS)
+
+
+def check_root_volume_gib(size: int, *, field: str = "root_volume_gib") -> None:
+    """A whole number of GiB from 30 to 16384."""
+    if not Token.is_unresolved(size):
+        checks.whole_number(field, size, minimum=MIN_ROOT_VOLUME_GIB, maximum=MAX_ROOT_VOLUME_GIB)
+
+
+def check_capacity_reservation_id(
+    reservation_id: str | None, *, field: str = "capacity_reservation_id"
+) -> None:
+    """None, or an EC2 capacity reservation id (``cr-`` and 17 hex digits)."""
+    if reservation_id is None or Token.is_unresolved(reservation_id):
+        return
+    if not isinstance(reservation_id, str) or not _CAPACITY_RESERVATION.match(reservation_id):
+        raise ConfigError(field, reservation_id, "give a reservation id such as 'cr-0123456789abcdef0'")
+
+
+def check_capacity_block(field: str, value: Any, reservation_id: str | None) -> None:
+    """A Capacity Block (asked for by ``field`` = ``value``) is launched into its reservation."""
+    if not reservation_id:
+        raise ConfigError(field, value, "a Capacity Block needs capacity_reservation_id")
+
+
+def check_imds_hop_limit(hop_limit: int, *, field: str = "imds_hop_limit") -> None:
+    """One of :data:`IMDS_HOP_LIMITS`."""
+    if not Token.is_unresolved(hop_limit) and hop_limit not in IMDS_HOP_LIMITS:
+        raise ConfigError(field, hop_limit, "use 1 or 2")
 
 
 def efa_network_interfaces(
@@ -22,6 +74,7 @@ def efa_network_interfaces(
     device per network card. Every interface carries the node security groups, because with
     explicit interfaces EC2 applies no other groups.
     """
+    check_efa_layout(layout)
     if not facts.multi_node:
         return [
             ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
@@ -43,11 +96,9 @@ def efa_network_interfaces(
 
     if layout == "efa":
         return [nic(card, 0 if card == 0 else 1, "efa") for card in facts.network_cards]
-    if layout == "efa-only":
-        return [nic(0, 0, "interface"), nic(0, 1, "efa-only")] + [
-            nic(card, 0, "efa-only") for card in facts.network_cards if card > 0
-        ]
-    raise ConfigError("efa_layout", layout, "use 'efa' or 'efa-only'")
+    return [nic(0, 0, "interface"), nic(0, 1, "efa-only")] + [
+        nic(card, 0, "efa-only") for card in facts.network_cards if card > 0
+    ]
 
 
 class TrainiumLaunchTemplate(Construct):
@@ -76,31 +127,37 @@ class TrainiumLaunchTemplate(Construct):
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         imds_hop_limit: int = 1,
-        name_prefix: str = "trn",
+        name_prefix: str = DEFAULT_NAME_PREFIX,
     ) -> None:
+        """
+        Args:
+            facts: the Trainium instance type's facts row.
+            vpc: the VPC of the EFA security group.
+            cluster_security_group_id: the EKS cluster security group (put on every interface).
+            root_volume_gib: encrypted gp3 root volume, 30 to 16384 GiB. Default 512.
+            efa_layout: ``efa`` (an EFA interface per card) or ``efa-only`` (ENA primary plus
+                EFA-only interfaces), see :func:`efa_network_interfaces`. Default "efa".
+            capacity_reservation_id: capacity reservation or Capacity Block to launch into
+                (``cr-`` + 17 hex). Default None: none.
+            capacity_block: launch as an ML Capacity Block (needs ``capacity_reservation_id``).
+                Default False: on demand.
+            imds_hop_limit: IMDSv2 response hop limit, 1 or 2. Default 1: pods outside the host
+                network cannot reach IMDS.
+            name_prefix: prefix of the instances' and the template's ``Name`` tags. Default
+                ``DEFAULT_NAME_PREFIX`` ("trn-bert").
+        """
         super().__init__(scope, id)
-        if capacity_block and not capacity_reservation_id:
-            raise ConfigError("capacity_block", True, "a Capacity Block needs capacity_reservation_id")
-        if imds_hop_limit not in (1, 2):
-            raise ConfigError("imds_hop_limit", imds_hop_limit, "use 1 or 2")
+        check_root_volume_gib(root_volume_gib)
+        check_efa_layout(efa_layout)
+        check_capacity_reservation_id(capacity_reservation_id)
+        if capacity_block:
+            check_capacity_block("capacity_block", True, capacity_reservation_id)
+        check_imds_hop_limit(imds_hop_limit)
 
-        self.efa_security_group = ec2.SecurityGroup(
-            self,
-            "EfaSecurityGroup",
-            vpc=vpc,
-            description="EFA: all traffic between Trainium nodes (OS-bypass needs it)",
-            allow_all_outbound=False,
-        )
-        self.efa_security_group.add_ingress_rule(
-            self.efa_security_group, ec2.Port.all_traffic(), "EFA from Trainium nodes"
-        )
-        self.efa_security_group.add_egress_rule(
-            self.efa_security_group, ec2.Port.all_traffic(), "EFA to Trainium nodes"
-        )
+        self.efa_security_group = self._efa_security_group(vpc)
         self.placement_group = ec2.PlacementGroup(
             self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
         )
-
         data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             instance_type=facts.name,
             network_interfaces=efa_network_interfaces(
@@ -117,26 +174,8 @@ class TrainiumLaunchTemplate(Construct):
                 http_endpoint="enabled",
                 http_put_response_hop_limit=imds_hop_limit,
             ),
-            block_device_mappings=[
-                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda",
-                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=root_volume_gib,
-                        volume_type="gp3",
-                        encrypted=True,
-                        delete_on_termination=True,
-                    ),
-                )
-            ],
-            capacity_reservation_specification=(
-                ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
-                    capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                        capacity_reservation_id=capacity_reservation_id
-                    )
-                )
-                if capacity_reservation_id
-                else None
-            ),
+            block_device_mappings=[_root_volume(root_volume_gib)],
+            capacity_reservation_specification=_reservation(capacity_reservation_id),
             instance_market_options=(
                 ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
                 if capacity_block
@@ -145,9 +184,48 @@ class TrainiumLaunchTemplate(Construct):
             tag_specifications=[
                 ec2.CfnLaunchTemplate.TagSpecificationProperty(
                     resource_type="instance",
-                    tags=[{"key": "Name", "value": f"{name_prefix}-{facts.name}"}],
+                    tags=[{"key": "Name", "value": node_name(name_prefix, facts.name)}],
                 )
             ],
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
-        Tags.of(self.launch_template).add("Name", f"{name_prefix}-trainium")
+        Tags.of(self.launch_template).add("Name", launch_template_name(name_prefix))
+
+    def _efa_security_group(self, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+        """A group that allows all traffic to and from itself, and nothing else."""
+        group = ec2.SecurityGroup(
+            self,
+            "EfaSecurityGroup",
+            vpc=vpc,
+            description="EFA: all traffic between Trainium nodes (OS-bypass needs it)",
+            allow_all_outbound=False,
+        )
+        group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from Trainium nodes")
+        group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to Trainium nodes")
+        return group
+
+
+def _root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
+    """The encrypted gp3 root volume, deleted with its instance."""
+    return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+        device_name="/dev/xvda",
+        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+            volume_size=size_gib,
+            volume_type="gp3",
+            encrypted=True,
+            delete_on_termination=True,
+        ),
+    )
+
+
+def _reservation(
+    reservation_id: str | None,
+) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty | None:
+    """Targeting of ``reservation_id``, or None for open capacity."""
+    if not reservation_id:
+        return None
+    return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+        capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+            capacity_reservation_id=reservation_id
+        )
+    )

@@ -1,11 +1,16 @@
-"""Network: a VPC with public and private subnets in exactly two AZs given by AZ ID."""
+"""Network: a VPC with public and private subnets in exactly two AZs given by AZ ID.
+
+The rules of its props live here as ``check_*`` functions: the construct runs them, and the
+app's configuration (:mod:`trainium_eks.config`) calls the same ones.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -20,6 +25,10 @@ from .escape_hatch import l1
 #: (name, prefix length). Private /18s: every EFA interface and every pod (VPC CNI) takes an address.
 SUBNET_LAYOUT: tuple[tuple[str, int], ...] = (("public", 24), ("private", 18))
 AZ_COUNT = 2
+#: NAT gateways of a created VPC: one (cheaper) or one per AZ (survives an AZ outage).
+NAT_GATEWAY_COUNTS = (1, AZ_COUNT)
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 
 
 def subnet_layout_problem(cidr: str) -> str | None:
@@ -44,6 +53,54 @@ def subnet_layout_problem(cidr: str) -> str | None:
     return None
 
 
+def check_vpc_cidr(cidr: str, *, created: bool = True, field: str = "cidr") -> None:
+    """An IPv4 CIDR of /16 to /28; for a ``created`` VPC, one that holds :data:`SUBNET_LAYOUT`."""
+    if Token.is_unresolved(cidr):
+        return
+    try:
+        vpc_net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        raise ConfigError(field, cidr, "give an IPv4 CIDR such as '10.0.0.0/16'") from None
+    if vpc_net.version != 4:
+        raise ConfigError(field, cidr, "the VPC's primary CIDR is IPv4; give one such as '10.0.0.0/16'")
+    if not 16 <= vpc_net.prefixlen <= 28:
+        raise ConfigError(field, cidr, "VPC CIDRs are /16 to /28 (Amazon VPC quotas); use a /16")
+    if created:
+        problem = subnet_layout_problem(cidr)
+        if problem:
+            raise ConfigError(field, cidr, problem)
+
+
+def check_nat_gateways(count: int, *, field: str = "nat_gateways") -> None:
+    """One NAT gateway or one per AZ."""
+    if not Token.is_unresolved(count) and count not in NAT_GATEWAY_COUNTS:
+        raise ConfigError(field, count, "use 1 or 2")
+
+
+def check_existing_vpc(
+    vpc_id: str | None,
+    subnet_ids: Sequence[str],
+    *,
+    names: tuple[str, str] = ("existing_vpc_id", "existing_private_subnet_ids"),
+) -> None:
+    """An existing VPC's id with two private subnet ids (the Trainium AZ's first), or neither."""
+    vpc_name, subnets_name = names
+    if vpc_id is not None:
+        if not Token.is_unresolved(vpc_id) and not _VPC_ID.match(vpc_id):
+            raise ConfigError(vpc_name, vpc_id, "give a VPC id such as 'vpc-0abc...'")
+        if len(subnet_ids) != AZ_COUNT:
+            raise ConfigError(
+                subnets_name,
+                list(subnet_ids),
+                "give two private subnet ids: the Trainium AZ's first, then the second AZ's",
+            )
+    elif subnet_ids:
+        raise ConfigError(subnets_name, list(subnet_ids), f"only used together with {vpc_name}")
+    for subnet in subnet_ids:
+        if not Token.is_unresolved(subnet) and not _SUBNET_ID.match(subnet):
+            raise ConfigError(subnets_name, subnet, "give subnet ids such as 'subnet-0abc...'")
+
+
 class TrainiumNetwork(Construct):
     """The VPC the cluster, the Trainium nodes and FSx live in.
 
@@ -54,9 +111,9 @@ class TrainiumNetwork(Construct):
     different physical zones in each account, and Trainium is offered only in some zones. This
     keeps synth offline (no AZ lookup) and the stack environment-agnostic.
 
-    ``retain_on_delete`` (default True) keeps the created VPC and the Trainium-AZ private subnet
-    when the stack is deleted: the FSx file system is retained with its data and its network
-    interfaces live in that subnet, so deleting them would fail the whole stack deletion.
+    ``retain_on_delete`` keeps the created VPC and the Trainium-AZ private subnet when the stack
+    is deleted: the FSx file system is retained with its data and its network interfaces live in
+    that subnet, so deleting them would fail the whole stack deletion.
 
     Attributes:
         vpc: the VPC.
@@ -76,9 +133,25 @@ class TrainiumNetwork(Construct):
         existing_private_subnet_ids: Sequence[str] = (),
         retain_on_delete: bool = True,
     ) -> None:
+        """
+        Args:
+            az_ids: two AZ IDs (e.g. ``("usw2-az4", "usw2-az3")``), the Trainium AZ first.
+            cidr: IPv4 CIDR of the created VPC, /16 to /28 and large enough for its subnets.
+                Default "10.0.0.0/16".
+            nat_gateways: NAT gateways of the created VPC, 1 or 2. Default 1.
+            existing_vpc_id: use this VPC instead of creating one. Default None: create one.
+            existing_private_subnet_ids: with ``existing_vpc_id``, its two private subnet ids,
+                the Trainium AZ's first. Default ``()``.
+            retain_on_delete: keep the created VPC and the Trainium-AZ subnet when the stack is
+                deleted. Default True.
+        """
         super().__init__(scope, id)
-        if len(az_ids) != 2:
+        if len(az_ids) != AZ_COUNT:
             raise ConfigError("az_ids", list(az_ids), "give exactly two AZ IDs")
+        check_existing_vpc(existing_vpc_id, existing_private_subnet_ids)
+        if not existing_vpc_id:
+            check_vpc_cidr(cidr)
+            check_nat_gateways(nat_gateways)
         self.az_ids = tuple(az_ids)
         if existing_vpc_id:
             self.vpc = ec2.Vpc.from_vpc_attributes(

@@ -1,12 +1,20 @@
-"""The Trainium managed nodegroup: Neuron AMI, launch template with EFA, one AZ, tainted."""
+"""The Trainium managed nodegroup: Neuron AMI, launch template with EFA, one AZ, tainted.
+
+The rules of its sizes live here as ``check_*`` functions: the construct runs them, and the
+app's configuration (:mod:`trainium_eks.config`) calls the same ones with its own key names.
+"""
 
 from __future__ import annotations
 
+from aws_cdk import Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from trainium_job.instances import InstanceFacts
+from trainium_job import checks
+from trainium_job.errors import ConfigError
+from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 from .cluster import node_role
@@ -15,14 +23,55 @@ from .launch_template import TrainiumLaunchTemplate
 __all__ = [
     "NEURON_TAINT",
     "NEURON_TAINT_KEY",
+    "SIZE_PROPS",
     "TRAINIUM_NODE_LABEL",
     "TRAINIUM_TOLERATION",
     "NeuronNodegroup",
     "TrainiumNodegroup",
+    "check_multi_node",
+    "check_node_sizes",
 ]
 
 #: Former name of :data:`trainium_job.scheduling.WORKLOAD_TOLERATION`.
 TRAINIUM_TOLERATION = WORKLOAD_TOLERATION
+#: The construct's names of the minimum, desired and maximum size (what its errors name).
+SIZE_PROPS = ("min_size", "desired_size", "max_size")
+
+
+def check_node_sizes(
+    min_size: int, desired_size: int, max_size: int, *, names: tuple[str, str, str] = SIZE_PROPS
+) -> None:
+    """Whole numbers with ``0 <= min <= desired <= max`` and ``max >= 1``; ``names`` are the
+    names the caller knows the three sizes by."""
+    sizes = (min_size, desired_size, max_size)
+    if any(Token.is_unresolved(size) for size in sizes):
+        return
+    for name, size in zip(names, sizes, strict=True):
+        checks.whole_number(name, size)
+    min_name, desired_name, max_name = names
+    if max_size < 1:
+        raise ConfigError(max_name, max_size, "must be at least 1")
+    if min_size < 0:
+        raise ConfigError(min_name, min_size, "must be 0 or more")
+    if min_size > max_size:
+        raise ConfigError(min_name, min_size, f"must not exceed {max_name} ({max_size})")
+    if not min_size <= desired_size <= max_size:
+        raise ConfigError(
+            desired_name,
+            desired_size,
+            f"must lie between {min_name} ({min_size}) and {max_name} ({max_size})",
+        )
+
+
+def check_multi_node(facts: InstanceFacts, max_size: int, *, field: str = "max_size") -> None:
+    """More than one node only of an instance type with EFA (collectives span nodes over it)."""
+    if not Token.is_unresolved(max_size) and max_size > 1 and not facts.multi_node:
+        multi_node = " / ".join(name for name, row in INSTANCE_FACTS.items() if row.multi_node)
+        raise ConfigError(
+            field,
+            max_size,
+            f"{facts.name} has no EFA for multi-node training; use 1 node or {multi_node}",
+        )
 
 
 class TrainiumNodegroup(Construct):
@@ -55,9 +104,29 @@ class TrainiumNodegroup(Construct):
         efa_layout: str = "efa",
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
-        name_prefix: str = "trn",
+        name_prefix: str = DEFAULT_NAME_PREFIX,
     ) -> None:
+        """
+        Args:
+            cluster: the EKS cluster (its VPC and cluster security group are used).
+            facts: the Trainium instance type's facts row.
+            subnet: the one subnet of the nodes (the placement group's AZ).
+            min_size: minimum nodes. Default 2.
+            desired_size: nodes at creation, between ``min_size`` and ``max_size``. Default 2.
+            max_size: maximum nodes, at least 1; more than 1 needs an instance type with EFA.
+                Default 2.
+            root_volume_gib: encrypted gp3 root volume per node, 30 to 16384 GiB. Default 512.
+            efa_layout: ``efa`` or ``efa-only`` (see :class:`TrainiumLaunchTemplate`). Default "efa".
+            capacity_reservation_id: capacity reservation or Capacity Block to launch into.
+                Default None: none.
+            capacity_block: the nodes are an ML Capacity Block (needs ``capacity_reservation_id``).
+                Default False: on demand.
+            name_prefix: prefix of the instances' ``Name`` tags. Default ``DEFAULT_NAME_PREFIX``
+                ("trn-bert").
+        """
         super().__init__(scope, id)
+        check_node_sizes(min_size, desired_size, max_size)
+        check_multi_node(facts, max_size)
         self.facts = facts
         self.subnet = subnet
         self.launch_template = TrainiumLaunchTemplate(

@@ -13,8 +13,10 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from .addons import TrainiumAddons
+from trainium_job.naming import repository_name
+
 from .cluster import TrainiumCluster
+from .cluster_addons import TrainiumAddons
 from .config import PlatformConfig
 from .errors import ConfigError
 from .escape_hatch import as_icluster
@@ -22,7 +24,7 @@ from .fsx import TrainingFileSystem
 from .fsx_csi import FsxCsiVolume
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network import TrainiumNetwork
-from .nodegroup import NeuronNodegroup
+from .nodegroup import TrainiumNodegroup
 from .registry import TrainingImageRepository
 from .workload import WorkloadTarget
 
@@ -46,7 +48,7 @@ class TrainiumPlatform(Construct):
         config: the settings it was built from.
         network: :class:`TrainiumNetwork` (VPC and subnets).
         cluster: :class:`TrainiumCluster` (EKS, kubectl provider, system nodegroup).
-        trainium: :class:`NeuronNodegroup` (the Trainium nodes).
+        trainium: :class:`TrainiumNodegroup` (the Trainium nodes).
         storage: :class:`TrainingFileSystem` (FSx for Lustre).
         storage_volume: :class:`FsxCsiVolume` (CSI driver, namespace, volume and claim).
         registry: :class:`TrainingImageRepository` (ECR).
@@ -59,6 +61,10 @@ class TrainiumPlatform(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig) -> None:
+        """
+        Args:
+            config: the platform settings (each default documented in :class:`PlatformConfig`).
+        """
         super().__init__(scope, id)
         self.config = config
         self.network = TrainiumNetwork(
@@ -77,16 +83,39 @@ class TrainiumPlatform(Construct):
             subnets=self.network.private_subnets,
             kubernetes_version=config.kubernetes_version,
             endpoint_public_cidrs=config.endpoint_public_cidrs,
+            endpoint_public_allow_broad=config.endpoint_public_allow_broad,
             admin_principal_arns=config.admin_principal_arns,
             system_nodes=config.system_nodes,
         )
         # jsii's Cluster class lacks ICluster's kubectl_provider_options member, so mypy cannot
         # see that it implements the interface, which it does at runtime.
         eks_cluster = as_icluster(self.cluster.cluster)
-        self.trainium = NeuronNodegroup(
+        self.trainium = self._trainium(eks_cluster)
+        self.storage = self._storage()
+        self.storage_volume = FsxCsiVolume(
+            self,
+            "StorageVolume",
+            cluster=eks_cluster,
+            file_system=self.storage,
+        )
+        self.registry = TrainingImageRepository(
+            self,
+            "Registry",
+            repository_name=repository_name(config.name_prefix),
+            keep_images=config.ecr_keep_images,
+        )
+        self.addons = self._addons()
+        self.workload_outputs = self._workload_outputs()
+        suppress_platform_findings(
+            self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
+        )
+
+    def _trainium(self, cluster: eks.ICluster) -> TrainiumNodegroup:
+        config = self.config
+        return TrainiumNodegroup(
             self,
             "Trainium",
-            cluster=eks_cluster,
+            cluster=cluster,
             facts=config.facts,
             subnet=self.network.trainium_subnet,
             min_size=config.min_nodes,
@@ -98,7 +127,10 @@ class TrainiumPlatform(Construct):
             capacity_block=config.capacity_type == "capacity-block",
             name_prefix=config.name_prefix,
         )
-        self.storage = TrainingFileSystem(
+
+    def _storage(self) -> TrainingFileSystem:
+        config = self.config
+        return TrainingFileSystem(
             self,
             "Storage",
             vpc=self.network.vpc,
@@ -112,19 +144,11 @@ class TrainiumPlatform(Construct):
             s3_import_uri=config.fsx_s3_import_uri,
             s3_export_uri=config.fsx_s3_export_uri,
         )
-        self.storage_volume = FsxCsiVolume(
-            self,
-            "StorageVolume",
-            cluster=eks_cluster,
-            file_system=self.storage,
-        )
-        self.registry = TrainingImageRepository(
-            self,
-            "Registry",
-            repository_name=f"{config.name_prefix}/training",
-            keep_images=config.ecr_keep_images,
-        )
-        self.addons = TrainiumAddons(
+
+    def _addons(self) -> TrainiumAddons:
+        """The add-ons, with the Pod Identity agent and the VPC CNI ordered before what needs them."""
+        config = self.config
+        addons = TrainiumAddons(
             self,
             "Addons",
             cluster=self.cluster,
@@ -136,25 +160,26 @@ class TrainiumPlatform(Construct):
             container_insights=config.container_insights,
         )
         # The FSx CSI controller gets AWS credentials from Pod Identity: the agent comes first.
-        self.storage_volume.driver.node.add_dependency(self.addons.observability.pod_identity_agent)
+        self.storage_volume.driver.node.add_dependency(addons.observability.pod_identity_agent)
         # So does the VPC CNI on every node (no CNI permissions on the node role): agent and CNI
         # add-ons exist before any node joins.
         for nodegroup in (self.cluster.system_nodegroup, self.trainium.nodegroup):
-            nodegroup.node.add_dependency(self.addons.observability.pod_identity_agent, self.cluster.vpc_cni)
+            nodegroup.node.add_dependency(addons.observability.pod_identity_agent, self.cluster.vpc_cni)
+        return addons
+
+    def _workload_outputs(self) -> dict[str, CfnOutput]:
+        """The outputs of :data:`WORKLOAD_OUTPUTS`."""
         kubectl = self.cluster.cluster.kubectl_provider
         assert kubectl is not None, "TrainiumCluster always sets kubectl_provider_options"
         values = (
-            eks_cluster.cluster_name,
+            self.cluster.cluster.cluster_name,
             kubectl.service_token,
             self.registry.repository.repository_name,
         )
-        self.workload_outputs = {
+        return {
             output_id: CfnOutput(self, output_id, value=value, description=f"For the training stack: {what}")
             for (output_id, what), value in zip(WORKLOAD_OUTPUTS, values, strict=True)
         }
-        suppress_platform_findings(
-            self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
-        )
 
     @property
     def workload_target(self) -> WorkloadTarget:

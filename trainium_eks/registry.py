@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Token
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
 from trainium_job import checks
 
 from .escape_hatch import l1
+
+#: Most tagged images the lifecycle policy may be told to keep.
+MAX_KEEP_IMAGES = 1000
+
+
+def check_keep_images(count: int, *, field: str = "keep_images") -> None:
+    """The number of tagged images to keep: a whole number from 1 to :data:`MAX_KEEP_IMAGES`."""
+    if not Token.is_unresolved(count):
+        checks.whole_number(field, count, minimum=1, maximum=MAX_KEEP_IMAGES)
 
 
 class TrainingImageRepository(Construct):
@@ -41,8 +50,17 @@ class TrainingImageRepository(Construct):
         untagged_expiry_days: int = 7,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
+        """
+        Args:
+            repository_name: the repository's name (``trainium_job.naming.repository_name``
+                builds the platform's).
+            keep_images: tagged images kept, newest first, 1 to 1000. Default 20.
+            untagged_expiry_days: days after which untagged images expire, 1 to 365. Default 7.
+            removal_policy: what a stack delete does to the repository. Default
+                ``RemovalPolicy.RETAIN``.
+        """
         super().__init__(scope, id)
-        checks.whole_number("keep_images", keep_images, minimum=1, maximum=1000)
+        check_keep_images(keep_images)
         checks.whole_number("untagged_expiry_days", untagged_expiry_days, minimum=1, maximum=365)
         self.repository = ecr.Repository(
             self,

@@ -13,13 +13,15 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from trainium_job.pod import DATA_MOUNT
-
-from .cluster import SYSTEM_NODE_LABEL
+from trainium_job.paths import DATA_MOUNT
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
+from trainium_job.security import pod_security_context, service_security_context
 
 PORT = 6006
 NAME = "tensorboard"
 _LABELS = {"app.kubernetes.io/name": NAME}
+#: User and group TensorBoard runs as: ``nobody`` (65534), which owns nothing.
+_UID = 65534
 
 
 def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: str) -> list[dict[str, Any]]:
@@ -36,12 +38,7 @@ def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: 
                 "spec": {
                     "automountServiceAccountToken": False,
                     "nodeSelector": dict(SYSTEM_NODE_LABEL),
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65534,
-                        "runAsGroup": 65534,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": pod_security_context(run_as=_UID),
                     "containers": [
                         {
                             "name": NAME,
@@ -64,11 +61,7 @@ def tensorboard_objects(*, namespace: str, image: str, claim_name: str, logdir: 
                                 "limits": {"cpu": "1", "memory": "2Gi"},
                             },
                             "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}],
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": service_security_context(),
                             "env": [{"name": "HOME", "value": "/tmp"}],
                         }
                     ],
@@ -121,6 +114,15 @@ class TensorBoard(Construct):
         logdir: str = f"{DATA_MOUNT}/runs",
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            namespace: the namespace of the Deployment and the Service (the claim's).
+            image: the TensorBoard image URI.
+            claim_name: the FSx claim, mounted read-only at /data.
+            logdir: the event files' directory on FSx. Default "/data/runs" (every run).
+            depends_on: constructs applied first (the claim, the image copy). Default ``()``.
+        """
         super().__init__(scope, id)
         self.manifest = eks.KubernetesManifest(
             self,

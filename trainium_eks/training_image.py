@@ -124,6 +124,10 @@ class TrainingImages(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository) -> None:
+        """
+        Args:
+            repository: the ECR repository the images are copied into.
+        """
         super().__init__(scope, id)
         context = str(build_context())
         self.copies: list[ECRDeployment] = []

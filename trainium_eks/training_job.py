@@ -11,9 +11,10 @@ from constructs import Construct, IConstruct
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.job import SERVICE_ACCOUNT, render_job
+from trainium_job.job import SERVICE_ACCOUNT, RenderedJob, render_job
+from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
+from trainium_job.paths import JobPaths
 from trainium_job.plan import TrainingPlan, plan_training
-from trainium_job.pod import TASK_NAME, JobPaths
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
 
@@ -61,7 +62,7 @@ class BertPretrainingJob(Construct):
         namespace: str = TRAINING_NAMESPACE,
         queue: str = TRAINING_QUEUE,
         etcd_endpoint: str | None = None,
-        name_prefix: str = "bert",
+        name_prefix: str = DEFAULT_NAME_PREFIX,
         service_account_name: str = SERVICE_ACCOUNT,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
@@ -78,9 +79,11 @@ class BertPretrainingJob(Construct):
             namespace: the training namespace. Default ``TRAINING_NAMESPACE`` ("training").
             queue: Volcano queue. Default ``TRAINING_QUEUE`` ("training").
             etcd_endpoint: ``host:port`` of the etcd add-on, for an etcd rendezvous. Default None.
-            name_prefix: prefix of the job name (<= 45 characters). Default "bert".
+            name_prefix: prefix of the job name (<= 45 characters). Default
+                ``DEFAULT_NAME_PREFIX`` ("trn-bert").
             service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
-            depends_on: constructs applied first (Volcano chart and queue, the claim).
+            depends_on: constructs applied first (Volcano chart and queue, the claim). Default
+                ``()``.
         """
         super().__init__(scope, id)
         self.spec = spec = BertJobSpec() if spec is None else spec
@@ -120,7 +123,17 @@ class BertPretrainingJob(Construct):
         self.job_name = rendered.name
         self.launch_spec = rendered.launch
         self.job = rendered.manifest
+        self._apply(cluster, rendered, namespace=namespace, depends_on=depends_on)
 
+    def _apply(
+        self,
+        cluster: eks.ICluster,
+        rendered: RenderedJob,
+        *,
+        namespace: str,
+        depends_on: Sequence[IConstruct],
+    ) -> None:
+        """The service account, then the job (named after its digest), both after ``depends_on``."""
         sa = eks.KubernetesManifest(
             self,
             "ServiceAccount",
@@ -129,7 +142,7 @@ class BertPretrainingJob(Construct):
                 {
                     "apiVersion": "v1",
                     "kind": "ServiceAccount",
-                    "metadata": {"name": service_account_name, "namespace": namespace},
+                    "metadata": {"name": self.service_account, "namespace": namespace},
                     # Training reads and writes FSx only: no Kubernetes API token, no AWS role.
                     "automountServiceAccountToken": False,
                 }
@@ -143,7 +156,7 @@ class BertPretrainingJob(Construct):
         )
         self.manifest.node.add_dependency(sa)
         self.service_account_manifest = sa
-        for dependency in (*depends_on,):
+        for dependency in depends_on:
             sa.node.add_dependency(dependency)
             self.manifest.node.add_dependency(dependency)
 
@@ -157,7 +170,7 @@ def job_commands(*, job_name: str, namespace: str) -> dict[str, str]:
     ``<job>-worker-<index>``. The etcd rendezvous ranks nodes by arrival instead: there, rank 0's
     lines (the only INFO lines) may come from another pod (``kubectl logs -l trainium-eks/job=``).
     """
-    pod0 = f"{job_name}-{TASK_NAME}-0"
+    pod0 = pod_host_name(job_name, 0)
     return {
         "Rank0Logs": f"kubectl logs -n {namespace} -f {pod0}",
         "JobStatus": f"kubectl get vcjob -n {namespace} {job_name} -o wide",

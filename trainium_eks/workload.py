@@ -18,6 +18,7 @@ from constructs import Construct, IConstruct
 from trainium_job.scheduling import TRAINING_QUEUE
 
 from .config import PlatformConfig
+from .dataset_job import DatasetJobProps
 from .dataset_preparation import DatasetPreparation
 from .dataset_staging import DatasetStaging
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
@@ -87,19 +88,22 @@ class TrainingWorkload(Construct):
         if config.training.rdzv_backend != "c10d":
             for server in target.etcd_dependencies:
                 self.job.manifest.node.add_dependency(server)
-        dataset_needs = [*claim_ready, self.job.service_account_manifest, *copies]
+        dataset: DatasetJobProps = {
+            "cluster": cluster,
+            "namespace": target.namespace,
+            "image": self.images.training_image,
+            "image_key": self.images.training_tag,
+            "paths": self.job.paths,
+            "claim_name": target.claim_name,
+            "service_account": self.job.service_account,
+            "depends_on": [*claim_ready, self.job.service_account_manifest, *copies],
+        }
         self.staging: DatasetStaging | DatasetPreparation
         if config.preparation_enabled:
             self.staging = DatasetPreparation(
                 self,
                 "DatasetPreparation",
-                cluster=cluster,
-                namespace=target.namespace,
-                image=self.images.training_image,
-                image_key=self.images.training_tag,
-                paths=self.job.paths,
-                claim_name=target.claim_name,
-                service_account=self.job.service_account,
+                **dataset,
                 corpus=config.preparation_corpus,
                 vocab=config.preparation_vocab,
                 pods=config.preparation_pods,
@@ -107,24 +111,13 @@ class TrainingWorkload(Construct):
                 args=dict(config.preparation_args),
                 facts=config.facts,
                 nodes=config.desired_nodes,
-                depends_on=dataset_needs,
             )
             # Applied first, its pods take their CPUs before the training gang (which waits for
             # the marker anyway) holds whole nodes.
             self.job.manifest.node.add_dependency(self.staging.manifest)
         else:
             self.staging = DatasetStaging(
-                self,
-                "DatasetStaging",
-                cluster=cluster,
-                namespace=target.namespace,
-                image=self.images.training_image,
-                image_key=self.images.training_tag,
-                paths=self.job.paths,
-                claim_name=target.claim_name,
-                service_account=self.job.service_account,
-                source=config.training_dataset_source,
-                depends_on=dataset_needs,
+                self, "DatasetStaging", **dataset, source=config.training_dataset_source
             )
         self.tensorboard = TensorBoard(
             self,

@@ -13,9 +13,9 @@ from . import checks
 from .errors import ConfigError
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
-from .naming import content_named
+from .naming import content_named, max_name_prefix
 from .plan import TrainingPlan
-from .pod import TASK_NAME, pod_template, rank0_endpoint, volcano_job
+from .pod import pod_template, rank0_endpoint, volcano_job
 from .spec import BertJobSpec, context_key
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
@@ -54,9 +54,14 @@ def launch_spec(
     )
 
 
-def max_name_prefix(nodes: int) -> int:
-    """Longest job-name prefix: pod host names ``<prefix>-<8 hex>-worker-<i>`` are DNS labels."""
-    return checks.MAX_LABEL - 9 - len(f"-{TASK_NAME}-{nodes - 1}")
+def check_rendezvous(spec: BertJobSpec, *, etcd_available: bool) -> None:
+    """An etcd rendezvous needs an etcd server; ConfigError naming ``training_rdzv_backend``."""
+    if spec.rdzv_backend != "c10d" and not etcd_available:
+        raise ConfigError(
+            context_key("rdzv_backend"),
+            spec.rdzv_backend,
+            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
+        )
 
 
 @dataclass(frozen=True)
@@ -90,12 +95,7 @@ def render_job(
     same name, whatever token ``image`` is at synth.
     """
     checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
-    if spec.rdzv_backend != "c10d" and not etcd_endpoint:
-        raise ConfigError(
-            context_key("rdzv_backend"),
-            spec.rdzv_backend,
-            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
-        )
+    check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
 
     def launch(job_name: str) -> LaunchSpec:
         endpoint = rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)

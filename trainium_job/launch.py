@@ -27,6 +27,7 @@ RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")
 
 # The flag pretrain.py knows to skip checkpoints/metrics during a neuron_parallel_compile trial run.
 PRECOMPILE_FLAG = "--precompile"
+#: Optimizer steps of the neuron_parallel_compile trial run (see :func:`precompile_args`).
 DEFAULT_PRECOMPILE_STEPS = 3
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -1,4 +1,7 @@
-"""Deterministic Kubernetes names derived from a job's spec.
+"""Every name built from a name prefix, and deterministic names derived from a job's spec.
+
+The builders (the stacks, the platform's repository, the jobs and their pods) and the checks of a
+prefix call the same functions here, so a name's format is written once.
 
 A Volcano Job's (or a batch Job's) pod template is immutable: a changed spec cannot be applied
 over the old object. Naming the object after a hash of its spec makes a changed spec a NEW
@@ -11,25 +14,81 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from .checks import DNS1123_LABEL, MAX_LABEL, is_dns_label
 from .errors import ConfigError
 
 __all__ = [
+    "DEFAULT_NAME_PREFIX",
     "DNS1123_LABEL",
     "HASH_CHARS",
     "MAX_LABEL",
+    "TASK_NAME",
     "content_named",
+    "digest_name",
     "hashed_name",
     "is_dns1123_label",
+    "launch_template_name",
+    "max_name_prefix",
+    "node_name",
+    "platform_stack_name",
+    "pod_host_name",
+    "repository_name",
     "spec_digest",
+    "training_stack_name",
 ]
 
 Manifest = TypeVar("Manifest")
 
+#: Prefix of every name the platform builds (stacks, the image repository, jobs, node tags), for
+#: the app's configuration and for each construct that takes a ``name_prefix``.
+DEFAULT_NAME_PREFIX: Final = "trn-bert"
 #: Hex characters of the spec digest in a hashed name.
 HASH_CHARS = 8
+#: Name of the Volcano task (and of the TorchX role): pods are ``<job>-worker-<i>``.
+TASK_NAME: Final = "worker"
+
+
+def platform_stack_name(prefix: str) -> str:
+    """The CloudFormation stack of the platform."""
+    return f"{prefix}-platform"
+
+
+def training_stack_name(prefix: str) -> str:
+    """The CloudFormation stack of the training workload (also its construct id in the app)."""
+    return f"{prefix}-training"
+
+
+def repository_name(prefix: str) -> str:
+    """The ECR repository of the training images."""
+    return f"{prefix}/training"
+
+
+def node_name(prefix: str, instance_type: str) -> str:
+    """The ``Name`` tag of a Trainium instance."""
+    return f"{prefix}-{instance_type}"
+
+
+def launch_template_name(prefix: str) -> str:
+    """The ``Name`` tag of the Trainium launch template."""
+    return f"{prefix}-trainium"
+
+
+def digest_name(base: str, digest: str) -> str:
+    """The name of an object named after its content: ``<base>-<digest>``."""
+    return f"{base}-{digest}"
+
+
+def pod_host_name(job_name: str, index: int) -> str:
+    """Host name Volcano's ``svc`` plugin gives pod ``index`` of a job: ``<job>-worker-<index>``."""
+    return f"{job_name}-{TASK_NAME}-{index}"
+
+
+def max_name_prefix(nodes: int) -> int:
+    """Longest job-name prefix: the host name of a job's last pod is a DNS label."""
+    job_name = digest_name("", "0" * HASH_CHARS)
+    return MAX_LABEL - len(pod_host_name(job_name, nodes - 1))
 
 
 def spec_digest(spec: Any, length: int = HASH_CHARS) -> str:
@@ -45,7 +104,7 @@ def is_dns1123_label(name: str) -> bool:
 def hashed_name(base: str, spec: Any, *, field: str = "name_prefix") -> str:
     """``<base>-<8 hex of the spec>``; ConfigError naming ``field`` (what set ``base``) if the
     result is not a DNS-1123 label."""
-    name = f"{base}-{spec_digest(spec)}"
+    name = digest_name(base, spec_digest(spec))
     if not is_dns1123_label(name):
         raise ConfigError(
             field,

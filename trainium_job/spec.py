@@ -15,7 +15,7 @@ from typing import Final
 from . import checks
 from .errors import ConfigError
 from .launch import RDZV_BACKENDS
-from .pod import JobPaths, job_paths
+from .paths import JobPaths, job_paths
 
 #: Model configs of ``training/model_configs``.
 MODELS: Final = ("large", "base", "tiny")

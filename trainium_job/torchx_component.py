@@ -22,8 +22,10 @@ from torchx.specs.overlays import JOIN, PUT
 from .errors import ConfigError
 from .instances import instance_facts
 from .job import SERVICE_ACCOUNT, launch_spec
-from .plan import plan_training
-from .pod import DATA_MOUNT, RDZV_PORT, TASK_NAME, pod_template, rank0_endpoint
+from .naming import TASK_NAME
+from .paths import DATA_MOUNT
+from .plan import TrainingPlan, plan_training
+from .pod import RDZV_PORT, pod_template, rank0_endpoint
 from .scheduling import INSTANCE_TYPE_LABEL
 from .spec import BertJobSpec, ScriptArg, context_key
 
@@ -115,25 +117,28 @@ def trn_dist_ddp(
         claim_name=claim,
         service_account=SERVICE_ACCOUNT,
     )
+    role = _role(pod, spec=spec, plan=plan, image=image, claim=claim, instance_type=instance_type)
+    return specs.AppDef(name=APP_NAME, roles=[role])
+
+
+def _role(
+    pod: dict[str, Any], *, spec: BertJobSpec, plan: TrainingPlan, image: str, claim: str, instance_type: str
+) -> specs.Role:
+    """The TorchX role that runs ``pod``'s container on every node, with ``pod``'s other fields."""
     (container,) = pod["spec"]["containers"]
-    return specs.AppDef(
-        name=APP_NAME,
-        roles=[
-            specs.Role(
-                name=TASK_NAME,
-                image=image,
-                entrypoint=container["command"][0],
-                args=container["command"][1:],
-                num_replicas=plan.nodes,
-                env={e["name"]: e["value"] for e in container["env"]},
-                resource=_resource(container["resources"]["limits"], instance_type),
-                port_map={"c10d": RDZV_PORT},
-                max_retries=spec.max_retry,
-                retry_policy=specs.RetryPolicy.APPLICATION,
-                mounts=[specs.VolumeMount(src=claim, dst_path=DATA_MOUNT)],
-                metadata={"kubernetes": {"V1Pod": _overlay(pod, container)}},
-            )
-        ],
+    return specs.Role(
+        name=TASK_NAME,
+        image=image,
+        entrypoint=container["command"][0],
+        args=container["command"][1:],
+        num_replicas=plan.nodes,
+        env={e["name"]: e["value"] for e in container["env"]},
+        resource=_resource(container["resources"]["limits"], instance_type),
+        port_map={"c10d": RDZV_PORT},
+        max_retries=spec.max_retry,
+        retry_policy=specs.RetryPolicy.APPLICATION,
+        mounts=[specs.VolumeMount(src=claim, dst_path=DATA_MOUNT)],
+        metadata={"kubernetes": {"V1Pod": _overlay(pod, container)}},
     )
 
 

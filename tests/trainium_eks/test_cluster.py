@@ -1,11 +1,17 @@
 """EKS cluster: version, logging, secrets encryption, endpoint access, access entries, system nodes."""
 
 import json
+from typing import Any
 
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
 
 from tests.support import resources, synth_platform
+from trainium_eks.cluster import TrainiumCluster
 from trainium_eks.config import config_from_context
+from trainium_job.errors import ConfigError
 
 
 def _cluster(template_json):
@@ -153,3 +159,55 @@ def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_it
         assert {cni_id, agent_id} <= set(ng["DependsOn"])
         node_role = platform_json["Resources"][ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]["Properties"]
         assert not any("CNI" in json.dumps(p) for p in node_role["ManagedPolicyArns"])
+
+
+def _built_cluster(**props: Any) -> TrainiumCluster:
+    """A TrainiumCluster built directly, as a library user would."""
+    stack = cdk.Stack(cdk.App(), "Eks", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        nat_gateways=0,
+        subnet_configuration=[ec2.SubnetConfiguration(name="p", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
+    )
+    return TrainiumCluster(
+        stack, "Cluster", vpc=vpc, subnets=vpc.isolated_subnets, **{"kubernetes_version": "1.36", **props}
+    )
+
+
+@pytest.mark.parametrize(
+    "props,field,fix",
+    [
+        ({"system_nodes": 0}, "system_nodes", "use 1 to 10"),
+        ({"system_nodes": 11}, "system_nodes", "use 1 to 10"),
+        ({"kubernetes_version": "1.29"}, "kubernetes_version", "supported: 1.34, 1.35, 1.36"),
+        ({"endpoint_public_cidrs": ["0.0.0.0/0"]}, "endpoint_public_cidrs", "open API endpoint"),
+        ({"endpoint_public_cidrs": ["2001:db8::/48"]}, "endpoint_public_cidrs", "IPv4"),
+        (
+            {"endpoint_public_cidrs": ["10.0.0.0/7"]},
+            "endpoint_public_cidrs",
+            "endpoint_public_allow_broad=true",
+        ),
+        (
+            {"admin_principal_arns": ["arn:aws:iam::123456789012:group/Admins"]},
+            "admin_principal_arns",
+            "IAM role or user ARNs such as 'arn:aws:iam::",
+        ),
+        (
+            {"admin_principal_arns": ["arn:aws-cn:iam::123456789012:role/Admin"]},
+            "admin_principal_arns",
+            "region us-west-2 is in partition aws",
+        ),
+    ],
+)
+def test_given_a_bad_prop_when_a_library_user_builds_the_cluster_then_config_error_names_it(
+    props, field, fix
+):
+    with pytest.raises(ConfigError) as err:
+        _built_cluster(**props)
+    assert err.value.field_name == field and fix in str(err.value)
+
+
+def test_given_a_broad_endpoint_with_the_opt_in_when_built_directly_then_accepted():
+    cluster = _built_cluster(endpoint_public_cidrs=["10.0.0.0/7"], endpoint_public_allow_broad=True)
+    assert cluster.system_nodegroup is not None

@@ -23,7 +23,7 @@ from tests.trainium_eks.training_support import bare_cluster
 from training.prepare_data import build_parser
 from trainium_eks.config import ConfigError, config_from_context
 from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
-from trainium_job.pod import job_paths
+from trainium_job.paths import job_paths
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")

@@ -18,7 +18,7 @@ import pytest
 from tests.training.test_data import make_shards
 from training.shard_format import read_manifest, verify_checksums
 from trainium_eks.dataset_staging import staging_script
-from trainium_job.pod import job_paths
+from trainium_job.paths import job_paths
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="wiki", cache_set="c", run_name="r")

@@ -117,3 +117,45 @@ def test_given_single_node_type_then_one_plain_interface():
 def test_given_capacity_block_without_reservation_then_construct_refuses():
     with pytest.raises(ConfigError, match="'capacity_block' = True is invalid: a Capacity Block needs"):
         _synth("trn1.32xlarge", capacity_block=True)
+
+
+@pytest.mark.parametrize(
+    "props,field,fix",
+    [
+        ({"root_volume_gib": 10}, "root_volume_gib", "use 30 to 16384"),
+        ({"root_volume_gib": 20000}, "root_volume_gib", "use 30 to 16384"),
+        ({"root_volume_gib": 512.5}, "root_volume_gib", "whole number"),
+        ({"efa_layout": "ena"}, "efa_layout", "choose one of efa, efa-only"),
+        ({"capacity_reservation_id": "cr-123"}, "capacity_reservation_id", "cr-0123456789abcdef0"),
+        ({"imds_hop_limit": 3}, "imds_hop_limit", "use 1 or 2"),
+    ],
+)
+def test_given_a_bad_prop_when_constructed_directly_then_config_error_names_the_prop(props, field, fix):
+    with pytest.raises(ConfigError) as err:
+        _synth("trn1.32xlarge", **props)
+    assert err.value.field_name == field and fix in str(err.value)
+
+
+def test_given_a_bad_efa_layout_on_a_single_node_type_then_still_refused():
+    # The layout is checked even where it shapes nothing (trn1.2xlarge has no EFA).
+    with pytest.raises(ConfigError, match="'efa_layout' = 'ena'"):
+        _synth("trn1.2xlarge", efa_layout="ena")
+
+
+def test_given_a_token_root_volume_then_the_check_waits_for_deploy_time():
+    app = cdk.App()
+    stack = cdk.Stack(app, "Lt")
+    size = cdk.CfnParameter(stack, "RootGiB", type="Number").value_as_number
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0, subnet_configuration=[])
+    TrainiumLaunchTemplate(
+        stack,
+        "Lt",
+        facts=instance_facts("trn1.32xlarge"),
+        vpc=vpc,
+        cluster_security_group_id="sg-1",
+        root_volume_gib=size,
+    )
+    (lt,) = resources(Template.from_stack(stack).to_json(), "AWS::EC2::LaunchTemplate").values()
+    assert lt["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == {
+        "Ref": "RootGiB"
+    }

@@ -1,6 +1,11 @@
 """Network: subnets pinned by AZ ID, NAT, flow logs, and the existing-VPC option."""
 
+import aws_cdk as cdk
+import pytest
+
 from tests.support import resources, synth_platform
+from trainium_eks.network import TrainiumNetwork
+from trainium_job.errors import ConfigError
 
 
 def test_given_default_config_then_public_and_private_subnet_in_each_az_id(platform_json):
@@ -66,3 +71,35 @@ def test_given_default_config_then_flow_logs_are_kms_encrypted_with_a_rotating_r
     assert key["Properties"]["EnableKeyRotation"] is True and key["DeletionPolicy"] == "Retain"
     principals = [s["Principal"] for s in key["Properties"]["KeyPolicy"]["Statement"]]
     assert {"Service": "logs.us-west-2.amazonaws.com"} in principals
+
+
+@pytest.mark.parametrize(
+    "props,field,fix",
+    [
+        ({"cidr": "10.0.0.0/24"}, "cidr", "do not fit"),
+        ({"cidr": "fd00::/56"}, "cidr", "IPv4"),
+        ({"nat_gateways": 3}, "nat_gateways", "use 1 or 2"),
+        (
+            {"existing_vpc_id": "vpc-123", "existing_private_subnet_ids": ["subnet-0123456789abcdef0"] * 2},
+            "existing_vpc_id",
+            "VPC id",
+        ),
+        (
+            {"existing_vpc_id": "vpc-0123456789abcdef0"},
+            "existing_private_subnet_ids",
+            "two private subnet ids",
+        ),
+        (
+            {"existing_private_subnet_ids": ["subnet-0123456789abcdef0"]},
+            "existing_private_subnet_ids",
+            "only used together with existing_vpc_id",
+        ),
+    ],
+)
+def test_given_a_bad_prop_when_a_library_user_builds_the_network_then_config_error_names_it(
+    props, field, fix
+):
+    stack = cdk.Stack(cdk.App(), "Net", env=cdk.Environment(region="us-west-2"))
+    with pytest.raises(ConfigError) as err:
+        TrainiumNetwork(stack, "Network", az_ids=("usw2-az4", "usw2-az3"), **props)
+    assert err.value.field_name == field and fix in str(err.value)

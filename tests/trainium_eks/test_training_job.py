@@ -17,6 +17,7 @@ from tests.trainium_eks.training_support import (
     manifests_of,
 )
 from trainium_eks.config import ConfigError
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +164,9 @@ def test_given_one_script_argument_changed_then_only_the_name_changes():
     again = job_stack()
     assert a.job_name == again.job_name and a.job == again.job
     assert a.job_name != b.job_name
-    assert a.job_name.startswith("bert-") and len(a.job_name) == len("bert-") + 8
+    assert (
+        a.job_name.startswith(f"{DEFAULT_NAME_PREFIX}-") and len(a.job_name) == len(DEFAULT_NAME_PREFIX) + 9
+    )
     text_a = str(a.job).replace(a.job_name, "NAME")
     text_b = str(b.job).replace(b.job_name, "NAME")
     assert text_a != text_b and text_a.replace("'--lr', ", "") != text_b  # the argument itself differs
@@ -205,7 +208,7 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
 def test_given_default_job_then_pod_grace_period_and_torchrun_timeout_fit_a_bert_large_stop(default_job):
     from trainium_eks.config import PlatformConfig
     from trainium_eks.fsx import resolved_throughput
-    from trainium_job.pod import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
+    from trainium_job.stop_budget import DEFAULT_FSX_MB_S_PER_TIB, DEFAULT_FSX_STORAGE_GIB
 
     pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}

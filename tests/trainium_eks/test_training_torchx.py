@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.trainium_eks.training_support import job_stack
-from trainium_job.pod import TASK_NAME, rank0_endpoint
+from trainium_job.naming import TASK_NAME
+from trainium_job.pod import rank0_endpoint
 
 pytest.importorskip("torchx")
 

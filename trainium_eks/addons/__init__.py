@@ -1,22 +1,9 @@
-"""Cluster add-ons for Trainium training: device plugins, Volcano, etcd and observability.
+"""Cluster add-ons for Trainium training: device plugins, Volcano, etcd, storage and observability.
 
-:class:`TrainiumAddons` composes them with the ordering they need:
-
-* Neuron and EFA device plugins after the Trainium nodegroup (they run only there);
-* managed add-ons, Volcano and etcd after the system nodegroup (their pods run there);
-* the EBS CSI driver after the pod identity agent (its credentials come from it), etcd after the
-  driver and its StorageClass, the training Queue after Volcano (its CRDs and webhook).
+Each module here installs one add-on; :class:`~trainium_eks.cluster_addons.TrainiumAddons`
+composes them on a cluster in the order they need.
 """
 
-from __future__ import annotations
-
-from constructs import Construct
-
-from trainium_job.scheduling import TRAINING_QUEUE
-
-from ..cluster import TrainiumCluster
-from ..escape_hatch import as_icluster
-from ..nodegroup import TrainiumNodegroup
 from .ebs_csi import EbsCsiDriver
 from .efa import EfaDevicePlugin
 from .etcd import EtcdServer
@@ -30,96 +17,5 @@ __all__ = [
     "EtcdServer",
     "NeuronDevicePlugin",
     "ObservabilityAddons",
-    "TrainiumAddons",
     "VolcanoScheduler",
 ]
-
-
-class TrainiumAddons(Construct):
-    """Everything the cluster needs on top of its nodes to run the training job.
-
-    Attributes:
-        observability: :class:`ObservabilityAddons` (pod identity, node monitoring, insights).
-        neuron: :class:`NeuronDevicePlugin`.
-        efa: :class:`EfaDevicePlugin`, or None for instance types without EFA.
-        volcano: :class:`VolcanoScheduler`.
-        queue_name: the Volcano Queue for training jobs.
-        ebs_csi: :class:`EbsCsiDriver`, or None without etcd.
-        etcd: :class:`EtcdServer`, or None when etcd is off.
-        etcd_endpoint: ``host:port`` of etcd for ``--rdzv_endpoint``, or None.
-    """
-
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        cluster: TrainiumCluster,
-        trainium: TrainiumNodegroup,
-        max_nodes: int,
-        neuron_scheduler_extension: bool = False,
-        neuron_node_problem_detector: bool = False,
-        etcd_enabled: bool = True,
-        container_insights: bool = False,
-        queue_name: str = TRAINING_QUEUE,
-    ) -> None:
-        """
-        Args:
-            cluster: the :class:`TrainiumCluster` (cluster and system nodegroup).
-            trainium: the :class:`TrainiumNodegroup`.
-            max_nodes: the Trainium nodegroup's maximum size (sizes the Queue).
-            neuron_scheduler_extension: Neuron scheduler extension. Default False.
-            neuron_node_problem_detector: Neuron node-problem-detector. Default False.
-            etcd_enabled: etcd server for the etcd rendezvous. Default True.
-            container_insights: CloudWatch Container Insights. Default False.
-            queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
-        """
-        super().__init__(scope, id)
-        eks_cluster = as_icluster(cluster.cluster)
-        system_nodes = cluster.system_nodegroup
-        facts = trainium.facts
-
-        self.observability = ObservabilityAddons(
-            self, "Observability", cluster=eks_cluster, container_insights=container_insights
-        )
-        # The pod identity agent comes before the nodes (they need it for the VPC CNI's
-        # credentials; the stack orders the nodegroups after it); the rest runs on system nodes.
-        for addon in (self.observability.node_monitoring_agent, self.observability.cloudwatch):
-            if addon is not None:
-                addon.node.add_dependency(system_nodes)
-
-        self.neuron = NeuronDevicePlugin(
-            self,
-            "Neuron",
-            cluster=eks_cluster,
-            scheduler_extension=neuron_scheduler_extension,
-            node_problem_detector=neuron_node_problem_detector,
-        )
-        self.neuron.chart.node.add_dependency(trainium.nodegroup)
-        self.efa = None
-        if facts.multi_node:
-            self.efa = EfaDevicePlugin(self, "Efa", cluster=eks_cluster, facts=facts)
-            self.efa.chart.node.add_dependency(trainium.nodegroup)
-
-        self.volcano = VolcanoScheduler(
-            self,
-            "Volcano",
-            cluster=eks_cluster,
-            facts=facts,
-            max_nodes=max_nodes,
-            queue_name=queue_name,
-        )
-        self.volcano.chart.node.add_dependency(system_nodes)
-        self.queue_name = self.volcano.queue_name
-
-        self.ebs_csi = None
-        self.etcd = None
-        self.etcd_endpoint = None
-        if etcd_enabled:
-            self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
-            self.ebs_csi.node.add_dependency(system_nodes, self.observability.pod_identity_agent)
-            self.etcd = EtcdServer(
-                self, "Etcd", cluster=eks_cluster, storage_class_name=self.ebs_csi.storage_class_name
-            )
-            self.etcd.node.add_dependency(system_nodes, self.ebs_csi)
-            self.etcd_endpoint = self.etcd.endpoint

@@ -4,7 +4,7 @@ It advertises ``vpc.amazonaws.com/efa``. It must run only where EFA devices exis
 crash-loops: a node selector on the Trainium nodegroup's label and instance type, plus a
 toleration of the Neuron taint. The chart's own affinity (its list of EFA instance types) still
 applies. Instance types without EFA (trn1.2xlarge) get no chart at all (see
-:class:`~trainium_eks.addons.TrainiumAddons`).
+:class:`~trainium_eks.cluster_addons.TrainiumAddons`).
 
 Values keys (``nodeSelector``, ``tolerations``) are those of the chart; its ``CriticalAddonsOnly``
 toleration is built in, the list given here is appended to it.

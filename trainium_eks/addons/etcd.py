@@ -36,12 +36,21 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
+from trainium_job.security import (
+    namespace_manifest,
+    pod_security_context,
+    pod_security_labels,
+    service_security_context,
+)
 
 from ..versions import ADDON_PINS, AddonPin
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
-_LABELS = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/part-of": "trainium-eks"}
+NAME = "etcd"
+_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "trainium-eks"}
+_SELECTOR = {"app.kubernetes.io/name": NAME}
+#: User and group etcd runs as, and owns its volume as: not root.
 _UID = 65532
 
 
@@ -55,20 +64,42 @@ def etcd_manifests(
     client_namespaces: Sequence[str],
 ) -> list[dict]:
     """Namespace, Service, StatefulSet and NetworkPolicy of a single-member etcd."""
-    name = "etcd"
-    member = f"{name}-0"
+    return [
+        namespace_manifest(namespace, {**_LABELS, **pod_security_labels("restricted")}),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": NAME, "namespace": namespace, "labels": dict(_LABELS)},
+            "spec": {
+                "type": "ClusterIP",
+                "selector": dict(_SELECTOR),
+                "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}],
+            },
+        },
+        _stateful_set(
+            namespace=namespace,
+            container=_container(namespace=namespace, image=image, quota_bytes=quota_bytes),
+            storage_class_name=storage_class_name,
+            volume_gib=volume_gib,
+        ),
+        _network_policy(namespace, client_namespaces),
+    ]
+
+
+def _container(*, namespace: str, image: str, quota_bytes: int) -> dict:
+    """The etcd member: v2 API on, peers on loopback only, probes on the client port."""
+    member = f"{NAME}-0"
     peer_url = f"http://127.0.0.1:{PEER_PORT}"
-    selector = {"app.kubernetes.io/name": name}
     http_probe = {"port": "client", "scheme": "HTTP"}
-    container = {
-        "name": name,
+    return {
+        "name": NAME,
         "image": image,
         "command": ["/usr/local/bin/etcd"],
         "args": [
             f"--name={member}",
             "--data-dir=/var/lib/etcd/data",
             f"--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}",
-            f"--advertise-client-urls=http://{name}.{namespace}.svc.cluster.local:{CLIENT_PORT}",
+            f"--advertise-client-urls=http://{NAME}.{namespace}.svc.cluster.local:{CLIENT_PORT}",
             # One member: peers only on loopback.
             f"--listen-peer-urls={peer_url}",
             f"--initial-advertise-peer-urls={peer_url}",
@@ -97,89 +128,66 @@ def etcd_manifests(
             "requests": {"cpu": "100m", "memory": "256Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": service_security_context(run_as_non_root=True),
         "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
     }
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": namespace,
-                "labels": {**_LABELS, "pod-security.kubernetes.io/enforce": "restricted"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(_LABELS)},
-            "spec": {
-                "type": "ClusterIP",
-                "selector": dict(selector),
-                "ports": [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}],
-            },
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(_LABELS)},
-            "spec": {
-                "serviceName": name,
-                "replicas": 1,
-                "selector": {"matchLabels": dict(selector)},
-                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
-                "template": {
-                    "metadata": {"labels": {**_LABELS, **selector}},
-                    "spec": {
-                        "automountServiceAccountToken": False,
-                        "nodeSelector": dict(SYSTEM_NODE_LABEL),
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": _UID,
-                            "runAsGroup": _UID,
-                            "fsGroup": _UID,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
-                        "terminationGracePeriodSeconds": 30,
-                        "containers": [container],
-                    },
+
+
+def _stateful_set(*, namespace: str, container: dict, storage_class_name: str, volume_gib: int) -> dict:
+    """One replica on the system nodes, its data on a volume of ``storage_class_name``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": NAME, "namespace": namespace, "labels": dict(_LABELS)},
+        "spec": {
+            "serviceName": NAME,
+            "replicas": 1,
+            "selector": {"matchLabels": dict(_SELECTOR)},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+            "template": {
+                "metadata": {"labels": {**_LABELS, **_SELECTOR}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": dict(SYSTEM_NODE_LABEL),
+                    "securityContext": pod_security_context(run_as=_UID, fs_group=True),
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
                 },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": storage_class_name,
-                            "resources": {"requests": {"storage": f"{volume_gib}Gi"}},
-                        },
-                    }
-                ],
             },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": storage_class_name,
+                        "resources": {"requests": {"storage": f"{volume_gib}Gi"}},
+                    },
+                }
+            ],
         },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": f"{name}-clients", "namespace": namespace, "labels": dict(_LABELS)},
-            "spec": {
-                "podSelector": {"matchLabels": dict(selector)},
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [
-                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": client}}}
-                            for client in client_namespaces
-                        ],
-                        "ports": [{"protocol": "TCP", "port": CLIENT_PORT}],
-                    }
-                ],
-            },
+    }
+
+
+def _network_policy(namespace: str, client_namespaces: Sequence[str]) -> dict:
+    """Clients only from ``client_namespaces``, only on the client port."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{NAME}-clients", "namespace": namespace, "labels": dict(_LABELS)},
+        "spec": {
+            "podSelector": {"matchLabels": dict(_SELECTOR)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": client}}}
+                        for client in client_namespaces
+                    ],
+                    "ports": [{"protocol": "TCP", "port": CLIENT_PORT}],
+                }
+            ],
         },
-    ]
+    }
 
 
 class EtcdServer(Construct):
@@ -226,7 +234,7 @@ class EtcdServer(Construct):
                 f"keep it below the {volume_gib} GiB volume so the quota alarm precedes a full disk",
             )
         self.namespace = namespace
-        self.endpoint = f"etcd.{namespace}.svc.cluster.local:{CLIENT_PORT}"
+        self.endpoint = f"{NAME}.{namespace}.svc.cluster.local:{CLIENT_PORT}"
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",

@@ -27,6 +27,7 @@ from trainium_job.scheduling import (
     SYSTEM_NODE_LABEL,
     TRAINING_QUEUE,
 )
+from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..versions import ADDON_PINS, AddonPin
 
@@ -37,11 +38,7 @@ VOLCANO_NAMESPACE = "volcano-system"
 #: hostPath volumes, no privileged mode and add no capabilities: they meet ``baseline``. They do
 #: not all set the ``restricted`` fields (seccomp, runAsNonRoot), so that level warns and audits.
 #: The chart's node agent (colocation, off by default) would not meet baseline.
-VOLCANO_POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/audit": "restricted",
-}
+VOLCANO_POD_SECURITY = pod_security_labels("baseline", warn="restricted", audit="restricted")
 
 
 def volcano_chart_values() -> dict:
@@ -122,13 +119,7 @@ class VolcanoScheduler(Construct):
             self,
             "Namespace",
             cluster=cluster,
-            manifest=[
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": VOLCANO_NAMESPACE, "labels": dict(VOLCANO_POD_SECURITY)},
-                }
-            ],
+            manifest=[namespace_manifest(VOLCANO_NAMESPACE, VOLCANO_POD_SECURITY)],
         )
         self.chart = eks.HelmChart(
             self,

@@ -13,19 +13,18 @@ bad input stops synth with one line and no stack is built.
 from trainium_job.errors import ConfigError
 from trainium_job.spec import BertJobSpec
 
+from ..cluster import MAX_PUBLIC_ENDPOINT_ADDRESSES, region_partition
+from ..launch_template import EFA_LAYOUTS
 from .checks import (
     ALWAYS_ON_ADDONS,
     AZ_ID_PARTITIONS,
     CAPACITY_TYPES,
-    EFA_LAYOUTS,
-    MAX_PUBLIC_ENDPOINT_ADDRESSES,
     MAX_TAGS,
     OPTIONAL_ADDONS,
     PLATFORM_TAG_KEYS,
     SUPPORTED_PARTITIONS,
     az_id_prefix,
     name_prefix_problem,
-    region_partition,
     tag_problem,
     unverified_addons,
 )

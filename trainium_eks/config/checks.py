@@ -1,32 +1,54 @@
 """Deployment checks of the platform's configuration: each field, and the rules between fields.
 
 Every check raises :class:`ConfigError` naming the context key the user typed, its value and the
-fix. The ``training_*`` keys: :mod:`.job_checks`.
+fix. A rule of a construct's prop is the construct's own ``check_*`` function (cluster, network,
+launch template, nodegroup, registry, FSx), called here with the key's name, so the construct
+and the configuration say the same. The ``training_*`` keys: :mod:`.job_checks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 import unicodedata
 from typing import Any
 
-from aws_cdk.region_info import RegionInfo
-
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS
-from trainium_job.naming import DNS1123_LABEL, HASH_CHARS, MAX_LABEL
+from trainium_job.naming import (
+    HASH_CHARS,
+    digest_name,
+    is_dns1123_label,
+    platform_stack_name,
+    pod_host_name,
+    repository_name,
+    training_stack_name,
+)
 
+from ..cluster import (
+    check_admin_principal_arns,
+    check_endpoint_public_cidrs,
+    check_kubernetes_version,
+    check_system_nodes,
+    region_partition,
+)
 from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from ..fsx import resolved_throughput as fsx_resolved_throughput
 from ..fsx import s3_uri_problem as fsx_s3_uri_problem
 from ..fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..fsx import throughput_problem as fsx_throughput_problem
-from ..network import subnet_layout_problem
-from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES
+from ..launch_template import (
+    check_capacity_block,
+    check_capacity_reservation_id,
+    check_efa_layout,
+    check_root_volume_gib,
+)
+from ..network import check_existing_vpc, check_nat_gateways, check_vpc_cidr
+from ..nodegroup import check_multi_node, check_node_sizes
+from ..registry import check_keep_images
+from ..versions import ADDON_EVIDENCE, ADDON_PINS
 from .job_checks import validate_training
 from .schema import PlatformSettings
 
@@ -44,17 +66,14 @@ def unverified_addons(kubernetes_version: str) -> list[str]:
     ]
 
 
-EFA_LAYOUTS = ("efa", "efa-only")
 CAPACITY_TYPES = ("on-demand", "capacity-block")
+#: The keys of the Trainium nodegroup's minimum, desired and maximum size.
+NODE_SIZE_KEYS = ("min_nodes", "desired_nodes", "max_nodes")
 
 _AZ_ID = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]+$")
 _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
 _REGION = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-[0-9]$")
-_ROLE_OR_USER_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::[0-9]{12}:(role|user)/[\w+=,.@/-]{1,512}$")
-_CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
-_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 _DIRECTIONS = {
     "north": "n",
     "south": "s",
@@ -83,16 +102,6 @@ MAX_TAGS = 50
 PLATFORM_TAG_KEYS = ("Name",)
 MAX_TAG_KEY, MAX_TAG_VALUE = 128, 256
 _TAG_PUNCTUATION = set("_.:/=+-@")
-#: Largest share of the IPv4 space the public endpoint may be opened to without the opt-in:
-#: 2**24 addresses (one /8, 1/256 of IPv4); an organisation's egress ranges are far smaller.
-MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**24
-
-
-def region_partition(region: str) -> str | None:
-    """The partition of ``region`` from aws-cdk-lib's region facts, or None for an unknown region."""
-    if region not in {r.name for r in RegionInfo.regions}:
-        return None
-    return RegionInfo.get(region).partition
 
 
 def az_id_prefix(region: str) -> str | None:
@@ -127,28 +136,31 @@ def tag_problem(key: Any, value: Any) -> str | None:
     return None
 
 
-#: Every name built from ``name_prefix``: (what, how it is built, the service's rule, max length).
-#: Stack names: CloudFormation; repository names: ECR (each path component); the job name:
-#: a DNS-1123 label, which also leaves room for its pods' ``-worker-<i>`` host-name suffix.
-_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+#: The services' rules for the names built from ``name_prefix`` (by ``trainium_job.naming``):
+#: stack names, CloudFormation's (at most 128 characters); repository names, ECR's (each path
+#: component, at most 256 characters in all); the job name a DNS-1123 label that leaves room
+#: for its pods' ``-worker-<i>`` host names.
+_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ECR_COMPONENT = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+MAX_REPOSITORY_NAME = 256
+
+
+def _repository_name_ok(name: str) -> bool:
+    return len(name) <= MAX_REPOSITORY_NAME and all(_ECR_COMPONENT.match(part) for part in name.split("/"))
 
 
 def name_prefix_problem(prefix: str, nodes: int) -> str | None:
     """Why a name built from ``prefix`` would be refused (None when all are valid)."""
-    pod_suffix = len(f"-worker-{max(nodes - 1, 0)}")
+    stacks = (platform_stack_name(prefix), training_stack_name(prefix))
+    repository = repository_name(prefix)
+    job = digest_name(prefix, "0" * HASH_CHARS)
     derived = (
-        ("CloudFormation stack name", f"{prefix}-platform", _STACK_NAME, 128),
-        ("ECR repository name", f"{prefix}/training", None, 256),
-        ("Volcano job name", f"{prefix}-{'0' * HASH_CHARS}", DNS1123_LABEL, MAX_LABEL - pod_suffix),
+        *(("CloudFormation stack name", stack, bool(_STACK_NAME.match(stack))) for stack in stacks),
+        ("ECR repository name", repository, _repository_name_ok(repository)),
+        ("Volcano job name", job, is_dns1123_label(pod_host_name(job, max(nodes - 1, 0)))),
     )
-    for what, name, rule, max_len in derived:
-        ok = (
-            all(_ECR_COMPONENT.match(part) for part in name.split("/"))
-            if rule is None
-            else bool(rule.match(name))
-        )
-        if not ok or len(name) > max_len:
+    for what, name, ok in derived:
+        if not ok:
             return (
                 f"the {what} '{name}' built from it is invalid; use lower-case letters and digits "
                 f"with single '-' between them, starting with a letter"
@@ -179,7 +191,7 @@ def validate(c: PlatformSettings) -> None:
                 seen.add(item)
     _validate_azs(c)
     _validate_nodes(c)
-    _validate_access(c, partition)
+    _validate_access(c)
     _validate_capacity(c)
     if not _NAME_PREFIX.match(c.name_prefix):
         raise ConfigError(
@@ -189,8 +201,7 @@ def validate(c: PlatformSettings) -> None:
     if problem:
         raise ConfigError("name_prefix", c.name_prefix, problem)
     _validate_network(c)
-    if not 1 <= c.system_nodes <= 10:
-        raise ConfigError("system_nodes", c.system_nodes, "use 1 to 10")
+    check_system_nodes(c.system_nodes)
     _validate_storage(c)
     _validate_addons(c)
     validate_training(c)
@@ -228,7 +239,7 @@ def _validate_azs(c: PlatformSettings) -> None:
 
 
 def _validate_nodes(c: PlatformSettings) -> None:
-    """The instance type and the Trainium nodegroup's sizes."""
+    """The instance type and the Trainium nodegroup's sizes (the nodegroup's own rules)."""
     checks.one_of("instance_type", c.instance_type, INSTANCE_FACTS)
     for name in (
         "min_nodes",
@@ -239,106 +250,35 @@ def _validate_nodes(c: PlatformSettings) -> None:
         "system_nodes",
     ):
         checks.whole_number(name, getattr(c, name))
-    if c.max_nodes < 1:
-        raise ConfigError("max_nodes", c.max_nodes, "must be at least 1")
-    if c.min_nodes < 0:
-        raise ConfigError("min_nodes", c.min_nodes, "must be 0 or more")
-    if c.min_nodes > c.max_nodes:
-        raise ConfigError("min_nodes", c.min_nodes, f"must not exceed max_nodes ({c.max_nodes})")
-    if not c.min_nodes <= c.desired_nodes <= c.max_nodes:
-        raise ConfigError(
-            "desired_nodes",
-            c.desired_nodes,
-            f"must lie between min_nodes ({c.min_nodes}) and max_nodes ({c.max_nodes})",
-        )
+    check_node_sizes(c.min_nodes, c.desired_nodes, c.max_nodes, names=NODE_SIZE_KEYS)
     if c.desired_nodes == 0:
         raise ConfigError("desired_nodes", 0, "training needs at least 1 Trainium node")
-    if c.max_nodes > 1 and not c.facts.multi_node:
-        raise ConfigError(
-            "max_nodes",
-            c.max_nodes,
-            f"{c.instance_type} has no EFA for multi-node training; use 1 node or "
-            "trn1.32xlarge / trn1n.32xlarge / trn2.48xlarge",
-        )
+    check_multi_node(c.facts, c.max_nodes, field="max_nodes")
 
 
-def _validate_access(c: PlatformSettings, partition: str) -> None:
-    """Kubernetes version, public endpoint and the admin principals (of the region's partition)."""
-    if c.kubernetes_version not in KUBERNETES_RELEASES:
-        raise ConfigError(
-            "kubernetes_version", c.kubernetes_version, f"supported: {', '.join(KUBERNETES_RELEASES)}"
-        )
-    _validate_endpoint(c)
-    for arn in c.admin_principal_arns:
-        match = _ROLE_OR_USER_ARN.match(arn)
-        if not match:
-            raise ConfigError(
-                "admin_principal_arns",
-                arn,
-                f"give IAM role or user ARNs such as 'arn:{partition}:iam::123456789012:role/Admin'",
-            )
-        if match.group(1) != partition:
-            raise ConfigError(
-                "admin_principal_arns",
-                arn,
-                f"region {c.region} is in partition {partition}: use 'arn:{partition}:...'",
-            )
+def _validate_access(c: PlatformSettings) -> None:
+    """Kubernetes version, public endpoint and the admin principals (the cluster's own rules)."""
+    check_kubernetes_version(c.kubernetes_version)
+    checks.flag("endpoint_public_allow_broad", c.endpoint_public_allow_broad)
+    check_endpoint_public_cidrs(c.endpoint_public_cidrs, allow_broad=c.endpoint_public_allow_broad)
+    check_admin_principal_arns(c.admin_principal_arns, region=c.region)
 
 
 def _validate_capacity(c: PlatformSettings) -> None:
-    """Root volume, capacity reservation or Capacity Block, EFA layout."""
-    if not 30 <= c.root_volume_gib <= 16384:
-        raise ConfigError("root_volume_gib", c.root_volume_gib, "use 30 to 16384 GiB")
+    """Root volume, capacity reservation or Capacity Block, EFA layout (the launch template's rules)."""
+    check_root_volume_gib(c.root_volume_gib)
     checks.one_of("capacity_type", c.capacity_type, CAPACITY_TYPES)
-    if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION.match(c.capacity_reservation_id):
-        raise ConfigError(
-            "capacity_reservation_id",
-            c.capacity_reservation_id,
-            "give a reservation id such as 'cr-0123456789abcdef0'",
-        )
-    if c.capacity_type == "capacity-block" and c.capacity_reservation_id is None:
-        raise ConfigError("capacity_type", c.capacity_type, "a Capacity Block needs capacity_reservation_id")
-    checks.one_of("efa_interface_layout", c.efa_interface_layout, EFA_LAYOUTS)
+    check_capacity_reservation_id(c.capacity_reservation_id)
+    if c.capacity_type == "capacity-block":
+        check_capacity_block("capacity_type", c.capacity_type, c.capacity_reservation_id)
+    check_efa_layout(c.efa_interface_layout, field="efa_interface_layout")
 
 
 def _validate_network(c: PlatformSettings) -> None:
-    """The created VPC's CIDR and NAT gateways, or an existing VPC and its subnets."""
-    try:
-        vpc_net = ipaddress.ip_network(c.vpc_cidr, strict=True)
-    except ValueError:
-        raise ConfigError("vpc_cidr", c.vpc_cidr, "give an IPv4 CIDR such as '10.0.0.0/16'") from None
-    if vpc_net.version != 4:
-        raise ConfigError(
-            "vpc_cidr", c.vpc_cidr, "the VPC's primary CIDR is IPv4; give one such as '10.0.0.0/16'"
-        )
-    if not 16 <= vpc_net.prefixlen <= 28:
-        raise ConfigError("vpc_cidr", c.vpc_cidr, "VPC CIDRs are /16 to /28 (Amazon VPC quotas); use a /16")
-    if c.existing_vpc_id is None:
-        problem = subnet_layout_problem(c.vpc_cidr)
-        if problem:
-            raise ConfigError("vpc_cidr", c.vpc_cidr, problem)
-    if not 1 <= c.nat_gateways <= 2:
-        raise ConfigError("nat_gateways", c.nat_gateways, "use 1 or 2")
-    if c.existing_vpc_id is not None:
-        if not _VPC_ID.match(c.existing_vpc_id):
-            raise ConfigError("existing_vpc_id", c.existing_vpc_id, "give a VPC id such as 'vpc-0abc...'")
-        if len(c.existing_private_subnet_ids) != 2:
-            raise ConfigError(
-                "existing_private_subnet_ids",
-                list(c.existing_private_subnet_ids),
-                "give two private subnet ids: the Trainium AZ's first, then the second AZ's",
-            )
-    elif c.existing_private_subnet_ids:
-        raise ConfigError(
-            "existing_private_subnet_ids",
-            list(c.existing_private_subnet_ids),
-            "only used together with existing_vpc_id",
-        )
-    for subnet in c.existing_private_subnet_ids:
-        if not _SUBNET_ID.match(subnet):
-            raise ConfigError(
-                "existing_private_subnet_ids", subnet, "give subnet ids such as 'subnet-0abc...'"
-            )
+    """The created VPC's CIDR and NAT gateways, or an existing VPC and its subnets (the network's rules)."""
+    check_vpc_cidr(c.vpc_cidr, created=c.existing_vpc_id is None, field="vpc_cidr")
+    check_nat_gateways(c.nat_gateways)
+    check_existing_vpc(c.existing_vpc_id, c.existing_private_subnet_ids)
 
 
 def _validate_addons(c: PlatformSettings) -> None:
@@ -377,36 +317,6 @@ def _validate_tags(c: PlatformSettings) -> None:
             raise ConfigError("tags", {key: value}, problem)
 
 
-def _validate_endpoint(c: PlatformSettings) -> None:
-    """Public endpoint CIDRs: IPv4 (the cluster is IPv4), and together a small share of IPv4."""
-    checks.flag("endpoint_public_allow_broad", c.endpoint_public_allow_broad)
-    nets = []
-    for cidr in c.endpoint_public_cidrs:
-        try:
-            net = ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            raise ConfigError("endpoint_public_cidrs", cidr, "give CIDRs such as '203.0.113.7/32'") from None
-        if net.version != 4:
-            raise ConfigError(
-                "endpoint_public_cidrs",
-                cidr,
-                "the cluster's endpoint is IPv4; give IPv4 CIDRs such as '203.0.113.7/32'",
-            )
-        if net.prefixlen == 0:
-            raise ConfigError(
-                "endpoint_public_cidrs", cidr, "an open API endpoint is not allowed; list your own CIDRs"
-            )
-        nets.append(net)
-    covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
-    if covered > MAX_PUBLIC_ENDPOINT_ADDRESSES and not c.endpoint_public_allow_broad:
-        raise ConfigError(
-            "endpoint_public_cidrs",
-            ",".join(c.endpoint_public_cidrs),
-            f"together they open the endpoint to {covered:,} addresses (more than a /8); "
-            "list your own ranges, or set endpoint_public_allow_broad=true",
-        )
-
-
 def _validate_storage(c: PlatformSettings) -> None:
     """FSx and ECR fields; the FSx rules are the construct's own (trainium_eks.fsx)."""
     checks.one_of("fsx_deployment_type", c.fsx_deployment_type, FSX_DEPLOYMENT_TYPES)
@@ -440,5 +350,4 @@ def _validate_storage(c: PlatformSettings) -> None:
             f"overlaps fsx_s3_import_uri ({c.fsx_s3_import_uri}); use a separate, "
             "non-nested bucket or prefix for the outputs",
         )
-    if not 1 <= c.ecr_keep_images <= 1000:
-        raise ConfigError("ecr_keep_images", c.ecr_keep_images, "use 1 to 1000")
+    check_keep_images(c.ecr_keep_images, field="ecr_keep_images")

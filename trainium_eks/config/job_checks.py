@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from training.cli import _validate as validate_parsed_args
 from training.cli import build_parser
 from trainium_job import checks
 from trainium_job.errors import ConfigError
-from trainium_job.launch import script_args_from_dict
+from trainium_job.job import check_rendezvous, script_args
+from trainium_job.plan import TrainingPlan
 from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
 
 from ..dataset_preparation import validate_preparation_config
@@ -39,25 +40,10 @@ def validate_training(c: PlatformSettings) -> None:
     """The ``training_*`` and ``preparation_*`` keys against the platform and the script's parser."""
     checks.flag("training_enabled", c.training_enabled)
     spec = c.training
-    if spec.rdzv_backend != "c10d" and not c.etcd_enabled:
-        raise ConfigError(
-            context_key("rdzv_backend"),
-            spec.rdzv_backend,
-            "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
-        )
+    check_rendezvous(spec, etcd_available=c.etcd_enabled)
     _prefixed(lambda: check_source(c.training_dataset_source))
     if c.training_enabled:
-        plan = c.training_plan
-        job_args = {
-            "data_dir": "/data/datasets/x",
-            "output_dir": "/data/runs/x",
-            "model": spec.model,
-            "batch_size": spec.batch_size,
-            "grad_accum_usteps": plan.grad_accum_usteps,
-            "max_steps": spec.max_steps,
-            "checkpoint_every": spec.checkpoint_every,
-        }
-        problem = script_args_problem(spec.extra_args, job_args=job_args)
+        problem = script_args_problem(spec, c.training_plan)
         if problem:
             flag, why = problem
             if flag not in spec.extra_args:  # a key of the job's own, e.g. training_max_steps
@@ -100,14 +86,15 @@ def resolve_switches(spec: BertJobSpec) -> BertJobSpec:
     return spec if resolved == spec.extra_args else spec.replace(script_args=resolved)
 
 
-def script_args_problem(args: Mapping[str, Any], *, job_args: dict[str, Any]) -> tuple[str, str] | None:
-    """(flag, why) if ``args`` would fail ``training.pretrain``'s own parser, else None; ``flag`` is
-    a context key instead when only the job's own flags clash.
+def script_args_problem(spec: BertJobSpec, plan: TrainingPlan) -> tuple[str, str] | None:
+    """(flag, why) if the spec's ``script_args`` would fail ``training.pretrain``'s own parser,
+    else None; ``flag`` is a context key instead when only the job's own flags clash.
 
-    The argv is the one the job renders (``job_args`` plus ``args``), parsed and checked by
-    ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error, never
-    a silent prefix match.
+    The argv is the one the job renders (:func:`trainium_job.job.script_args`), parsed and checked
+    by ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error,
+    never a silent prefix match.
     """
+    args = spec.extra_args
     parser = build_parser()
     parser.allow_abbrev = False
     parser.error = _raise  # type: ignore[method-assign]
@@ -120,15 +107,14 @@ def script_args_problem(args: Mapping[str, Any], *, job_args: dict[str, Any]) ->
         if flags[key].nargs == 0 and not isinstance(value, bool):
             return key, f"--{key} is a switch: give true or false"
     try:
-        argv = script_args_from_dict({**args, **job_args})
-        parsed = parser.parse_args(argv)
+        parsed = parser.parse_args(script_args(spec, plan))
         validate_parsed_args(parser, parsed)
     except _ArgsError as err:
         message = str(err)
         given = next((k for k in args if f"--{k}" in message), None)
         if given is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
             return next(
-                (JOB_SET_FLAGS[k] for k in job_args if f"--{k}" in message), "training_script_args"
+                (key for flag, key in JOB_SET_FLAGS.items() if f"--{flag}" in message), "training_script_args"
             ), message
         return given, message
     return None

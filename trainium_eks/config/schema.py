@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from trainium_job.instances import InstanceFacts, instance_facts
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec
 
@@ -61,7 +62,7 @@ class PlatformSettings:
     efa_interface_layout: str = "efa"
     #: Prefix of every named resource and of the stack names (lower case, <= 20 characters); each
     #: name built from it (stack, ECR repository, job) must be valid.
-    name_prefix: str = "trn-bert"
+    name_prefix: str = DEFAULT_NAME_PREFIX
     #: IPv4 CIDR of the VPC the platform creates (a /16).
     vpc_cidr: str = "10.0.0.0/16"
     #: NAT gateways of the created VPC (1 keeps cost down; 2 survives an AZ outage).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainium_job.pod import (
+from trainium_job.stop_budget import (
     AGENT_EXIT_MARGIN_S,
     BERT_LARGE_PARAMETERS,
     STEP_S,

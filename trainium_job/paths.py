@@ -1,0 +1,43 @@
+"""Where a job keeps its inputs and outputs on the shared file system (FSx, mounted at /data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Where the FSx claim is mounted in every pod.
+DATA_MOUNT = "/data"
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one job keeps its inputs and outputs on FSx (all under :data:`DATA_MOUNT`).
+
+    Attributes:
+        data_dir: directory of the ``*_training_*.hdf5`` shards.
+        dataset_marker: file the staging job writes when ``data_dir`` is complete.
+        cache_dir: Neuron compile cache of this job's cache set (never shared by two jobs
+            running at once: the compiler's cache locking is per process, not per cluster).
+        output_dir: checkpoints, TensorBoard events, metrics (kept across restarts and
+            re-deploys: the script resumes from it).
+    """
+
+    data_dir: str
+    dataset_marker: str
+    cache_dir: str
+    output_dir: str
+
+    @property
+    def cache_marker(self) -> str:
+        """Written after a successful precompile pass: later runs skip it."""
+        return f"{self.cache_dir}/.precompiled"
+
+
+def job_paths(*, dataset_name: str, cache_set: str, run_name: str) -> JobPaths:
+    """The standard layout: ``/data/datasets/<name>``, ``/data/neuron-cache/<set>``, ``/data/runs/<run>``."""
+    data_dir = f"{DATA_MOUNT}/datasets/{dataset_name}"
+    return JobPaths(
+        data_dir=data_dir,
+        dataset_marker=f"{data_dir}/.staged",
+        cache_dir=f"{DATA_MOUNT}/neuron-cache/{cache_set}",
+        output_dir=f"{DATA_MOUNT}/runs/{run_name}",
+    )

@@ -1,0 +1,43 @@
+"""The shell script every training container runs: wait for the data, precompile once, train."""
+
+from __future__ import annotations
+
+import shlex
+
+from .launch import DEFAULT_PRECOMPILE_STEPS, LaunchSpec, precompile_args, render, torchrun_args
+from .paths import JobPaths
+
+
+def worker_script(
+    spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = DEFAULT_PRECOMPILE_STEPS
+) -> str:
+    """The shell script each training container runs.
+
+    1. Wait for the dataset marker (the staging job may still be downloading).
+    2. If this cache set has no precompile marker: ``neuron_parallel_compile`` the same torchrun
+       command for a few steps (all nodes together), then write the marker. A re-deploy or a
+       restart finds the marker and goes straight to training; a failed precompile leaves no
+       marker, so the next attempt compiles again (reusing what the cache already holds).
+    3. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
+    """
+    marker = shlex.quote(paths.dataset_marker)
+    cache_marker = shlex.quote(paths.cache_marker)
+    lines = [
+        "set -euo pipefail",
+        f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; sleep 30; done",
+        f"mkdir -p {shlex.quote(paths.cache_dir)} {shlex.quote(paths.output_dir)}",
+        f"if [ ! -f {cache_marker} ]; then",
+        "  echo 'precompiling into an empty cache set'",
+        f"  {render(precompile_args(spec, precompile_steps))}",
+        f"  touch {cache_marker}",
+        "fi",
+        f"exec {render(torchrun_args(spec))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def container_command(
+    spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = DEFAULT_PRECOMPILE_STEPS
+) -> list[str]:
+    """``bash -c <worker_script>``: the container command of every training pod."""
+    return ["bash", "-c", worker_script(spec, paths, precompile_steps=precompile_steps)]
