@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainium_eks.config import PlatformSettings
-from trainium_eks.config.context import _KEYS as CONTEXT_KEYS
+from trainium_eks.config.context import CONTEXT_KEYS
 from trainium_eks.config.reference import BEGIN, END, field_comments, main, render, rows
 from trainium_job.spec import BertJobSpec
 

@@ -24,7 +24,7 @@ _SPEC_ANNOTATIONS = {
 }
 #: Context key -> the annotation of what it sets: the platform's own fields, and the job spec's
 #: fields under ``training_<field>``.
-_KEYS = {
+CONTEXT_KEYS = {
     **{f.name: str(f.type) for f in dataclasses.fields(PlatformConfig) if f.name != "training"},
     **{context_key(name): annotation for name, annotation in _SPEC_ANNOTATIONS.items()},
 }
@@ -32,7 +32,7 @@ _KEYS = {
 
 def _coerce(name: str, raw: Any) -> Any:
     """Turn a context value (JSON from cdk.json, or a string from ``-c``) into the field's type."""
-    annotation = _KEYS[name]
+    annotation = CONTEXT_KEYS[name]
     # ``X | None`` (what pyupgrade writes) and ``Optional[X]``: "", "none" and "null" mean None.
     optional = annotation.endswith(" | None") or annotation.startswith("Optional[")
     if optional:
@@ -95,9 +95,9 @@ def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
     for key, raw in context.items():
         if ":" in key or "@" in key or key.startswith("aws-cdk") or key.startswith("availability-zones"):
             continue
-        if key not in _KEYS:
-            close = difflib.get_close_matches(key, list(_KEYS), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(_KEYS)}"
+        if key not in CONTEXT_KEYS:
+            close = difflib.get_close_matches(key, list(CONTEXT_KEYS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(CONTEXT_KEYS)}"
             raise ConfigError(key, raw, f"unknown configuration key; {hint}")
         spec_field = key.removeprefix(CONTEXT_PREFIX)
         if key.startswith(CONTEXT_PREFIX) and spec_field in _SPEC_ANNOTATIONS:
