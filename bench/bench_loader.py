@@ -29,35 +29,6 @@ PUBLISHED_NODE_SEQ_PER_S = 3826.6  # Neuron 2.28, one trn1.32xlarge, BERT-large 
 WORKERS_PER_NODE = 32
 
 
-def make_shards(out: Path, docs: int, shards: int) -> Path:
-    """Synthetic corpus -> vocab -> ``python -m training.prepare_data`` shards."""
-    from tests.training.corpus import build_vocab, write_corpus
-
-    corpus = write_corpus(out / "corpus.txt", n_docs=docs, seed=1)
-    vocab = build_vocab([corpus], out / "vocab.txt", vocab_size=2000)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(corpus),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(out / "shards"),
-            "--num_shards",
-            str(shards),
-            "--dupe_factor",
-            "5",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-    )
-    return out / "shards"
-
-
 def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> dict:
     """Runs in the child process: time ``batches`` batches after the first one."""
     import torch
@@ -108,7 +79,15 @@ def main() -> None:
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = args.data_dir or str(make_shards(Path(tmp), args.docs, args.shards))
+        data_dir = args.data_dir
+        if data_dir is None:
+            # Imported here: a --child measures its memory after imports, without the vocab trainer's.
+            from training.synthetic import make_shards
+
+            flags = {"num_shards": args.shards, "dupe_factor": 5}
+            data_dir = str(
+                make_shards(tmp, n_docs=args.docs, flags=flags, corpus_seed=1, vocab_size=2000).dir
+            )
         import h5py
 
         from training.data import list_shards
