@@ -65,6 +65,14 @@ def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> d
     }
 
 
+def synthetic_shards(root: Path, docs: int, shards: int) -> str:
+    # Imported here: a --child measures its memory after imports, without the vocab trainer's.
+    from training.synthetic import make_shards
+
+    flags = {"num_shards": shards, "dupe_factor": 5}
+    return str(make_shards(root, n_docs=docs, flags=flags, corpus_seed=1, vocab_size=2000).dir)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", help="existing *_training_*.hdf5 shards (default: make some)")
@@ -79,15 +87,7 @@ def main() -> None:
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = args.data_dir
-        if data_dir is None:
-            # Imported here: a --child measures its memory after imports, without the vocab trainer's.
-            from training.synthetic import make_shards
-
-            flags = {"num_shards": args.shards, "dupe_factor": 5}
-            data_dir = str(
-                make_shards(tmp, n_docs=args.docs, flags=flags, corpus_seed=1, vocab_size=2000).dir
-            )
+        data_dir = args.data_dir or synthetic_shards(Path(tmp), args.docs, args.shards)
         import h5py
 
         from training.data import list_shards
