@@ -29,35 +29,6 @@ PUBLISHED_NODE_SEQ_PER_S = 3826.6  # Neuron 2.28, one trn1.32xlarge, BERT-large 
 WORKERS_PER_NODE = 32
 
 
-def make_shards(out: Path, docs: int, shards: int) -> Path:
-    """Synthetic corpus -> vocab -> ``python -m training.prepare_data`` shards."""
-    from tests.training.corpus import build_vocab, write_corpus
-
-    corpus = write_corpus(out / "corpus.txt", n_docs=docs, seed=1)
-    vocab = build_vocab([corpus], out / "vocab.txt", vocab_size=2000)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(corpus),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(out / "shards"),
-            "--num_shards",
-            str(shards),
-            "--dupe_factor",
-            "5",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-    )
-    return out / "shards"
-
-
 def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> dict:
     """Runs in the child process: time ``batches`` batches after the first one."""
     import torch
@@ -94,6 +65,14 @@ def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> d
     }
 
 
+def synthetic_shards(root: Path, docs: int, shards: int) -> str:
+    # Imported here: a --child measures its memory after imports, without the vocab trainer's.
+    from training.synthetic import make_shards
+
+    flags = {"num_shards": shards, "dupe_factor": 5}
+    return str(make_shards(root, n_docs=docs, flags=flags, corpus_seed=1, vocab_size=2000).dir)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", help="existing *_training_*.hdf5 shards (default: make some)")
@@ -108,7 +87,7 @@ def main() -> None:
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = args.data_dir or str(make_shards(Path(tmp), args.docs, args.shards))
+        data_dir = args.data_dir or synthetic_shards(Path(tmp), args.docs, args.shards)
         import h5py
 
         from training.data import list_shards

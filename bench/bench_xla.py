@@ -5,7 +5,7 @@
 
 For each model, ``rounds`` times in turn (XLA, then eager CPU, so machine noise hits both
 alike), ``training.pretrain`` runs in a fresh process under ``python -m bench.xla_graph_probe`` on
-shards made by ``training.prepare_data`` from a synthetic corpus (tests/training/corpus.py).
+shards made by ``training.prepare_data`` from a synthetic corpus (``training.synthetic``).
 It prints, per model:
 
 * graphs compiled in the run and XLA:CPU compile seconds per graph (Neuron's neuronx-cc is
@@ -30,43 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from training.synthetic import SMALL_SET_FLAGS, make_shards
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def make_shards(root: Path) -> tuple[Path, int]:
-    from tests.training.corpus import build_vocab, write_corpus
-
-    corpus = write_corpus(root / "corpus.txt", n_docs=120, seed=0)
-    vocab = build_vocab([corpus], root / "vocab.txt", vocab_size=400)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(corpus),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(root / "shards"),
-            "--num_shards",
-            "4",
-            "--dupe_factor",
-            "2",
-            "--num_workers",
-            "1",
-            "--max_seq_len",
-            "128",
-            "--max_pred_len",
-            "20",
-            "--seed",
-            "7",
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-    )
-    return root / "shards", sum(1 for _ in open(vocab, encoding="utf-8"))
 
 
 def probe(device: str, model: str, shards: Path, vocab: int, out: Path, a: argparse.Namespace) -> dict:
@@ -149,7 +115,8 @@ def main() -> int:
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        shards, vocab = make_shards(Path(tmp))
+        made = make_shards(tmp, n_docs=120, flags={**SMALL_SET_FLAGS, "num_shards": 4})  # the XLA tests' kind
+        shards, vocab = made.dir, made.vocab_size
         for model in a.models:
             rows = []
             for r in range(a.rounds):

@@ -18,7 +18,6 @@ traceback unless ``--debug``.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
@@ -27,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from training import checkpoint as ckpt
+from training.cli import PretrainArgs
 from training.data import ShardFormatError, check_shard, list_shards
 from training.resume import check_flags
 from training.shard_format import ShardSetError
+from training.train_state import recorded_run
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +81,26 @@ def check_shards(files: list[str], seq_len: int, max_pred_len: int, rank: int, w
             raise PreflightError(f"{e} (--seq_len {seq_len}, --max_pred_len {max_pred_len})") from None
 
 
-def preflight(args: argparse.Namespace, rank: int, world_size: int) -> Ready:
-    files = list_checked(args.data_dir)
-    output = Path(args.output_dir)
+def preflight(args: PretrainArgs, rank: int, world_size: int) -> Ready:
+    data, run = args.data, args.runtime
+    files = list_checked(data.data_dir)
+    output = Path(args.checkpoint.output_dir)
     outputs = [(output, "--output_dir")]
-    if not args.precompile:  # the trial run writes nothing, so it creates none of these
+    if not run.precompile:  # the trial run writes nothing, so it creates none of these
         outputs += [
             (ckpt.checkpoint_root(output), "--output_dir"),
-            (Path(args.tensorboard_dir), "--tensorboard_dir"),
-            (Path(args.metrics_file).parent, "--metrics_file"),
-            (Path(args.step_log).parent, "--step_log"),
+            (Path(run.tensorboard_dir), "--tensorboard_dir"),
+            (Path(run.metrics_file).parent, "--metrics_file"),
+            (Path(run.step_log).parent, "--step_log"),
         ]
     for path, flag in outputs:
         check_writable(path, flag)
     # The checkpoint before the shards: a refused flag (say --seq_len) is the clearer message.
     candidates, meta = ckpt.first_verified(
-        ckpt.resume_candidates(ckpt.checkpoint_root(output), args.resume_ckpt)
+        ckpt.resume_candidates(ckpt.checkpoint_root(output), args.checkpoint.resume_ckpt)
     )
-    applied = check_flags(meta, args, len(files), candidates[0]) if meta is not None else []
-    check_shards(files, args.seq_len, args.max_pred_len, rank, world_size)
+    applied = []
+    if meta is not None:
+        applied = check_flags(recorded_run(meta), args.flags(), len(files), candidates[0])
+    check_shards(files, data.seq_len, data.max_pred_len, rank, world_size)
     return Ready(files, candidates, meta, applied)

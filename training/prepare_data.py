@@ -28,6 +28,7 @@ The pipeline (and why the output does not depend on --num_workers) is described 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -60,18 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab", required=True, help="WordPiece vocab.txt (see python -m training.vocab)")
     parser.add_argument("--output_dir", required=True, help="directory for <prefix>_training_<k>.hdf5")
     parser.add_argument("--output_prefix", default="corpus", help="shard name prefix (default: corpus)")
-    parser.add_argument("--max_seq_len", type=int, default=128, help="tokens per sample (default: 128)")
+    # Defaults of the sample settings: PrepConfig's (set_defaults below).
+    parser.add_argument("--max_seq_len", type=int, help="tokens per sample (default: %(default)s)")
     parser.add_argument(
-        "--max_pred_len", type=int, default=20, help="most masked tokens per sample (default: 20)"
+        "--max_pred_len", type=int, help="most masked tokens per sample (default: %(default)s)"
     )
-    parser.add_argument(
-        "--masked_lm_prob", type=float, default=0.15, help="share of tokens masked (default: 0.15)"
-    )
-    parser.add_argument(
-        "--short_seq_prob", type=float, default=0.1, help="share of short targets (default: 0.1)"
-    )
-    parser.add_argument("--dupe_factor", type=int, default=5, help="passes with different masks (default: 5)")
-    parser.add_argument("--seed", type=int, default=12345, help="random seed (default: 12345)")
+    parser.add_argument("--masked_lm_prob", type=float, help="share of tokens masked (default: %(default)s)")
+    parser.add_argument("--short_seq_prob", type=float, help="share of short targets (default: %(default)s)")
+    parser.add_argument("--dupe_factor", type=int, help="passes with different masks (default: %(default)s)")
+    parser.add_argument("--seed", type=int, help="random seed (default: %(default)s)")
     parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
     parser.add_argument(
         "--target_per_sample",
@@ -127,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the shard set in --output_dir")
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
+    parser.set_defaults(**dataclasses.asdict(PrepConfig()))
     return parser
 
 

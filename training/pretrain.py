@@ -12,7 +12,6 @@ traceback); 143 stopped by SIGTERM after writing a checkpoint (``training.stop``
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -20,23 +19,27 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from transformers import BertConfig
 
 from training import checkpoint as ckpt
-from training.cli import parse_args
+from training.cli import PretrainArgs, parse_args
 from training.data import DataPosition, ShardFormatError, ShardStream, make_loader, position_from_tensor
 from training.device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
 from training.metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
 from training.model import PretrainingModule, build_model, count_parameters
-from training.optim import MasterWeights, apply_hyperparameters
+from training.optim import apply_hyperparameters
 from training.preflight import PreflightError, preflight
-from training.resume import ResumeError, check_flags, check_resumed_loss, saved_flags
-from training.step import make_step_state, optimizer_step
+from training.resume import ResumeError, check_flags, check_resumed_loss
+from training.step import StepState, make_step_state, optimizer_step
 from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
+from training.train_state import recorded_run, restore_state, save_state
 from trainium_job.launch import launch_env
 
 log = logging.getLogger("training.pretrain")
@@ -58,20 +61,6 @@ def seed_host(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def model_state(module: PretrainingModule, master: MasterWeights | None) -> dict[str, torch.Tensor]:
-    """The HF model's state dict; with master weights, their fp32 values replace the bf16 ones."""
-    state = module.hf_model.state_dict(keep_vars=True)
-    masters = {id(p): m for p, m in master.pairs} if master else {}
-    return {k: masters.get(id(v), v).detach() for k, v in state.items()}
-
-
-def load_model_state(module: PretrainingModule, master: MasterWeights | None, state: dict) -> None:
-    module.hf_model.load_state_dict(state)
-    if master:
-        by_id = {id(v): k for k, v in module.hf_model.state_dict(keep_vars=True).items()}
-        master.load_from_model_state(state, [by_id[id(p)] for p, _ in master.pairs])
 
 
 def param_digest(module: PretrainingModule) -> str:
@@ -99,6 +88,11 @@ class StepReporter:
         self.resumed: tuple[Path, float | None] | None = None
         self.last_step = 0
 
+    @property
+    def last_loss(self) -> float | None:
+        """The loss of the last step reported (rank 0's; None before the first)."""
+        return self.stats.losses[-1] if self.stats.losses else None
+
     def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         # Throughput over the steps since the last report (--log_every may skip some).
         now = time.perf_counter()
@@ -122,7 +116,49 @@ class StepReporter:
         )
 
 
-def train(args: argparse.Namespace) -> dict[str, Any] | None:
+@dataclass
+class Run:
+    """One rank's run: ``set_up`` makes it, ``resume`` and ``loop`` move it on, ``finish`` ends it."""
+
+    args: PretrainArgs
+    rank: int
+    world: int
+    restart: int  # torchrun's restart round
+    files: list[str]  # the shards, sorted
+    candidates: list[Path]  # checkpoints to resume from, best first (pre-flight verified the first)
+    device: str
+    precision: str
+    state: StepState
+    config: BertConfig
+    peak: float | None  # the device's peak FLOP/s for MFU, when known
+    #: The last optimizer step done, and where this rank's data stream starts.
+    step: int = 0
+    position: DataPosition = field(default_factory=DataPosition)
+    loaded: ckpt.Loaded | None = None  # the checkpoint resumed from
+    #: The last step's data position, still on the device: read when a checkpoint is written.
+    last_position: torch.Tensor | None = None
+
+    @property
+    def backend(self) -> Backend:
+        return self.state.backend
+
+    @property
+    def global_batch(self) -> int:
+        return self.args.optim.batch_size * self.args.optim.grad_accum_usteps * self.world
+
+    @property
+    def flops_per_seq(self) -> float:
+        return model_flops_per_seq(
+            self.config.num_hidden_layers, self.config.hidden_size, self.args.data.seq_len
+        )
+
+    @property
+    def writes(self) -> bool:
+        """Whether this rank writes the step log, TensorBoard and metrics (rank 0, not precompiling)."""
+        return self.rank == 0 and not self.args.runtime.precompile
+
+
+def train(args: PretrainArgs) -> dict[str, Any] | None:
     """Run (or resume) training; raises ``Stopped`` after a SIGTERM's checkpoint."""
     stop = GracefulStop()  # first: a SIGTERM during set-up stops at the first step boundary
     try:
@@ -131,217 +167,239 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
         stop.close()
 
 
-def _train(args: argparse.Namespace, stop: GracefulStop) -> dict[str, Any] | None:
+def _train(args: PretrainArgs, stop: GracefulStop) -> dict[str, Any] | None:
+    run = set_up(args, stop)
+    resume(run)
+    start_step = run.step
+    end_step = min(args.optim.max_steps, start_step + args.optim.steps_this_run)
+    if run.rank == 0:
+        log_start(run, end_step)
+    loader = make_loader(data_stream(run), num_workers=args.data.num_workers, pin_memory=run.device == "cuda")
+    batches = run.backend.batches(loader)
+    run.state.model = run.backend.wrap_model(run.state.module)
+    run.state.model.train()
+    reporter = make_reporter(run)
+    t0 = time.perf_counter()
+    reporter.last, reporter.last_step = t0, start_step
+    stopped = loop(run, batches, reporter, end_step, stop)
+    run.backend.synchronize()
+    wall = time.perf_counter() - t0
+    reporter.logger.close()
+    result = None if stopped else finish(run, reporter.stats, start_step, wall)
+    run.backend.barrier()
+    del batches, loader
+    run.backend.shutdown()
+    if stopped:
+        raise Stopped(
+            f"stopped by SIGTERM after step {run.step}; checkpoint {ckpt.step_dir_name(run.step)} "
+            f"holds it; exiting {STOP_EXIT_CODE} so the job restarts and resumes"
+        )
+    return result
+
+
+def set_up(args: PretrainArgs, stop: GracefulStop) -> Run:
+    """Pre-flight, then the device, the process group, the model and its optimizer (nothing loaded)."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     ready = preflight(args, rank, world)  # before the device, the process group and the model
     if rank == 0:
         for line in ready.applied:
             log.info("%s", line)
-    files = ready.files
-    device = select_device(args.device)
-    precision = resolve_precision(device, args.precision, args.fp32_master_weights)
-    backend: Backend = make_backend(device, local_rank, rank, world)
-    backend.configure_precision(precision, args.fp32_master_weights)
+    rt, optim, m = args.runtime, args.optim, args.model
+    device = select_device(rt.device)
+    precision = resolve_precision(device, rt.precision, optim.fp32_master_weights)
+    backend = make_backend(device, int(os.environ.get("LOCAL_RANK", "0")), rank, world)
+    backend.configure_precision(precision, optim.fp32_master_weights)
     backend.init_distributed()
     stop.attach(world)
-    output = Path(args.output_dir)
     if rank == 0:
         warn_if_restarts_will_fail()
 
-    # Same seed on every rank -> same initial weights; per-rank streams are seeded below.
-    seed_host(args.seed)
+    # Same seed on every rank -> same initial weights; ``resume`` seeds the per-rank streams.
+    seed_host(rt.seed)
     module = build_model(
-        args.model, vocab_size=args.vocab_size, mlm_head=args.mlm_head, attn=backend.attn_implementation
+        m.model, vocab_size=m.vocab_size, mlm_head=m.mlm_head, attn=backend.attn_implementation
     )
     config = module.hf_model.config
     module = backend.prepare_model(module, precision)
-    step_state = make_step_state(
+    state = make_step_state(
         backend,
         module,
         precision=precision,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        max_steps=args.max_steps,
-        grad_accum=args.grad_accum_usteps,
-        max_grad_norm=args.max_grad_norm,
-        fp32_master_weights=args.fp32_master_weights,
+        optimizer=optim.optimizer,
+        lr=optim.lr,
+        weight_decay=optim.weight_decay,
+        warmup_steps=optim.warmup_steps,
+        max_steps=optim.max_steps,
+        grad_accum=optim.grad_accum_usteps,
+        max_grad_norm=optim.max_grad_norm,
+        fp32_master_weights=optim.fp32_master_weights,
     )
-    master, optimizer, scheduler = step_state.master, step_state.optimizer, step_state.scheduler
-
-    root = ckpt.checkpoint_root(output)
-    step, position = 0, DataPosition()
-    loaded = ckpt.load_first_usable(ready.candidates, rank, world)
-    if loaded is not None:
-        start_from = loaded.path
-        if loaded.path != ready.candidates[0]:  # fell back past the one pre-flight checked
-            check_flags(loaded.meta, args, len(files), loaded.path)
-        load_model_state(module, master, loaded.state["model"])
-        optimizer.load_state_dict(loaded.state["optimizer"])
-        scheduler.load_state_dict(loaded.state["scheduler"])
-        # This run's --lr, --weight_decay and schedule, not the checkpoint's (training.resume).
-        apply_hyperparameters(optimizer, scheduler, lr=args.lr, weight_decay=args.weight_decay)
-        step = loaded.step
-        if loaded.rank_state is not None:
-            position = DataPosition(*loaded.rank_state["data_position"])
-            backend.set_rng_state(ckpt.restore_rng_state(loaded.rank_state["rng"]))
-        else:
-            position = DataPosition(epoch=int(loaded.state.get("data_epoch", 0)) + 1)
-            seed_host(args.seed + 1000 * rank + step)
-            backend.seed(args.seed + 1000 * rank + step)
-        if rank == 0:
-            log.info("resumed from %s at step %d, data position %s", start_from, step, position)
-    else:
-        seed_host(args.seed + rank)  # different dropout masks per rank
-        backend.seed(args.seed + rank)
-
-    end_step = min(args.max_steps, step + args.steps_this_run)
-    global_batch = args.batch_size * args.grad_accum_usteps * world
-    flops_per_seq = model_flops_per_seq(config.num_hidden_layers, config.hidden_size, args.seq_len)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else backend.peak_flops()
-    if rank == 0:
-        log.info(
-            "device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), "
-            "steps %d -> %d of %d",
-            device,
-            precision,
-            " + fp32 master" if master else "",
-            world,
-            global_batch,
-            args.model,
-            count_parameters(module) / 1e6,
-            step,
-            end_step,
-            args.max_steps,
-        )
-
-    stream = ShardStream(
-        files,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        max_pred_len=args.max_pred_len,
+    return Run(
+        args=args,
         rank=rank,
-        world_size=world,
-        seed=args.seed,
-        start=position,
-        vocab_size=config.vocab_size,
+        world=world,
+        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        files=ready.files,
+        candidates=ready.candidates,
+        device=device,
+        precision=precision,
+        state=state,
+        config=config,
+        peak=rt.peak_tflops * 1e12 if rt.peak_tflops else backend.peak_flops(),
     )
-    loader = make_loader(stream, num_workers=args.num_workers, pin_memory=device == "cuda")
-    batches = backend.batches(loader)
-    step_state.model = backend.wrap_model(module)
-    step_state.model.train()
 
-    writes = rank == 0 and not args.precompile
+
+def resume(run: Run) -> None:
+    """Continue from the first checkpoint that loads; without one, seed this rank's streams."""
+    seed, rank, backend = run.args.runtime.seed, run.rank, run.backend
+    loaded = ckpt.load_first_usable(run.candidates, rank, run.world)
+    if loaded is None:
+        seed_host(seed + rank)  # different dropout masks per rank
+        backend.seed(seed + rank)
+        return
+    if loaded.path != run.candidates[0]:  # fell back past the one pre-flight checked
+        check_flags(recorded_run(loaded.meta), run.args.flags(), len(run.files), loaded.path)
+    restored = restore_state(loaded, run.state)
+    # This run's --lr, --weight_decay and schedule, not the checkpoint's (training.resume).
+    optim = run.args.optim
+    apply_hyperparameters(
+        run.state.optimizer, run.state.scheduler, lr=optim.lr, weight_decay=optim.weight_decay
+    )
+    if not restored.rng_restored:  # another world size: fresh streams, other than the last run's
+        seed_host(seed + 1000 * rank + restored.step)
+        backend.seed(seed + 1000 * rank + restored.step)
+    run.step, run.position, run.loaded = restored.step, restored.position, loaded
+    if rank == 0:
+        log.info("resumed from %s at step %d, data position %s", loaded.path, run.step, run.position)
+
+
+def log_start(run: Run, end_step: int) -> None:
+    log.info(
+        "device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), steps %d -> %d of %d",
+        run.device,
+        run.precision,
+        " + fp32 master" if run.state.master else "",
+        run.world,
+        run.global_batch,
+        run.args.model.model,
+        count_parameters(run.state.module) / 1e6,
+        run.step,
+        end_step,
+        run.args.optim.max_steps,
+    )
+
+
+def data_stream(run: Run) -> ShardStream:
+    """This rank's share of the shards, from where the run continues."""
+    data = run.args.data
+    return ShardStream(
+        run.files,
+        batch_size=run.args.optim.batch_size,
+        seq_len=data.seq_len,
+        max_pred_len=data.max_pred_len,
+        rank=run.rank,
+        world_size=run.world,
+        seed=run.args.runtime.seed,
+        start=run.position,
+        vocab_size=run.config.vocab_size,
+    )
+
+
+def make_reporter(run: Run) -> StepReporter:
+    rt = run.args.runtime
     # Resumed: TensorBoard hides the events a previous attempt wrote from this step on.
     logger = StepLogger(
-        writes,
-        Path(args.step_log),
-        args.tensorboard_dir,
-        restart,
-        purge_step=step + 1 if loaded is not None else None,
+        run.writes,
+        Path(rt.step_log),
+        rt.tensorboard_dir,
+        run.restart,
+        purge_step=run.step + 1 if run.loaded is not None else None,
     )
-    reporter = StepReporter(logger, global_batch, flops_per_seq, peak, world)
-    if loaded is not None:
-        reporter.resumed = (loaded.path, loaded.meta.get("loss"))
-    last_position: torch.Tensor | None = None
+    reporter = StepReporter(logger, run.global_batch, run.flops_per_seq, run.peak, run.world)
+    if run.loaded is not None:
+        reporter.resumed = (run.loaded.path, recorded_run(run.loaded.meta).loss)
+    return reporter
 
-    def save(at_step: int, *, stopping: bool = False) -> None:
-        backend.synchronize()  # everything materialised before rank 0 copies it to the host
-        pos = position_from_tensor(last_position) if last_position is not None else position
-        ckpt.save_checkpoint(
-            root,
-            at_step,
-            ckpt.Comm(rank, world, backend.barrier),
-            rank_state={"data_position": pos.as_list(), "rng": ckpt.capture_rng_state(backend.rng_state())},
-            global_state=lambda: {
-                "model": model_state(module, master),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "step": at_step,
-                "data_epoch": pos.epoch,
-                "model_config": config.to_dict(),
-                "args": vars(args),
-            },
-            keep=args.keep_checkpoints,
-            meta=lambda: {
-                "args": saved_flags(args),
-                "num_shards": len(files),
-                "loss": reporter.stats.losses[-1] if reporter.stats.losses else None,
-            },
-            verify_and_prune=not stopping,  # inside the grace period: the next save prunes
-        )
-        if rank == 0:
-            log.info("checkpoint step %d written", at_step)
 
-    start_step = step
-    t0 = time.perf_counter()
-    reporter.last, reporter.last_step = t0, step
-    log_every = resolve_log_every(device, args.log_every)
-    stopped = False
-    while step < end_step:
-        logs = rank == 0 and ((step + 1) % log_every == 0 or step + 1 == end_step)
-        report = (lambda r, s=step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
-        last_position = optimizer_step(step_state, batches, report).position
-        step += 1
-        saved = not args.precompile and (step % args.checkpoint_every == 0 or step == end_step)
+def loop(
+    run: Run,
+    batches: Iterator[dict[str, torch.Tensor]],
+    reporter: StepReporter,
+    end_step: int,
+    stop: GracefulStop,
+) -> bool:
+    """Optimizer steps up to ``end_step``, checkpointing on the way; True when a SIGTERM stopped it."""
+    precompile, every = run.args.runtime.precompile, run.args.checkpoint.checkpoint_every
+    log_every = resolve_log_every(run.device, run.args.runtime.log_every)
+    while run.step < end_step:
+        logs = run.rank == 0 and ((run.step + 1) % log_every == 0 or run.step + 1 == end_step)
+        report = (lambda r, s=run.step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
+        run.last_position = optimizer_step(run.state, batches, report).position
+        run.step += 1
+        saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
-            save(step)  # every N steps and at the end of this run
-        if step < end_step and stop.agreed():  # every rank, after the same step
-            if not saved and not args.precompile:
-                save(step, stopping=True)
-            stopped = True
-            break
-    backend.synchronize()
-    wall = time.perf_counter() - t0
-    logger.close()
-    if stopped:
-        backend.barrier()
-        del batches, loader
-        backend.shutdown()
-        raise Stopped(
-            f"stopped by SIGTERM after step {step}; checkpoint {ckpt.step_dir_name(step)} "
-            f"holds it; exiting {STOP_EXIT_CODE} so the job restarts and resumes"
-        )
+            save(run, reporter)  # every N steps and at the end of this run
+        if run.step < end_step and stop.agreed():  # every rank, after the same step
+            if not saved and not precompile:
+                save(run, reporter, stopping=True)
+            return True
+    return False
 
-    if args.param_digest and not args.precompile:
-        digest_dir = output / "param_digest"
+
+def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
+    run.backend.synchronize()  # everything materialised before rank 0 copies it to the host
+    position = position_from_tensor(run.last_position) if run.last_position is not None else run.position
+    save_state(
+        ckpt.checkpoint_root(run.args.checkpoint.output_dir),
+        run.step,
+        run.state,
+        position,
+        flags=run.args.flags(),
+        num_shards=len(run.files),
+        loss=reporter.last_loss,
+        keep=run.args.checkpoint.keep_checkpoints,
+        verify_and_prune=not stopping,  # inside the grace period: the next save prunes
+    )
+    if run.rank == 0:
+        log.info("checkpoint step %d written", run.step)
+
+
+def finish(run: Run, stats: RunStats, start_step: int, wall: float) -> dict[str, Any] | None:
+    """A finished run's outputs: each rank's weight digest (--param_digest), rank 0's metrics."""
+    rt = run.args.runtime
+    if rt.param_digest and not rt.precompile:
+        digest_dir = Path(run.args.checkpoint.output_dir) / "param_digest"
         digest_dir.mkdir(parents=True, exist_ok=True)
-        (digest_dir / f"rank_{rank:05d}.txt").write_text(param_digest(module) + "\n")
-    result = None
-    if writes:
-        result = summary(
-            reporter.stats,
-            start_step=start_step,
-            end_step=step,
-            wall_s=wall,
-            global_batch=global_batch,
-            flops_per_seq=flops_per_seq,
-            peak_per_device=peak,
-            world_size=world,
-            extra={
-                "device": device,
-                "precision": precision,
-                "model": args.model,
-                "optimizer": args.optimizer,
-                "restart": restart,
-                "max_steps": args.max_steps,
-            },
-        )
-        metrics_file = Path(args.metrics_file)
-        if step == start_step and metrics_file.exists():
-            # A restart of a finished run: keep the summary of the run that did the work.
-            log.info("nothing to do at step %d of %d; %s kept", step, args.max_steps, metrics_file)
-        else:
-            metrics_file.parent.mkdir(parents=True, exist_ok=True)
-            ckpt.write_json_durably(metrics_file, result)
-        log.info("done: %s", json.dumps(result))
-    backend.barrier()
-    del batches, loader
-    backend.shutdown()
+        (digest_dir / f"rank_{run.rank:05d}.txt").write_text(param_digest(run.state.module) + "\n")
+    if not run.writes:
+        return None
+    result = summary(
+        stats,
+        start_step=start_step,
+        end_step=run.step,
+        wall_s=wall,
+        global_batch=run.global_batch,
+        flops_per_seq=run.flops_per_seq,
+        peak_per_device=run.peak,
+        world_size=run.world,
+        extra={
+            "device": run.device,
+            "precision": run.precision,
+            "model": run.args.model.model,
+            "optimizer": run.args.optim.optimizer,
+            "restart": run.restart,
+            "max_steps": run.args.optim.max_steps,
+        },
+    )
+    metrics_file = Path(rt.metrics_file)
+    if run.step == start_step and metrics_file.exists():
+        # A restart of a finished run: keep the summary of the run that did the work.
+        log.info("nothing to do at step %d of %d; %s kept", run.step, run.args.optim.max_steps, metrics_file)
+    else:
+        metrics_file.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.write_json_durably(metrics_file, result)
+    log.info("done: %s", json.dumps(result))
     return result
 
 
@@ -366,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", e)
         return STOP_EXIT_CODE
     except (PreflightError, ckpt.CheckpointError, ResumeError, ShardFormatError) as e:
-        if args.debug:
+        if args.runtime.debug:
             raise
         print(f"error [rank {rank}]: {one_line(e)}", file=sys.stderr, flush=True)
         return 2

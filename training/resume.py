@@ -2,9 +2,9 @@
 
 Each flag that shapes the training state is either applied (the run continues with the new
 value, correctly) or refused (a one-line error naming the flag, before the first step). The
-checkpoint's ``meta.json`` records the flags (``saved_flags``), so pre-flight decides without
-loading the state. docs/training.md ("Changing flags on resume") shows this table; a test keeps
-them in step.
+checkpoint's ``meta.json`` records the flags (``saved_flags``; ``training.train_state`` writes
+and reads it), so pre-flight decides without loading the state. docs/training.md ("Changing flags
+on resume") shows this table; a test keeps them in step.
 
 The loss check: a resumed run's first logged loss is compared with the loss recorded at the
 save. Weights that verify but are wrong (a bug, memory corruption before the write) show as a
@@ -13,8 +13,9 @@ jump; training on them would waste the job, so the run stops with the checkpoint
 
 from __future__ import annotations
 
-import argparse
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,6 @@ RESUME_FLAGS: dict[str, tuple[str, str]] = {
     "max_pred_len": (REFUSED, "another data format: start a new --output_dir"),
     "seed": (REFUSED, "the data order follows the seed: the saved positions would point at other samples"),
 }
-#: The shard count is checked too: positions index the sorted shard list.
-NUM_SHARDS_KEY = "num_shards"
 #: A resumed run fails when its first loss is above FACTOR x recorded + MARGIN (nats) or not
 #: finite. Loose on purpose: one batch's loss varies by tens of percent; a wrong state is off by
 #: orders of magnitude (a damaged state.pt: 8.8 -> 1.9e7 in the issue that asked for this).
@@ -53,22 +52,34 @@ class ResumeError(RuntimeError):
     """A resume that cannot be honest; the message is one line naming the flag or checkpoint."""
 
 
-def saved_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """What ``meta.json`` records of this run's flags."""
-    return {name: getattr(args, name) for name in RESUME_FLAGS}
+@dataclass(frozen=True)
+class RecordedRun:
+    """What a checkpoint records of the run that wrote it (``training.train_state``)."""
+
+    #: ``saved_flags`` of that run; empty for a checkpoint written before flags were recorded.
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    #: Its shard count (positions index the sorted shard list, so it is checked too).
+    num_shards: int | None = None
+    #: Its last logged loss (``check_resumed_loss``).
+    loss: float | None = None
 
 
-def check_flags(meta: dict[str, Any], args: argparse.Namespace, num_shards: int, path: Path) -> list[str]:
+def saved_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """What a checkpoint records of a run's flags (``flags``: all of them, by name)."""
+    return {name: flags[name] for name in RESUME_FLAGS}
+
+
+def check_flags(recorded: RecordedRun, flags: Mapping[str, Any], num_shards: int, path: Path) -> list[str]:
     """Refuse (ResumeError) a refused flag that changed; return a line per applied change.
 
     A checkpoint without recorded flags (written before they were) is not checked.
     """
-    saved = meta.get("args") or {}
+    saved = recorded.flags
     applied = []
     for name, (decision, why) in RESUME_FLAGS.items():
-        if name not in saved or saved[name] == getattr(args, name):
+        if name not in saved or saved[name] == flags[name]:
             continue
-        old, new = saved[name], getattr(args, name)
+        old, new = saved[name], flags[name]
         if decision == REFUSED:
             if isinstance(old, bool):
                 change = f"--{name} is {'set' if new else 'not set'}, unlike in the run of checkpoint {path}"
@@ -80,10 +91,10 @@ def check_flags(meta: dict[str, Any], args: argparse.Namespace, num_shards: int,
                 )
             raise ResumeError(f"{change}: {why}; {fix} or use a new --output_dir")
         applied.append(f"--{name} changed from {old} to {new} since checkpoint {path.name}: applied ({why})")
-    old_shards = meta.get(NUM_SHARDS_KEY)
+    old_shards = recorded.num_shards
     if old_shards is not None and old_shards != num_shards:
         raise ResumeError(
-            f"--data_dir {args.data_dir} holds {num_shards} shards, the run of checkpoint {path} read "
+            f"--data_dir {flags['data_dir']} holds {num_shards} shards, the run of checkpoint {path} read "
             f"{old_shards}: the saved data positions would point at other samples; restore the "
             "shards or use a new --output_dir"
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.corpus import build_vocab, write_corpus
+from training.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -33,57 +33,46 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class Shards:
-    """Shards written by ``python -m training.prepare_data`` from a synthetic corpus."""
+def run_module(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` from the repository, its output captured as text."""
+    return subprocess.run(
+        [PYTHON, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
-    def __init__(self, directory: Path, vocab_size: int) -> None:
-        self.dir = directory
-        self.vocab_size = vocab_size
 
-    @property
-    def files(self) -> list[Path]:
-        return sorted(self.dir.glob("*_training_*.hdf5"))
+def tiny_args(data: SyntheticShards, out: Path, *extra: str) -> list[str]:
+    """pretrain flags for a tiny BERT on the test shards (extra flags override earlier ones)."""
+    return [
+        "--data_dir",
+        str(data.dir),
+        "--output_dir",
+        str(out),
+        "--model",
+        "tiny",
+        "--vocab_size",
+        str(data.vocab_size),
+        "--batch_size",
+        "4",
+        "--grad_accum_usteps",
+        "2",
+        "--max_steps",
+        "8",
+        "--warmup_steps",
+        "2",
+        "--lr",
+        "2e-3",
+        "--seed",
+        "11",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="session")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
+def shards(tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
     """6 shards of ~75 samples (seq 128, 20 predictions) over a 400-piece vocabulary."""
     root = tmp_path_factory.mktemp("prepared")
-    corpus = write_corpus(root / "corpus.txt", n_docs=60, seed=0)
-    vocab = build_vocab([corpus], root / "vocab.txt", vocab_size=400)
-    out = root / "shards"
-    subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(corpus),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(out),
-            "--num_shards",
-            "6",
-            "--dupe_factor",
-            "2",
-            "--num_workers",
-            "1",
-            "--max_seq_len",
-            "128",
-            "--max_pred_len",
-            "20",
-            "--seed",
-            "7",
-        ],
-        check=True,
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        timeout=120,
-    )
-    vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
-    result = Shards(out, vocab_size)
+    flags = {**SMALL_SET_FLAGS, "num_shards": 6}
+    result = make_shards(root, n_docs=60, flags=flags, env=child_env(), timeout=120)
     assert len(result.files) == 6
     return result
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from training.data import make_batch, read_shard
-from training.model import additive_attention_mask, build_model, count_parameters, load_config
+from training.model import CONFIG_DIR, additive_attention_mask, build_model, count_parameters, load_config
+from trainium_job.spec import MODELS
 
 
 @pytest.mark.parametrize(
@@ -24,6 +25,10 @@ def test_given_config_name_then_bert_shapes(name, layers, hidden, heads, ffn):
     )
     assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size) == (30522, 512, 2)
     assert load_config(name, vocab_size=400).vocab_size == 400
+
+
+def test_given_the_jobs_model_list_then_it_names_exactly_the_configs_kept_here():
+    assert sorted(p.stem for p in CONFIG_DIR.glob("*.json")) == sorted(MODELS)
 
 
 def test_given_large_config_then_bert_large_parameter_count():

@@ -12,7 +12,6 @@ import math
 import random
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -20,11 +19,12 @@ import numpy as np
 import pytest
 from transformers import BertTokenizerFast
 
-from tests.training.corpus import build_vocab, write_corpus
+from tests.training.conftest import run_module
 from training.bert_samples import PrepConfig, TokenizedChunk, build_pairs, truncate_pair
 from training.prep_pipeline import prepare_shards
 from training.prep_units import plan_chunks, tokenize_documents
 from training.shard_format import SHARD_FIELDS
+from training.synthetic import build_vocab, write_corpus
 from training.vocab import SPECIAL_TOKENS, bert_tokenizer, read_vocab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,13 +75,7 @@ def base_run(corpus, tmp_path_factory):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "training.prepare_data", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("training.prepare_data", *args)
 
 
 def original_ids(data: dict[str, np.ndarray]) -> np.ndarray:

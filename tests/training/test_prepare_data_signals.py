@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.corpus import build_vocab, write_corpus
+from training.synthetic import build_vocab, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 

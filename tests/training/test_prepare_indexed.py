@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.corpus import build_vocab, write_corpus
+from training.synthetic import build_vocab, prepare_data_command, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = [
@@ -46,20 +46,7 @@ def corpus(tmp_path_factory) -> tuple[Path, Path, Path]:
     vocab = build_vocab([first], root / "vocab.txt", vocab_size=400)
     single = root / "single"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.prepare_data",
-            "--input",
-            str(folder),
-            "--vocab",
-            str(vocab),
-            "--output_dir",
-            str(single),
-            "--num_workers",
-            "1",
-            *SETTINGS,
-        ],
+        [*prepare_data_command(input=folder, vocab=vocab, output_dir=single, num_workers=1), *SETTINGS],
         cwd=REPO,
         capture_output=True,
         text=True,

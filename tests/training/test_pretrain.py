@@ -9,40 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.conftest import PYTHON, REPO, child_env
+from tests.training.conftest import PYTHON, REPO, child_env, tiny_args
 from training import checkpoint as ckpt
 from training.pretrain import parse_args, train
 
 
 def args_for(shards, out: Path, *extra: str) -> list[str]:
-    return [
-        "--data_dir",
-        str(shards.dir),
-        "--output_dir",
-        str(out),
-        "--model",
-        "tiny",
-        "--vocab_size",
-        str(shards.vocab_size),
-        "--batch_size",
-        "4",
-        "--grad_accum_usteps",
-        "2",
-        "--max_steps",
-        "8",
-        "--warmup_steps",
-        "2",
-        "--lr",
-        "2e-3",
-        "--checkpoint_every",
-        "3",
-        "--keep_checkpoints",
-        "2",
-        "--param_digest",
-        "--seed",
-        "11",
-        *extra,
-    ]
+    """The tiny run of these tests: checkpoints at 3 and 6 (and the end), two kept, weight digests."""
+    return tiny_args(
+        shards, out, "--checkpoint_every", "3", "--keep_checkpoints", "2", "--param_digest", *extra
+    )
 
 
 def run(shards, out: Path, *extra: str) -> dict | None:
@@ -109,7 +85,7 @@ def test_given_precompile_then_no_checkpoint_metrics_or_events(shards, tmp_path,
     assert not (out / "tensorboard").exists() and not (out / "train_log.jsonl").exists()
     # neuron_parallel_compile's trial run sets this; the flag is then implied.
     monkeypatch.setenv("NEURON_EXTRACT_GRAPHS_ONLY", "1")
-    assert parse_args(args_for(shards, out)).precompile is True
+    assert parse_args(args_for(shards, out)).runtime.precompile is True
 
 
 @pytest.mark.parametrize(("optimizer", "lr"), [("lamb", "0.05")])  # AdamW: fp32 tests above
@@ -148,22 +124,24 @@ def test_given_bad_flags_then_usage_error():
             parse_args(["--data_dir", "x", *bad])
         assert e.value.code == 2
     args = parse_args(["--data_dir", "x"])
+    optim, data = args.optim, args.data
     assert (
-        args.batch_size,
-        args.grad_accum_usteps,
-        args.max_steps,
-        args.steps_this_run,
-        args.lr,
-        args.warmup_steps,
-        args.seq_len,
-        args.max_pred_len,
-        args.optimizer,
-        args.weight_decay,
-        args.max_grad_norm,
-        args.model,
-        args.resume_ckpt,
+        optim.batch_size,
+        optim.grad_accum_usteps,
+        optim.max_steps,
+        optim.steps_this_run,
+        optim.lr,
+        optim.warmup_steps,
+        data.seq_len,
+        data.max_pred_len,
+        optim.optimizer,
+        optim.weight_decay,
+        optim.max_grad_norm,
+        args.model.model,
+        args.checkpoint.resume_ckpt,
     ) == (16, 32, 28125, 28125, 4e-4, 2000, 128, 20, "adamw", 0.01, 1.0, "large", "auto")
-    assert parse_args(["--data_dir", "x", "--resume_ckpt"]).resume_ckpt == "auto"  # reference's bare flag
+    bare = parse_args(["--data_dir", "x", "--resume_ckpt"])
+    assert bare.checkpoint.resume_ckpt == "auto"  # reference's bare flag
 
 
 def test_given_module_entry_point_then_runs_as_torchrun_would(shards, tmp_path):

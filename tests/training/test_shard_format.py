@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.training.conftest import run_module
 from tests.training.test_data import make_shards
 from training.shard_format import (
     MANIFEST_NAME,
@@ -22,17 +22,9 @@ from training.shard_format import (
     write_manifest,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def shard_format_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "training.shard_format", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module("training.shard_format", *args, timeout=60)
 
 
 def test_given_foreign_shards_when_a_manifest_is_made_then_it_records_counts_shapes_and_checksums(tmp_path):

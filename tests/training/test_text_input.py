@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.training.corpus import build_vocab, write_corpus
+from training.synthetic import build_vocab, write_corpus
 from training.text_input import binary_kind, expand_inputs
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tokenizers import BertWordPieceTokenizer
 from transformers import BertTokenizerFast
 
-from tests.training.corpus import write_corpus
+from tests.training.conftest import run_module
+from training.synthetic import write_corpus
 from training.vocab import (
     FAST_PATH_EXTRA_CHARACTERS,
     SPECIAL_TOKENS,
@@ -22,13 +22,9 @@ from training.vocab import (
     train_vocab,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "training.vocab", *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    return run_module("training.vocab", *args)
 
 
 @pytest.fixture(scope="module")

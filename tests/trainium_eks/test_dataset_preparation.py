@@ -18,9 +18,9 @@ import pytest
 from aws_cdk import Stack
 
 from tests.support import k8s_manifests, synth_training, validate_k8s
-from tests.training.corpus import build_vocab, write_corpus
 from tests.trainium_eks.training_support import bare_cluster
 from training.prepare_data import build_parser
+from training.synthetic import build_vocab, write_corpus
 from trainium_eks.config import ConfigError, config_from_context
 from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
 from trainium_job.paths import job_paths

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import PYTHON, REPO, Shards, child_env, free_port, shards  # noqa: F401 (fixture)
+from tests.training.conftest import PYTHON, REPO, child_env, free_port, shards  # noqa: F401 (fixture)
+from tests.training.conftest import tiny_args as cpu_tiny_args
+from training.synthetic import SyntheticShards
 
 # Compile time dominates these tests (XLA:CPU's LLVM backend, ~20 s a graph on a busy 2-core
 # machine). Optimisation level 0 compiles ~3x faster; these tests check graphs, transfers and
@@ -35,33 +37,9 @@ def pjrt_cpu() -> None:
     torch_xla.device()
 
 
-def tiny_args(data: Shards, out: Path, *extra: str) -> list[str]:
-    """pretrain flags for a tiny BERT on the test shards (extra flags override earlier ones)."""
-    return [
-        "--data_dir",
-        str(data.dir),
-        "--output_dir",
-        str(out),
-        "--model",
-        "tiny",
-        "--vocab_size",
-        str(data.vocab_size),
-        "--batch_size",
-        "4",
-        "--grad_accum_usteps",
-        "2",
-        "--max_steps",
-        "8",
-        "--warmup_steps",
-        "2",
-        "--lr",
-        "2e-3",
-        "--seed",
-        "11",
-        "--device",
-        "xla",
-        *extra,
-    ]
+def tiny_args(data: SyntheticShards, out: Path, *extra: str) -> list[str]:
+    """The CPU tests' tiny run, on the XLA device (extra flags override earlier ones)."""
+    return cpu_tiny_args(data, out, "--device", "xla", *extra)
 
 
 def run_pretrain(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:

@@ -12,8 +12,8 @@ import difflib
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from training.cli import _validate as validate_parsed_args
 from training.cli import build_parser
+from training.cli import check_args as validate_parsed_args
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.job import check_rendezvous, script_args

@@ -1,14 +1,15 @@
-"""Small deterministic corpora and vocabularies for tests of the training package.
+"""Small deterministic corpora, vocabularies and shard sets, for the tests and the benchmarks.
 
-Typical use (shards in a temporary directory, in a few seconds on one core)::
+Shards the way a user makes them, in a few seconds on one core: a synthetic corpus, a vocab
+trained on it, then ``python -m training.prepare_data`` in a fresh process::
 
-    from tests.training.corpus import build_vocab, write_corpus
-    from training.bert_samples import PrepConfig
-    from training.prep_pipeline import prepare_shards
+    from training.synthetic import make_shards
 
-    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=40, seed=0)
-    vocab = build_vocab([corpus], tmp_path / "vocab.txt", vocab_size=400)
-    prepare_shards([corpus], vocab, tmp_path / "shards", PrepConfig(dupe_factor=1), num_shards=2)
+    shards = make_shards(tmp_path, n_docs=60, flags={"num_shards": 6, "dupe_factor": 2, "num_workers": 1})
+    shards.dir, shards.vocab_size, shards.files
+
+``prepare_data_command`` is that command line, for callers that run the tool themselves
+(timed, with other flags, or failing on purpose).
 
 The text is English-looking but synthetic: words drawn with a Zipf-like frequency from a fixed
 list of common words plus made-up multi-syllable words, so that a small vocabulary splits many
@@ -19,11 +20,27 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
 from training.vocab import train_vocab
+from trainium_job.launch import script_args_from_dict
+
+#: Where ``python -m training...`` finds the package (the repository, or the image's work dir).
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+#: ``training.prepare_data`` flags of the small shard sets the tests and the XLA bench train on:
+#: pretrain's default sample shape, two passes over the corpus (other masks), one worker process.
+SMALL_SET_FLAGS: Mapping[str, int] = {
+    "max_seq_len": 128,
+    "max_pred_len": 20,
+    "dupe_factor": 2,
+    "num_workers": 1,
+    "seed": 7,
+}
 
 _COMMON = (
     "the of and to in a is that for it as was with be by on not he this are or his from at which "
@@ -103,3 +120,59 @@ def build_vocab(
     share it when results must be compared. Returns ``out_path``.
     """
     return train_vocab(corpus_paths, out_path, vocab_size=vocab_size, min_frequency=2)
+
+
+def prepare_data_command(**flags: str | int | float | bool | os.PathLike[str] | None) -> list[str]:
+    """``python -m training.prepare_data`` with ``flags`` (``input=``, ``vocab=``, ``output_dir=``...).
+
+    Rendered as the job renders script flags (``trainium_job.launch.script_args_from_dict``):
+    ``True`` is a bare switch, ``False`` and ``None`` are left out, paths become strings.
+    """
+    values = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in flags.items()}
+    return [sys.executable, "-m", "training.prepare_data", *script_args_from_dict(values)]
+
+
+@dataclass(frozen=True)
+class SyntheticShards:
+    """A shard set written by ``python -m training.prepare_data``, and its vocab."""
+
+    dir: Path
+    vocab: Path
+
+    @property
+    def vocab_size(self) -> int:
+        with open(self.vocab, encoding="utf-8") as f:
+            return sum(1 for _ in f)
+
+    @property
+    def files(self) -> list[Path]:
+        return sorted(self.dir.glob("*_training_*.hdf5"))
+
+
+def make_shards(
+    root: str | os.PathLike[str],
+    *,
+    n_docs: int,
+    flags: Mapping[str, str | int | float | bool | None],
+    corpus_seed: int = 0,
+    vocab_size: int = 400,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> SyntheticShards:
+    """Corpus (``root/corpus.txt``) -> vocab (``root/vocab.txt``) -> shards (``root/shards``).
+
+    ``flags`` go to ``training.prepare_data`` as they are (``prepare_data_command``). The tool
+    runs in a fresh process (``env``: its environment, default this one's); a failure raises
+    with the end of its stderr.
+    """
+    root = Path(root)
+    corpus = write_corpus(root / "corpus.txt", n_docs=n_docs, seed=corpus_seed)
+    vocab = build_vocab([corpus], root / "vocab.txt", vocab_size=vocab_size)
+    shards = SyntheticShards(root / "shards", vocab)
+    command = prepare_data_command(input=corpus, vocab=vocab, output_dir=shards.dir, **flags)
+    done = subprocess.run(
+        command, cwd=PACKAGE_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return shards
