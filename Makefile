@@ -41,6 +41,12 @@ synth: $(VENV)/.runtime node_modules/.installed
 deploy: $(VENV)/.runtime node_modules/.installed
 	$(CDK) deploy --all
 
+# Read-only checks that the AWS account can hold the configured platform, before the first deploy
+# (docs/acceptance.md): ARGS="-c key=value ... --profile NAME". Exit 1 on any FAIL line.
+.PHONY: doctor
+doctor: $(VENV)/.runtime
+	$(PY) -m trainium_eks.doctor $(ARGS)
+
 # etcd with the v2 API for the rendezvous tests (Debian's etcd-server, 3.4.x).
 .PHONY: etcd
 etcd:

@@ -1,0 +1,159 @@
+"""Can the account launch the Trainium nodes: the vCPU quota, the type in the AZ, a reservation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..versions import SYSTEM_NODE_INSTANCE_TYPE
+from .aws import error_code
+from .findings import Status, Verdict
+from .quotas import TRN_VCPUS, quota_value, renamed
+from .target import Target
+
+
+def trn_quota(t: Target) -> Verdict:
+    """The Trn vCPU quota against nodes x vCPUs of the instance type (instance facts)."""
+    c, facts = t.config, t.config.facts
+    need, need_max = c.desired_nodes * facts.vcpus, c.max_nodes * facts.vcpus
+    quota = quota_value(t.aws, TRN_VCPUS)
+    found = (
+        f"{quota.describe(TRN_VCPUS)} vCPUs; {c.desired_nodes} x {facts.name} need {need}"
+        f"{renamed(TRN_VCPUS, quota)}"
+    )
+    ask = f"ask for {need_max:g}: {TRN_VCPUS.increase_command(c.region, need_max)}"
+    if quota.value < need:
+        # Whether instances in a Capacity Block draw on this quota is not verified here.
+        status = Status.WARN if c.capacity_type == "capacity-block" else Status.FAIL
+        return Verdict(status, found + " (Trn instances already running count too)", ask)
+    if quota.value < need_max:
+        return Verdict(Status.WARN, f"{found}, but max_nodes={c.max_nodes} needs {need_max}", ask)
+    return Verdict(Status.OK, found)
+
+
+def _offered_in(t: Target, instance_type: str, az_ids: list[str] | None) -> set[str]:
+    """AZ IDs of the region (of ``az_ids``, if given) that offer ``instance_type``."""
+    filters = [{"Name": "instance-type", "Values": [instance_type]}]
+    if az_ids is not None:
+        filters.append({"Name": "location", "Values": az_ids})
+    pages = (
+        t.aws.client("ec2")
+        .get_paginator("describe_instance_type_offerings")
+        .paginate(LocationType="availability-zone-id", Filters=filters)
+    )
+    return {
+        offer["Location"]
+        for page in pages
+        for offer in page["InstanceTypeOfferings"]
+        if offer["InstanceType"] == instance_type
+    }
+
+
+def instance_offering(t: Target) -> Verdict:
+    """The Trainium type offered in the Trainium AZ ID (and where it is, when it is not)."""
+    c = t.config
+    if c.trainium_az_id in _offered_in(t, c.instance_type, [c.trainium_az_id]):
+        return Verdict(Status.OK, f"{c.instance_type} is offered in {c.trainium_az_id}")
+    elsewhere = sorted(_offered_in(t, c.instance_type, None))
+    fix = (
+        f"set trainium_az_id to one of {', '.join(elsewhere)}"
+        if elsewhere
+        else f"no AZ of {c.region} offers it: choose another region"
+    )
+    return Verdict(Status.FAIL, f"{c.instance_type} is not offered in {c.trainium_az_id} ({c.region})", fix)
+
+
+def system_offering(t: Target) -> Verdict:
+    """The system nodegroup's type offered in both AZ IDs (the control plane needs two)."""
+    c = t.config
+    wanted = [c.trainium_az_id, c.second_az_id]
+    offered = _offered_in(t, SYSTEM_NODE_INSTANCE_TYPE, wanted)
+    missing = [az for az in wanted if az not in offered]
+    if missing:
+        return Verdict(
+            Status.FAIL,
+            f"{SYSTEM_NODE_INSTANCE_TYPE} (system nodes) is not offered in {', '.join(missing)}",
+            "choose AZ IDs that offer it (aws ec2 describe-instance-type-offerings --location-type "
+            "availability-zone-id)",
+        )
+    return Verdict(Status.OK, f"{SYSTEM_NODE_INSTANCE_TYPE} (system nodes) is offered in {', '.join(wanted)}")
+
+
+#: ``capacity_type`` -> the reservation's ``ReservationType`` (EC2 API CapacityReservation).
+RESERVATION_TYPES = {"on-demand": "default", "capacity-block": "capacity-block"}
+
+
+def capacity_reservation(t: Target) -> Verdict:
+    """A configured reservation or Capacity Block: exists, is active, type, AZ and size match."""
+    c = t.config
+    if c.capacity_reservation_id is None:
+        return Verdict(
+            Status.OK,
+            f"none configured: on-demand launches need free {c.instance_type} capacity in "
+            f"{c.trainium_az_id} (InsufficientInstanceCapacity otherwise; a Capacity Block reserves it)",
+        )
+    rid = c.capacity_reservation_id
+    try:
+        answer = t.aws.client("ec2").describe_capacity_reservations(CapacityReservationIds=[rid])
+    except ClientError as err:
+        if error_code(err).startswith("InvalidCapacityReservationId"):
+            return Verdict(
+                Status.FAIL,
+                f"{rid} does not exist in {c.region} ({error_code(err)})",
+                "check capacity_reservation_id and region",
+            )
+        raise
+    found = answer["CapacityReservations"]
+    if not found:
+        return Verdict(
+            Status.FAIL, f"{rid} not found in {c.region}", "check capacity_reservation_id and region"
+        )
+    return _judge_reservation(t, found[0])
+
+
+def _judge_reservation(t: Target, r: dict[str, Any]) -> Verdict:
+    c, rid = t.config, t.config.capacity_reservation_id
+    kind = r.get("ReservationType", "default")
+    if kind != RESERVATION_TYPES[c.capacity_type]:
+        other = next(k for k, v in RESERVATION_TYPES.items() if v == kind)
+        return Verdict(Status.FAIL, f"{rid} is a '{kind}' reservation", f"set capacity_type={other}")
+    if r["InstanceType"] != c.instance_type:
+        return Verdict(
+            Status.FAIL,
+            f"{rid} holds {r['InstanceType']}, not {c.instance_type}",
+            f"set instance_type={r['InstanceType']} or use a reservation of {c.instance_type}",
+        )
+    if r.get("AvailabilityZoneId") != c.trainium_az_id:
+        return Verdict(
+            Status.FAIL,
+            f"{rid} is in {r.get('AvailabilityZoneId')}, not {c.trainium_az_id}",
+            f"set trainium_az_id={r.get('AvailabilityZoneId')}",
+        )
+    state = r["State"]
+    until = f" until {r['EndDate']:%Y-%m-%d %H:%M} UTC" if r.get("EndDate") else ""
+    if state == "scheduled":
+        if r["TotalInstanceCount"] < c.desired_nodes:
+            return _too_small(rid, r["TotalInstanceCount"], c.desired_nodes)
+        return Verdict(
+            Status.WARN,
+            f"{rid} ({r['TotalInstanceCount']} x {c.instance_type}) starts {r['StartDate']:%Y-%m-%d %H:%M} UTC",
+            "deploy after it starts: nodes cannot launch into it before",
+        )
+    if state != "active":
+        return Verdict(Status.FAIL, f"{rid} is {state}", "use an active reservation or Capacity Block")
+    if r["AvailableInstanceCount"] < c.desired_nodes:
+        return _too_small(rid, r["AvailableInstanceCount"], c.desired_nodes)
+    return Verdict(
+        Status.OK,
+        f"{rid} is active in {c.trainium_az_id}{until}: {r['AvailableInstanceCount']} of "
+        f"{r['TotalInstanceCount']} x {c.instance_type} free, {c.desired_nodes} needed",
+    )
+
+
+def _too_small(rid: str | None, free: int, need: int) -> Verdict:
+    return Verdict(
+        Status.FAIL,
+        f"{rid} has {free} instances free, {need} needed",
+        f"set desired_nodes/min_nodes to {free} or less, or free or extend the reservation",
+    )
