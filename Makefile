@@ -47,6 +47,17 @@ deploy: $(VENV)/.runtime node_modules/.installed
 doctor: $(VENV)/.runtime
 	$(PY) -m trainium_eks.doctor $(ARGS)
 
+# Acceptance on a real account (docs/acceptance.md): deploys a small variant with an integ-tests
+# assertion, then destroys it. Prints the cost first; refuses without ACK_COST=yes.
+.PHONY: integ
+integ: $(VENV)/.dev node_modules/.installed
+	ACK_COST=$(ACK_COST) $(PY) -m tests.integ.run $(ARGS)
+
+# Rewrite the integ app's committed snapshot after an intended template change (make test compares).
+.PHONY: integ-snapshot
+integ-snapshot: $(VENV)/.dev node_modules/.installed
+	$(PY) -m tests.integ.snapshot --update
+
 # etcd with the v2 API for the rendezvous tests (Debian's etcd-server, 3.4.x).
 .PHONY: etcd
 etcd:
