@@ -10,6 +10,7 @@ not the expected one within its wait; ``cdk destroy --all`` then runs whatever h
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -40,10 +41,9 @@ def main(
     run: Callable[..., Any] = subprocess.run,
     out: TextIO = sys.stdout,
 ) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    overrides = parse_overrides(
-        value for flag, value in zip(args[::2], args[1::2], strict=True) if flag == "-c"
-    )
+    parser = argparse.ArgumentParser(prog="make integ", description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
+    overrides = parse_overrides(parser.parse_args(argv).context)
     config = integ_config({**read_context(REPO), **overrides})
     print(cost_notice(config), file=out)
     deploy, destroy = commands(overrides)

@@ -68,7 +68,7 @@ def probe(api: Api, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]
     """(verdict, details) of one look at the cluster. ``env`` holds the function's settings."""
     ns, job, nodes = env["NAMESPACE"], env["JOB_NAME"], int(env["NODES"])
     allocatable = json.loads(env["ALLOCATABLE"])
-    selector = urllib.parse.quote(env["NODE_SELECTOR"])
+    selector = urllib.parse.quote(env["NODE_SELECTOR"], safe="")
     listed = (api.get(f"/api/v1/nodes?labelSelector={selector}") or {}).get("items", [])
     seen = {
         n["metadata"]["name"]: {k: n.get("status", {}).get("allocatable", {}).get(k) for k in allocatable}
