@@ -6,6 +6,7 @@ import io
 import subprocess
 
 from tests.integ.run import main
+from trainium_eks import instance_facts
 
 
 class Recorder:
@@ -21,8 +22,9 @@ def test_given_no_cost_acknowledgement_when_run_then_it_prints_the_estimate_and_
     out, run = io.StringIO(), Recorder()
     assert main([], env={}, run=run, out=out) == 2
     text = out.getvalue()
-    assert "cost:         $43.00/h on demand" in text
-    assert "integ run: about 2 h of 2 x trn1.32xlarge = $86 of Trainium time" in text
+    price = instance_facts("trn1.32xlarge").on_demand_usd_per_hour
+    assert f"cost:         ${2 * price:,.2f}/h on demand" in text
+    assert f"integ run: about 2 h of 2 x trn1.32xlarge = ${2 * 2 * price:,.0f} of Trainium time" in text
     assert "make integ ACK_COST=yes" in text
     assert run.commands == []
 

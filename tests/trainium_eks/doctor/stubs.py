@@ -23,6 +23,7 @@ from trainium_eks.config import PlatformConfig, config_from_context
 from trainium_eks.doctor.bootstrap import BootstrapRequirement
 from trainium_eks.doctor.registry import HttpAnswer
 from trainium_eks.doctor.target import Target
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
 ACCOUNT = "123456789012"
 REGION = "us-west-2"
@@ -194,7 +195,9 @@ def bootstrap_call(version: str = "30") -> Call:
     )
 
 
-def cluster_versions_call(version: str = "1.36", status: str = "STANDARD_SUPPORT", rows: bool = True) -> Call:
+def cluster_versions_call(
+    version: str = DEFAULT_KUBERNETES_VERSION, status: str = "STANDARD_SUPPORT", rows: bool = True
+) -> Call:
     row = {
         "clusterVersion": version,
         "clusterType": "eks",

@@ -28,7 +28,7 @@ from tests.trainium_eks.doctor.stubs import (
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.doctor import CHECKS, IAM_ACTIONS, main, run_checks
 from trainium_eks.doctor.findings import Status
-from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, SYSTEM_NODE_INSTANCE_TYPE
 
 BUCKET, KEY = PUBLIC_BERT_SHARDS.removeprefix("s3://").split("/", 1)
 
@@ -128,7 +128,9 @@ def test_given_a_blocker_when_main_runs_then_it_prints_the_lines_and_exits_1(tmp
     )
     lines = out.getvalue().splitlines()
     assert code == 1
-    assert lines[0] == "Checking us-west-2 (usw2-az4) for 2 x trn1.32xlarge, Kubernetes 1.36 (read-only)"
+    assert lines[0] == (
+        f"Checking us-west-2 (usw2-az4) for 2 x trn1.32xlarge, Kubernetes {DEFAULT_KUBERNETES_VERSION} (read-only)"
+    )
     assert [line.split(" ", 2)[:2] for line in lines[1:-1]] == [
         ["ok", "credentials:"],
         *(["FAIL" if c.name == "trn-quota" else "ok", f"{c.name}:"] for c in CHECKS),

@@ -22,13 +22,18 @@ from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.doctor import sources
 from trainium_eks.doctor.findings import Status
 from trainium_eks.doctor.registry import HttpAnswer
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
 
 def test_given_the_version_in_standard_support_when_checked_then_ok_with_its_end():
     aws = aws_with([cluster_versions_call()])
     verdict = sources.kubernetes_version(target(aws))
     aws.assert_all_asked()
-    assert verdict == (Status.OK, "Kubernetes 1.36 is in standard support until 2027-09-01", "")
+    assert verdict == (
+        Status.OK,
+        f"Kubernetes {DEFAULT_KUBERNETES_VERSION} is in standard support until 2027-09-01",
+        "",
+    )
 
 
 def test_given_the_version_in_extended_support_when_checked_then_warn_of_the_cost():
@@ -48,7 +53,7 @@ def test_given_the_version_in_extended_support_when_checked_then_warn_of_the_cos
 def test_given_a_version_eks_does_not_offer_when_checked_then_fail_naming_the_library_versions(call):
     verdict = sources.kubernetes_version(target(aws_with([call])))
     assert verdict.status is Status.FAIL
-    assert verdict.fix == "set kubernetes_version to one EKS offers of 1.34, 1.35, 1.36"
+    assert verdict.fix == f"set kubernetes_version to one EKS offers of {', '.join(KUBERNETES_RELEASES)}"
 
 
 def test_given_the_base_image_in_the_registry_when_checked_then_its_manifest_is_asked_anonymously():
