@@ -25,6 +25,8 @@ from constructs import Construct
 from stacks import TrainingStack
 from trainium_eks import PlatformConfig, TrainiumPlatform
 from trainium_job import EFA_RESOURCE, NEURON_RESOURCE, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
+from trainium_job.paths import DATA_MOUNT
+from trainium_job.security import container_security_context, pod_security_context
 
 PROBE_CODE = Path(__file__).parent / "probe"
 #: The batch/v1 Job that mounts the claim, waits for the dataset marker and shows both.
@@ -61,19 +63,15 @@ def fsx_probe_job(*, namespace: str, claim_name: str, image: str, marker: str) -
                     "automountServiceAccountToken": False,
                     "nodeSelector": dict(TRAINIUM_NODE_LABEL),
                     "tolerations": [dict(WORKLOAD_TOLERATION)],
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": pod_security_context(),
                     "containers": [
                         {
                             "name": "probe",
                             "image": image,
                             "command": ["bash", "-c", script],
                             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                                "readOnlyRootFilesystem": True,
-                            },
+                            "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}],
+                            "securityContext": container_security_context(read_only_root=True),
                         }
                     ],
                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
