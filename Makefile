@@ -41,6 +41,14 @@ synth: $(VENV)/.runtime node_modules/.installed
 deploy: $(VENV)/.runtime node_modules/.installed
 	$(CDK) deploy --all
 
+# Any CDK CLI command with the project's CLI and Node 24 (PATH above), e.g.
+#   make cdk ARGS="ls"      make cdk ARGS="deploy trn-bert-training --exclusively"
+# A system Node is neither needed nor used.
+ARGS ?=
+.PHONY: cdk
+cdk: $(VENV)/.runtime node_modules/.installed
+	$(CDK) $(ARGS)
+
 # Read-only checks that the AWS account can hold the configured platform, before the first deploy
 # (docs/acceptance.md): ARGS="-c key=value ... --profile NAME". Exit 1 on any FAIL line.
 .PHONY: doctor

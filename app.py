@@ -17,6 +17,7 @@ from trainium_eks import (
     StaleAcknowledgement,
     config_from_context,
     platform_review,
+    platform_stack_name,
     training_stack_name,
 )
 
@@ -51,10 +52,12 @@ def remove_stale_assembly(outdir: str) -> None:
 
 def instantiate_stacks(app: cdk.App, config: PlatformConfig) -> list[cdk.Stack]:
     """The platform stack and, when ``training_enabled``, the training stack on it."""
-    platform = TrainiumPlatformStack(app, "TrainiumPlatform", config=config)
+    # The CLI selects stacks by construct ID, so each stack's ID is its name (`cdk deploy
+    # <prefix>-platform`, `cdk deploy <prefix>-training --exclusively`). A stack's construct ID is
+    # not part of its resources' logical IDs.
+    platform = TrainiumPlatformStack(app, platform_stack_name(config.name_prefix), config=config)
     if not config.training_enabled:
         return [platform]
-    # The CLI selects stacks by construct ID: `cdk deploy <prefix>-training --exclusively`.
     training = TrainingStack(
         app, training_stack_name(config.name_prefix), platform=platform.platform, config=config
     )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -16,13 +19,39 @@ from aws_cdk.assertions import Template
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
-CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
-PLATFORM_STACK = "TrainiumPlatform"
-#: The training stack's construct ID (and template name) for the default ``name_prefix``.
+#: The stacks' construct IDs (their names, and their templates' names) for the default ``name_prefix``.
+PLATFORM_STACK = "trn-bert-platform"
 TRAINING_STACK = "trn-bert-training"
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+#: The stamps of the Makefile's set-up targets. A test runs ``make cdk`` with them taken as up to
+#: date (``-o``): it must not reinstall the environment it runs in (``make test`` made them).
+SETUP_STAMPS = (".venv/.runtime", "node_modules/.installed")
+
+
+@cache
+def path_without_node() -> str:
+    """A PATH of one folder holding only ``make``: no Node, so ``make cdk`` must bring its own."""
+    folder = Path(tempfile.mkdtemp(prefix="path-without-node-"))
+    make = shutil.which("make")
+    assert make is not None, "make is not installed"
+    (folder / "make").symlink_to(make)
+    return str(folder)
+
+
+def make_cdk(args: list[str], *, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``make cdk ARGS="<args>"``, the README's way to run the CDK CLI, on :func:`path_without_node`
+    and with no AWS credentials."""
+    env = cli_env()
+    env["PATH"] = path_without_node()
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):  # not an outer make's options
+        env.pop(name, None)
+    command = ["make", "-s", *(f"-o{stamp}" for stamp in SETUP_STAMPS), "cdk"]
+    command.append("ARGS=" + shlex.join(args).replace("$", "$$"))
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def cli_env() -> dict[str, str]:
@@ -51,11 +80,11 @@ class Synth:
 
 
 def run_cdk_synth(outdir: Path, context: Mapping[str, str] | None = None) -> Synth:
-    """Synthesize the app with the real CDK CLI, as ``make synth`` does."""
-    args = [str(CDK_CLI), "synth", "--quiet", "--output", str(outdir)]
+    """Synthesize the app with the real CDK CLI the README's way (:func:`make_cdk`)."""
+    args = ["synth", "--quiet", "--output", str(outdir)]
     for key, value in (context or {}).items():
         args += ["-c", f"{key}={value}"]
-    proc = subprocess.run(args, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
+    proc = make_cdk(args)
     synth = Synth(outdir, proc.returncode, proc.stdout, proc.stderr)
     if proc.returncode == 0:
         for path in outdir.glob("*.template.json"):

@@ -54,8 +54,8 @@ def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_
         "manifest.json",
         "tree.json",
         "cdk.out",
-        "TrainiumPlatform.template.json",
-        "TrainiumPlatform.assets.json",
+        "trn-bert-platform.template.json",
+        "trn-bert-platform.assets.json",
         "trn-bert-training.template.json",
         "trn-bert-training.assets.json",
     ):

@@ -3,6 +3,11 @@
 The IDs are those of the platform template synthesized before the platform became a construct
 and the workload a stack of its own (commit cc646eb, stack ``TrainiumPlatform``). CloudFormation
 replaces a resource whose logical ID changes: a new VPC, an empty file system, a new key.
+
+The stack's construct ID is now its name (``trn-bert-platform``); logical IDs do not include it,
+except those of the rules a security group has with itself, which keep the IDs they had
+(:mod:`stacks.legacy_ids`): a renamed rule would be created before the old one is deleted, and
+EC2 refuses the duplicate.
 """
 
 from __future__ import annotations
@@ -49,6 +54,34 @@ RETAINED = {
     "StorageFileSystem61EA7B3D",
     "RegistryRepositoryC6C96DCD",
 }
+
+
+#: The self-referencing security-group rules, named after the stack's former construct ID.
+SELF_RULES = {
+    "TrainiumLaunchTemplateEfaSecurityGroupfromTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
+    "ALLTRAFFIC5EBFFE5F": "AWS::EC2::SecurityGroupIngress",
+    "TrainiumLaunchTemplateEfaSecurityGrouptoTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
+    "ALLTRAFFIC7B80F657": "AWS::EC2::SecurityGroupEgress",
+    "StorageSecurityGroupfromTrainiumPlatformStorageSecurityGroup7D02911A988383AFECB": "AWS::EC2::SecurityGroupIngress",
+    "StorageSecurityGrouptoTrainiumPlatformStorageSecurityGroup7D02911A9881AEDB72F": "AWS::EC2::SecurityGroupEgress",
+    "StorageSecurityGroupfromTrainiumPlatformStorageSecurityGroup7D02911A10181023A1156E9E": (
+        "AWS::EC2::SecurityGroupIngress"
+    ),
+    "StorageSecurityGrouptoTrainiumPlatformStorageSecurityGroup7D02911A1018102378206588": (
+        "AWS::EC2::SecurityGroupEgress"
+    ),
+}
+
+
+@pytest.mark.parametrize("logical_id", sorted(SELF_RULES))
+def test_given_the_stack_named_by_its_id_then_each_self_rule_keeps_its_former_logical_id(
+    platform_json, logical_id
+):
+    assert platform_json["Resources"][logical_id]["Type"] == SELF_RULES[logical_id]
+
+
+def test_given_the_stack_named_by_its_id_then_no_logical_id_carries_that_name(platform_json):
+    assert not [k for k in platform_json["Resources"] if "trnbertplatform" in k.lower()]
 
 
 @pytest.mark.parametrize("logical_id", sorted(STATEFUL))
