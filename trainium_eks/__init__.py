@@ -7,6 +7,7 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, reposi
 
 from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
 from .cluster_addons import TrainiumAddons
+from .compatibility import KUBERNETES_COMPATIBILITY
 from .config import ConfigError, PlatformConfig, config_from_context
 from .dataset_preparation import DatasetPreparation
 from .dataset_staging import PUBLIC_BERT_SHARDS, DatasetStaging
@@ -49,6 +50,7 @@ __all__ = [
     "instance_facts",
     "INSTANCE_FACTS",
     "InstanceFacts",
+    "KUBERNETES_COMPATIBILITY",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
     "NEURON_TAINT",

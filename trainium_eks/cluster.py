@@ -183,7 +183,7 @@ class TrainiumCluster(Construct):
             vpc: the VPC of the cluster.
             subnets: private subnets of the control plane's interfaces, the kubectl provider
                 and the system nodes (two AZs).
-            kubernetes_version: a key of ``KUBERNETES_RELEASES`` (e.g. "1.36").
+            kubernetes_version: a key of ``KUBERNETES_RELEASES`` (e.g. "1.35").
             endpoint_public_cidrs: IPv4 CIDRs that may reach a public API endpoint. Default
                 ``()``: private endpoint only.
             endpoint_public_allow_broad: accept ``endpoint_public_cidrs`` that together cover more

@@ -52,7 +52,10 @@ KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
     r.version: r for r in (_release(34), _release(35), _release(36))
 }
 
-DEFAULT_KUBERNETES_VERSION = "1.36"
+#: The newest version on which every pinned component is declared compatible
+#: (:func:`trainium_eks.compatibility.newest_compatible_version`, tested): Volcano 1.15 marks 1.36
+#: '-' (not fully compatible). 1.36 stays selectable; the synth review then warns.
+DEFAULT_KUBERNETES_VERSION = "1.35"
 
 #: Instance type of the small nodegroup that runs controllers (Volcano, etcd, TensorBoard,
 #: CoreDNS) so they never occupy Trainium capacity.
@@ -72,6 +75,28 @@ class ChartSource(TypedDict):
 
 
 @dataclass(frozen=True)
+class ChartEvidence:
+    """Where a chart pin was seen published: its entry in the repository's index.
+
+    Attributes:
+        version: the chart version the entry lists (must equal the pin's).
+        created: the entry's ``created`` time (an OCI chart: its release date).
+        digest: the entry's ``digest`` (SHA-256 of the chart archive; an OCI chart: its manifest
+            digest), or ``None`` where the index has none.
+        app_version: the entry's ``appVersion`` (the software the chart installs), if given.
+        index: the index read: ``<repository>@<commit>:<path>`` of the copy (a Helm repository's
+            ``index.yaml`` is published from that repository), or where an OCI chart's digest
+            was recorded.
+    """
+
+    version: str
+    created: str
+    digest: str | None
+    app_version: str | None
+    index: str
+
+
+@dataclass(frozen=True)
 class AddonPin:
     """One pinned cluster add-on: a Helm chart, an EKS managed add-on or a container image.
 
@@ -80,11 +105,14 @@ class AddonPin:
         version: chart version, add-on version (``vX.Y.Z-eksbuild.N``), or image tag.
         repository: Helm repository (``https://`` index or the chart's ``oci://`` reference);
             ``None`` for managed add-ons and images.
+        evidence: for a chart, its index entry (:class:`ChartEvidence`); every chart pin has one
+            (tested). Managed add-ons have :data:`ADDON_EVIDENCE` per Kubernetes version instead.
     """
 
     name: str
     version: str
     repository: str | None = None
+    evidence: ChartEvidence | None = None
 
     @property
     def image(self) -> str:
@@ -101,27 +129,76 @@ class AddonPin:
 #: Every add-on the platform installs, pinned. Checked 2026-11 against the sources named here;
 #: EKS rejects an add-on version it does not offer for the cluster's Kubernetes version, so a
 #: cluster-version bump means re-checking the ``eksbuild`` rows (``aws eks describe-addon-versions
-#: --kubernetes-version 1.36 --addon-name <name>``).
+#: --kubernetes-version 1.35 --addon-name <name>``). Which Kubernetes versions each component
+#: declares itself compatible with: :mod:`trainium_eks.compatibility`.
 ADDON_PINS: dict[str, AddonPin] = {
-    # aws-neuron/neuron-helm-charts release 1.10.0 (2026-08-19; `helm show values ... --version
-    # 1.10.0` digest sha256:ed5d8f73...): device plugin 2.32.0.0. The chart follows Neuron SDK
-    # releases (1.9.0 = SDK 2.31); the device plugin talks to the node's driver (the Neuron AMI
-    # ships the newest), not to the container's Neuron 2.28 runtime, which newer drivers support.
-    "neuron": AddonPin("neuron-helm-chart", "1.10.0", "oci://public.ecr.aws/neuron/neuron-helm-chart"),
-    # aws/eks-charts: chart v0.5.29 = image v0.5.20 (PR #1338, 2026-06); v0.5.32 is the pin of
-    # a recorded EKS 1.36 deployment with EFA nodes (awslabs/awsome-distributed-ai compatibility
-    # matrix, 2026-09-16). Its instance list includes trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge.
-    "efa": AddonPin("aws-efa-k8s-device-plugin", "v0.5.32", "https://aws.github.io/eks-charts"),
-    # volcano-sh/helm-charts index.yaml: 1.15.2 (2026-08-29) is the newest stable release. The
-    # Volcano README marks v1.15 exact for Kubernetes 1.35 and '-' (works; cannot use newer API
-    # features) for 1.36; only the 1.16 pre-releases are marked exact for 1.36.
-    "volcano": AddonPin("volcano", "1.15.2", "https://volcano-sh.github.io/helm-charts"),
-    # FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver: chart 1.16.0
-    # ships driver 1.9.0 (upstream PR #491, merged 2026-04-09; chart kubeVersion >=1.17). The
-    # chart, not the EKS add-on: no `aws-fsx-csi-driver` add-on version for Kubernetes 1.36
-    # could be verified offline, and EKS rejects an unknown one at deploy.
+    # aws-neuron/neuron-helm-charts release 1.10.0 (2026-08-19): device plugin 2.32.0.0. The
+    # chart follows Neuron SDK releases (1.9.0 = SDK 2.31); the device plugin talks to the
+    # node's driver, not to the container's Neuron runtime.
+    "neuron": AddonPin(
+        "neuron-helm-chart",
+        "1.10.0",
+        "oci://public.ecr.aws/neuron/neuron-helm-chart",
+        ChartEvidence(
+            version="1.10.0",
+            created="2026-08-19 (GitHub release 1.10.0 of aws-neuron/neuron-helm-charts, commit 8ca1e5c)",
+            digest="sha256:ed5d8f73b7a05d3a1edf17b2bfaf277ea995ad1c65b115fa8ba2c7b4dc649346",
+            app_version=None,
+            index="`helm show values oci://public.ecr.aws/neuron/neuron-helm-chart --version 1.10.0` "
+            "output with its digest, recorded in a public Trainium workshop (2026-09)",
+        ),
+    ),
+    # aws/eks-charts, stable/aws-efa-k8s-device-plugin: chart v0.5.30 = image v0.5.20 (commit
+    # bfe91c4, 2026-07-21, "add latest EFA instance types"), the newest chart in the index; its
+    # instance list includes trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge. (The former pin
+    # v0.5.32 appears in no index or tag of the repository.)
+    "efa": AddonPin(
+        "aws-efa-k8s-device-plugin",
+        "v0.5.30",
+        "https://aws.github.io/eks-charts",
+        ChartEvidence(
+            version="v0.5.30",
+            # The index was regenerated on 2026-08-03: every entry carries that time.
+            created="2026-08-03T22:57:26.17434684Z",
+            digest="43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a",
+            app_version="v0.5.20",
+            index="aws/eks-charts@c7f9ea5:index.yaml (branch gh-pages)",
+        ),
+    ),
+    # volcano-sh/helm-charts: 1.15.0 is the newest chart its index lists (source: volcano-sh/volcano
+    # tag v1.15.0, installer/helm/chart/volcano). volcano-sh/volcano has a v1.15.1 tag
+    # (2026-07-30), but no index entry for chart 1.15.1 could be read; the former pin 1.15.2 has
+    # no tag in either repository. Kubernetes support: trainium_eks.compatibility.
+    "volcano": AddonPin(
+        "volcano",
+        "1.15.0",
+        "https://volcano-sh.github.io/helm-charts",
+        ChartEvidence(
+            version="1.15.0",
+            created="2026-06-01T01:50:51.684557227Z",
+            digest="2dd37565917a9b9929385ab4d1f6561cb04d104a993285dab266df1d6644bb3b",
+            app_version="1.15.0",
+            index="volcano-sh/helm-charts@be34e95:index.yaml",
+        ),
+    ),
+    # FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.17.0
+    # ships driver v1.9.0 (chart 1.16.0 ships v1.8.0). 1.17.0 over 1.16.0: the two charts differ
+    # only in the image tag, and the driver's v1.8.0..v1.9.0 changes are a newer Go toolchain and
+    # dependencies (CHANGELOG "v1.9.0"): pkg/driver/node.go and controller.go are unchanged, so
+    # the volume attributes and mount handling we rely on are the same. Both charts declare
+    # kubeVersion >=1.20.0-0. The chart, not the EKS add-on: no `aws-fsx-csi-driver` add-on
+    # version for Kubernetes 1.35/1.36 could be verified offline.
     "fsx-csi-driver": AddonPin(
-        "aws-fsx-csi-driver", "1.16.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
+        "aws-fsx-csi-driver",
+        "1.17.0",
+        "https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
+        ChartEvidence(
+            version="1.17.0",
+            created="2026-04-21T14:58:08.993300967Z",
+            digest="dedcc71b5efc7f93fed6c0feaf73eacab4de869a6d07228c6df4c48373b0d315",
+            app_version="1.9.0",
+            index="kubernetes-sigs/aws-fsx-csi-driver@ea637587:index.yaml (branch gh-pages)",
+        ),
     ),
     # etcd v3.5.32 (etcd-io/etcd #22016: released with v3.6.13, 2026-07-01), the newest 3.5
     # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
@@ -138,7 +215,8 @@ ADDON_PINS: dict[str, AddonPin] = {
     "node-monitoring-agent": AddonPin("eks-node-monitoring-agent", "v1.6.6-eksbuild.1"),
     "ebs-csi-driver": AddonPin("aws-ebs-csi-driver", "v1.62.0-eksbuild.1"),
     # v6.2.0-eksbuild.1: pinned next to kube-proxy v1.36.0-eksbuild.9 in a public EKS 1.36
-    # configuration (2026). The former v4.10.3-eksbuild.1 predates 1.36.
+    # configuration (2026), and for 1.30-1.35 in a public CDK configuration. The former
+    # v4.10.3-eksbuild.1 predates 1.36.
     "cloudwatch-observability": AddonPin("amazon-cloudwatch-observability", "v6.2.0-eksbuild.1"),
 }
 
@@ -170,6 +248,9 @@ ADDON_EVIDENCE: dict[str, dict[str, str]] = {
         "1.36": "installed on an EKS 1.36 cluster (public inventory, 2026-09-24)",
     },
     "cloudwatch-observability": {
+        "1.34": "public CDK (aws_eks_v2) configuration pinning it for KubernetesVersion.V1_34 with "
+        "kube-proxy v1.34.6-eksbuild.13",
+        "1.35": "the same configuration, for KubernetesVersion.V1_35 with kube-proxy v1.35.3-eksbuild.13",
         "1.36": "public Terraform configuration pinning it with kube-proxy v1.36.0-eksbuild.9",
     },
 }

@@ -21,7 +21,7 @@ def _cluster(template_json):
 
 def test_given_default_config_then_cluster_runs_the_pinned_version_with_all_logs(platform_json):
     props = _cluster(platform_json)
-    assert props["Version"] == "1.36"
+    assert props["Version"] == "1.35"
     assert [t["Type"] for t in props["Logging"]["ClusterLogging"]["EnabledTypes"]] == [
         "api",
         "audit",

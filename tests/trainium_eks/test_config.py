@@ -13,7 +13,7 @@ def test_given_no_context_when_loaded_then_defaults_are_the_reference_platform()
     assert (config.instance_type, config.desired_nodes, config.kubernetes_version) == (
         "trn1.32xlarge",
         2,
-        "1.36",
+        "1.35",
     )
     assert config.facts.neuron_cores == 32
 

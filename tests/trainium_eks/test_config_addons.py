@@ -45,16 +45,20 @@ def test_given_a_typo_of_an_add_on_flag_then_the_closest_field_is_suggested():
         config_from_context({"etcd_enable": "true"})
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.35"])
-def test_given_container_insights_on_a_version_without_evidence_then_refused(version):
+def test_given_container_insights_on_a_version_without_evidence_then_refused(monkeypatch):
+    from trainium_eks.versions import ADDON_EVIDENCE
+
+    monkeypatch.delitem(ADDON_EVIDENCE["cloudwatch-observability"], "1.34")
     with pytest.raises(ConfigError) as err:
-        config_from_context({"container_insights": "true", "kubernetes_version": version})
+        config_from_context({"container_insights": "true", "kubernetes_version": "1.34"})
     assert err.value.field_name == "container_insights"
-    assert f"not verified for Kubernetes {version} (verified: 1.36)" in str(err.value)
+    assert "not verified for Kubernetes 1.34 (verified: 1.35, 1.36)" in str(err.value)
 
 
-def test_given_container_insights_on_1_36_then_accepted():
-    assert config_from_context({"container_insights": "true"}).container_insights is True
+@pytest.mark.parametrize("version", ["1.34", "1.35", "1.36"])
+def test_given_container_insights_on_a_version_with_evidence_then_accepted(version):
+    config = config_from_context({"container_insights": "true", "kubernetes_version": version})
+    assert config.container_insights is True
 
 
 def test_given_every_managed_pin_then_evidence_covers_the_default_kubernetes_version():

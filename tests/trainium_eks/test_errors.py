@@ -21,6 +21,7 @@ NOT_PROP_CHECKS = {
     ("_find", "LookupError"),
     ("resolve_finding", "LookupError"),
     ("logical_id", "LookupError"),
+    ("newest_compatible_version", "LookupError"),
     ("l1", "TypeError"),
     ("descendant", "TypeError"),
     ("acknowledge_findings", "StaleAcknowledgement"),

@@ -1,7 +1,7 @@
 """Every Kubernetes object the stacks apply is valid for the pinned cluster version.
 
-Core objects are validated (strict: unknown fields fail) against the OpenAPI schema of Kubernetes
-1.36 with kubernetes-validate. Custom resources have no schema there; they are checked against the
+Core objects are validated (strict: unknown fields fail) against the OpenAPI schema of the default
+Kubernetes version with kubernetes-validate. Custom resources have no schema there; they are checked against the
 rules of their CRD in :data:`CUSTOM_RESOURCES` below. A custom resource with no entry fails: add
 its CRD's rules when you add the object.
 """
@@ -176,7 +176,7 @@ def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
 
 
 def test_given_the_pinned_version_then_kubernetes_validate_has_its_schema():
-    assert DEFAULT_KUBERNETES_VERSION == "1.36"
+    assert DEFAULT_KUBERNETES_VERSION == "1.35"
     # An unknown field in a core object must fail: strict validation is on.
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_k8s(

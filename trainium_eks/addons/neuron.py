@@ -8,7 +8,7 @@ Options (both off by default):
 
 * Scheduler extension: packs NeuronCores contiguously when several pods share a node. Training
   here takes whole nodes (16 devices per pod) through Volcano, which the extension does not serve,
-  and the chart's own kube-scheduler image (1.31) is far outside the version-skew policy of a 1.36
+  and the chart's own kube-scheduler image (1.31) is far outside the version-skew policy of a 1.35
   control plane. When on, its two Deployments run on the system nodegroup.
 * Node-problem-detector: a privileged DaemonSet reporting a ``NeuronHealth`` node condition. The
   EKS node monitoring agent (see :mod:`.observability`) already reports Neuron device errors as

@@ -40,6 +40,8 @@ class PlatformSettings:
     desired_nodes: int = 2
     max_nodes: int = 2
     #: Kubernetes minor version, each pinned with its kubectl layer (a key of ``KUBERNETES_RELEASES``).
+    #: Default: the newest on which every pinned component is declared compatible
+    #: (``trainium_eks.compatibility``); on another, synth prints a warning per component that is not.
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
     #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only; together at
@@ -93,7 +95,7 @@ class PlatformSettings:
     ecr_keep_images: int = 20
     #: Neuron scheduler extension (contiguous NeuronCore allocation for pods that share a node).
     #: Off: training pods take whole nodes through Volcano, which the extension does not serve,
-    #: and its bundled kube-scheduler (1.31) is far outside the skew policy of a 1.36 cluster.
+    #: and its bundled kube-scheduler (1.31) is far outside the skew policy of a 1.35 or 1.36 cluster.
     neuron_scheduler_extension: bool = False
     #: Neuron node-problem-detector (privileged, monitor-only). Off: the EKS node monitoring
     #: agent already reports Neuron device errors and drives the nodegroups' auto-repair.

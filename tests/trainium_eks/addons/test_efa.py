@@ -15,7 +15,7 @@ def test_given_default_config_then_the_pinned_eks_chart_is_installed_in_kube_sys
     _, props = chart(platform_json, "efa")
     assert props["Repository"] == "https://aws.github.io/eks-charts"
     assert props["Chart"] == "aws-efa-k8s-device-plugin"
-    assert props["Version"] == "v0.5.32"
+    assert props["Version"] == "v0.5.30"
     assert props["Namespace"] == "kube-system"
 
 

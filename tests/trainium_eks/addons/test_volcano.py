@@ -23,7 +23,7 @@ def test_given_default_config_then_the_pinned_chart_is_installed_and_awaited(pla
     _, props = chart(platform_json, "volcano")
     assert props["Repository"] == "https://volcano-sh.github.io/helm-charts"
     assert props["Chart"] == "volcano"
-    assert props["Version"] == "1.15.2"
+    assert props["Version"] == "1.15.0"
     assert props["Namespace"] == "volcano-system"
     assert "CreateNamespace" not in props  # the namespace is ours, with Pod Security labels
     assert props["Wait"] is True
