@@ -10,9 +10,9 @@ PID 1 is torchrun (the worker script ``exec``-s it). Its agent turns SIGTERM int
 (``agent/server/api.py``) calls ``_shutdown(sigval)``, which closes the worker context:
 ``os.killpg(worker, SIGTERM)`` for every worker (``subprocess_handler.py``: each worker leads
 its own process group, so its data-loader process gets the signal too), a wait of the shutdown
-timeout, then SIGKILL. That timeout is 30 s, hard-coded before torch 2.12; from 2.12 on it is
-``torchrun --shutdown-timeout`` or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (pytorch/pytorch#172596;
-issue #119856). The pod sets the variable from its grace period (``trainium_job.pod``).
+timeout, then SIGKILL. That timeout is 30 s, hard-coded in the image's torch 2.9.0 (from 2.12
+on it is ``torchrun --shutdown-timeout`` or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, pytorch/pytorch
+#172596); the pod's grace period outlasts it (``trainium_job.stop_budget``).
 
 Agreement: only the ranks of the signalled node see the signal. After every optimizer step
 all ranks all-reduce (MAX) their flag over a gloo group, on the CPU: a 4-byte host-side

@@ -174,9 +174,12 @@ def persistent_volume(
             "csi": {
                 "driver": CSI_DRIVER_NAME,
                 "volumeHandle": file_system.file_system_id,
+                # The driver's keys, lower case: NodePublishVolume reads "dnsname" (refuses the
+                # mount without it) and "mountname" (else "fsx", wrong for PERSISTENT_2) from the
+                # volume context (aws-fsx-csi-driver v1.9.0, pkg/driver/node.go:108-119).
                 "volumeAttributes": {
-                    "dnsName": file_system.dns_name,
-                    "mountName": file_system.mount_name,
+                    "dnsname": file_system.dns_name,
+                    "mountname": file_system.mount_name,
                 },
             },
         },

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from trainium_job.stop_budget import stop_problem
+
+from .compatibility import label as component_label
+from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
+from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
+
+#: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
+#: options": 200 MB/s/TiB).
+SCRATCH_2_MB_S_PER_TIB = 200
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -34,6 +43,7 @@ def platform_review(config: PlatformConfig) -> str:
             f"etcd {'on' if config.etcd_enabled else 'off'}",
             *training_review(config),
             *(f"warning: {line}" for line in training_warnings(config)),
+            *(f"warning: {line}" for line in compatibility_warnings(config)),
             *(
                 f"warning: {addon} is not verified for Kubernetes {config.kubernetes_version}; EKS refuses "
                 "versions it does not offer (check `aws eks describe-addon-versions`)"
@@ -41,6 +51,20 @@ def platform_review(config: PlatformConfig) -> str:
             ),
         ]
     )
+
+
+#: Components every platform deploys (the EFA chart only where the instance type has EFA); the
+#: managed add-ons are checked by :func:`trainium_eks.config.unverified_addons` and the config checks.
+PLATFORM_COMPONENTS = ("kubectl-layer", "neuron-ami", "neuron", "volcano", "fsx-csi-driver")
+
+
+def compatibility_warnings(c: PlatformConfig) -> list[str]:
+    """One line per deployed component not declared compatible with the Kubernetes version."""
+    deployed = [*PLATFORM_COMPONENTS, *(["efa"] if c.facts.multi_node else [])]
+    return [
+        f"{component_label(component)} is not declared compatible with Kubernetes {c.kubernetes_version}: {d.source}"
+        for component, d in not_compatible(c.kubernetes_version, deployed)
+    ]
 
 
 def training_warnings(c: PlatformConfig) -> list[str]:
@@ -60,12 +84,41 @@ def training_warnings(c: PlatformConfig) -> list[str]:
             f"training_script_args steps_this_run={steps_this_run} < training_checkpoint_every="
             f"{spec.checkpoint_every}: the run ends before its first checkpoint"
         )
+    stop = stop_warning(c)
+    if stop is not None:
+        warnings.append(stop)
     if c.max_nodes > 2 * c.desired_nodes:
         warnings.append(
             f"max_nodes={c.max_nodes} is more than twice the job's {c.desired_nodes} nodes: "
             "the Volcano queue and nodegroup allow nodes the job never uses"
         )
     return warnings
+
+
+def stop_warning(c: PlatformConfig) -> str | None:
+    """When a BERT-large job's stop checkpoint does not fit torchrun's 30 s window: what happens
+    and the throughput tier that fits (see :mod:`trainium_job.stop_budget`)."""
+    spec = c.training
+    if spec.model != "large":
+        return None
+    fp32_state = (
+        bool(spec.extra_args.get("fp32_master_weights")) or spec.extra_args.get("precision") == "fp32"
+    )
+    per_tib = resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib) or SCRATCH_2_MB_S_PER_TIB
+    problem = stop_problem(fp32_state=fp32_state, storage_gib=c.fsx_storage_gib, mb_s_per_tib=per_tib)
+    if problem is None:
+        return None
+    fits = [
+        tier
+        for tier in PERSISTENT_2_THROUGHPUT_TIERS
+        if stop_problem(fp32_state=fp32_state, storage_gib=c.fsx_storage_gib, mb_s_per_tib=tier) is None
+    ]
+    fix = (
+        f"fsx_throughput_per_tib={fits[0]} (PERSISTENT_2) fits it"
+        if fits
+        else "a larger fsx_storage_gib with a higher fsx_throughput_per_tib fits it"
+    )
+    return f"{problem}; {fix}"
 
 
 #: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,

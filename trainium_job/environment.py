@@ -1,29 +1,35 @@
-"""The environment of every training container: torchrun's, the stop budget, EFA and Neuron."""
+"""The environment of every training container: torchrun's, EFA's and Neuron's.
+
+Each variable is there because its consumer reads it at the version the image pins (the tables
+in ``tests/contracts`` cite them, and a test fails on a variable no consumer reads). Left out on
+purpose: ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (torch 2.9.0 reads no such variable: torchrun waits a
+fixed 30 s, see :mod:`trainium_job.stop_budget`); ``CCOM_SOCKET_IFNAME`` (no Neuron document says
+the collectives read it, and a pod has one interface besides ``lo``); ``NEURON_RT_RESET_CORES``
+(resetting the NeuronCores at start-up is the runtime's default); ``FI_EFA_FORK_SAFE`` (needed
+only on kernels older than 5.15, i.e. Amazon Linux 2; the AL2023 Neuron AMIs run 6.1 and later,
+where libfabric ignores it).
+"""
 
 from __future__ import annotations
 
 from .launch import LaunchSpec, launch_env
 from .paths import JobPaths
-from .stop_budget import stop_budget_s
 
 
 def neuron_env(paths: JobPaths) -> dict[str, str]:
-    """Environment of every training container (EFA transport, Neuron runtime and compiler).
+    """Environment of every training container (EFA transport, Neuron compiler).
 
-    - FI_PROVIDER/FI_EFA_USE_DEVICE_RDMA/FI_EFA_FORK_SAFE: libfabric over EFA with RDMA reads
-      (trn1 supports them); fork-safe because the data loader may fork.
-    - CCOM_SOCKET_IFNAME=eth0: the Neuron collectives bootstrap over the pod's interface.
-    - NEURON_RT_RESET_CORES=1: reset the cores a crashed predecessor left busy, so a restart
-      after a failure does not hang on acquire.
-    - NEURON_CC_FLAGS: the compile cache on FSx, shared by the nodes of this job and reused by
-      later runs of the same cache set.
+    - FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1: the multi-node environment of Neuron's
+      "Setup Trn1 multi-node execution" guide; with the latter libfabric uses the device's RDMA
+      (trn1 has it) and aborts rather than silently running without it.
+    - NEURON_CC_FLAGS=--cache_dir=...: the compile cache on FSx, shared by the nodes of this
+      job and reused by later runs of the same cache set; ``neuron_parallel_compile`` and the
+      training run read the same variable, so both use the same cache (Neuron's
+      "neuron_parallel_compile" guide: the same cache URL for both).
     """
     return {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
-        "FI_EFA_FORK_SAFE": "1",
-        "CCOM_SOCKET_IFNAME": "eth0",
-        "NEURON_RT_RESET_CORES": "1",
         "NEURON_CC_FLAGS": f"--cache_dir={paths.cache_dir}",
         "PYTHONUNBUFFERED": "1",
     }
@@ -31,6 +37,5 @@ def neuron_env(paths: JobPaths) -> dict[str, str]:
 
 def container_env(spec: LaunchSpec, paths: JobPaths) -> dict[str, str]:
     """The training container's whole environment: what torchrun needs (restarts with a fresh
-    rendezvous store, see :func:`trainium_job.launch.launch_env`; the workers' stop budget, see
-    :func:`~trainium_job.stop_budget.stop_budget_s`) plus :func:`neuron_env`."""
-    return {**launch_env(spec), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(stop_budget_s()), **neuron_env(paths)}
+    rendezvous store, see :func:`trainium_job.launch.launch_env`) plus :func:`neuron_env`."""
+    return {**launch_env(spec), **neuron_env(paths)}

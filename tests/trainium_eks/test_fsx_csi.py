@@ -36,7 +36,7 @@ def test_given_default_config_then_the_driver_chart_is_the_pinned_one(platform_j
         ADDON_PINS["fsx-csi-driver"].name,
         ADDON_PINS["fsx-csi-driver"].version,
     )
-    assert chart["Version"] == "1.16.0"
+    assert chart["Version"] == "1.17.0"
     assert chart["Namespace"] == "kube-system"
 
 
@@ -88,10 +88,12 @@ def test_given_default_config_then_a_static_retained_rwx_volume_names_the_file_s
     ((_, pv),) = _objects(platform_json, "PersistentVolume")
     spec = pv["spec"]
     fs_id = _file_system_id(platform_json)
+    # Keys as the driver reads them: kubernetes-sigs/aws-fsx-csi-driver@v1.9.0
+    # pkg/driver/controller.go:55-56 ("dnsname", "mountname"); tests/contracts/fsx_csi.py.
     assert spec["csi"] == {
         "driver": "fsx.csi.aws.com",
         "volumeHandle": f"REF_{fs_id}",
-        "volumeAttributes": {"dnsName": f"ATT_{fs_id}_DNSName", "mountName": f"ATT_{fs_id}_LustreMountName"},
+        "volumeAttributes": {"dnsname": f"ATT_{fs_id}_DNSName", "mountname": f"ATT_{fs_id}_LustreMountName"},
     }
     assert spec["capacity"] == {"storage": "1200Gi"}
     assert spec["accessModes"] == ["ReadWriteMany"]

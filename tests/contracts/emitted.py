@@ -1,0 +1,154 @@
+"""Everything the stacks emit that another program reads: every Kubernetes object, Helm values
+document, nodegroup label and taint, of both stacks in several configurations, and the Volcano
+Job the TorchX component renders.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from tests.support import helm_charts, k8s_manifests, resources, synth_app
+from tests.trainium_eks.addons import ALL_OPTIONS
+from tests.trainium_eks.test_dataset_preparation import PREPARATION_ON
+
+#: Configurations whose output is checked: the default and every option that changes what is
+#: emitted (add-ons, data preparation, the etcd rendezvous, other instance types).
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "all add-on options": ALL_OPTIONS,
+    "preparation on": PREPARATION_ON,
+    "etcd rendezvous": {"training_rdzv_backend": "etcd"},
+    "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
+    "trn1.2xlarge single node": {
+        "instance_type": "trn1.2xlarge",
+        "min_nodes": "1",
+        "desired_nodes": "1",
+        "max_nodes": "1",
+    },
+}
+#: What the TorchX test renders: the README's component on the training namespace and queue.
+TORCHX_COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"
+TORCHX_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc"
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One emitted document and where it comes from (for messages)."""
+
+    where: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One Helm release: chart name, version and its values."""
+
+    where: str
+    chart: str
+    version: str
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Nodegroup:
+    """The node labels and taints (Kubernetes form) a managed nodegroup gives its nodes."""
+
+    where: str
+    labels: dict[str, str]
+    taints: tuple[dict[str, str], ...]
+    instance_types: tuple[str, ...]
+
+
+def _templates() -> Iterator[tuple[str, dict[str, Any]]]:
+    for variant, context in VARIANTS.items():
+        for stack, template in synth_app(**context).items():
+            yield f"{variant} / {stack}", template
+
+
+@cache
+def manifests() -> tuple[Emitted, ...]:
+    """Every Kubernetes object the stacks apply, in every variant, and the TorchX Volcano Job."""
+    found = [
+        Emitted(f"{where} / {logical_id} / {obj['kind']} {obj['metadata'].get('name')}", obj)
+        for where, template in _templates()
+        for logical_id, obj in k8s_manifests(template)
+    ]
+    return (*found, Emitted("TorchX component (kubernetes scheduler dry run)", torchx_job()))
+
+
+@cache
+def charts() -> tuple[Chart, ...]:
+    """Every Helm release the stacks install, in every variant."""
+    return tuple(
+        Chart(f"{where} / {logical_id}", props["Chart"], props["Version"], props.get("Values", {}))
+        for where, template in _templates()
+        for logical_id, props in helm_charts(template).items()
+    )
+
+
+@cache
+def nodegroups() -> tuple[Nodegroup, ...]:
+    """Every managed nodegroup, with its instance types (its own, or its launch template's)."""
+    from .nodes import EKS_TAINT_EFFECTS
+
+    found = []
+    for where, template in _templates():
+        launch_types = {
+            logical_id: lt["Properties"]["LaunchTemplateData"].get("InstanceType")
+            for logical_id, lt in resources(template, "AWS::EC2::LaunchTemplate").items()
+        }
+        for logical_id, group in resources(template, "AWS::EKS::Nodegroup").items():
+            props = group["Properties"]
+            types = props.get("InstanceTypes") or []
+            template_ref = props.get("LaunchTemplate", {}).get("Id", {}).get("Ref")
+            if not types and template_ref in launch_types:
+                types = [launch_types[template_ref]]
+            taints = tuple(
+                {"key": t["Key"], "value": t.get("Value", ""), "effect": EKS_TAINT_EFFECTS[t["Effect"]]}
+                for t in props.get("Taints", [])
+            )
+            found.append(Nodegroup(f"{where} / {logical_id}", props.get("Labels", {}), taints, tuple(types)))
+    return tuple(found)
+
+
+def torchx_job() -> dict[str, Any]:
+    """The Volcano Job ``torchx run -s kubernetes`` submits for the README's component."""
+    from kubernetes import client
+    from torchx.schedulers.kubernetes_scheduler import create_scheduler
+    from torchx.specs.finder import get_component
+
+    app = get_component(TORCHX_COMPONENT).fn(image=TORCHX_IMAGE, claim="fsx-claim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = create_scheduler("contracts").submit_dryrun(
+            app, {"queue": "training", "namespace": "training", "validate_spec": False}
+        )
+    job: dict[str, Any] = client.ApiClient().sanitize_for_serialization(info.request.resource)
+    return job
+
+
+def pod_specs(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pod specs of an object: a Pod, a workload's template, a Volcano Job's tasks."""
+    spec = obj.get("spec", {})
+    if obj.get("kind") == "Pod":
+        yield spec
+    if isinstance(spec.get("template"), dict):
+        yield spec["template"].get("spec", {})
+    for task in spec.get("tasks", []):
+        yield task.get("template", {}).get("spec", {})
+    if "jobTemplate" in spec:
+        yield spec["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def containers(pod: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    yield from pod.get("initContainers", [])
+    yield from pod.get("containers", [])
+
+
+def environment(container: Mapping[str, Any]) -> dict[str, str | None]:
+    """A container's variables: name -> value (None where it comes from ``valueFrom``)."""
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
