@@ -47,10 +47,11 @@ def test_given_a_path_without_node_then_the_synth_ran_through_make_cdk_on_node_2
     assert "end-of-life" not in default_synth.stdout + default_synth.stderr
 
 
-def test_given_a_path_without_node_when_the_readme_list_command_runs_then_it_lists_both_stacks():
+def test_given_a_path_without_node_when_the_readme_list_command_runs_then_it_lists_both_stacks(tmp_path):
     readme = (REPO / "README.md").read_text()
     assert LIST_COMMAND in readme
-    proc = make_cdk(["ls"])
+    # `ls` runs the app; its assembly goes to a temporary folder, not the repository's cdk.out.
+    proc = make_cdk(["ls", "--output", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == [PLATFORM_STACK, TRAINING_STACK]
     assert "end-of-life" not in proc.stdout + proc.stderr

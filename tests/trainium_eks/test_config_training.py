@@ -118,6 +118,13 @@ def test_given_valid_script_args_with_a_switch_then_accepted_and_rendered_as_bar
         ),
         ({"training_script_args": '{"steps_this_run": "50"}'}, "ends before its first checkpoint"),
         ({"max_nodes": "5"}, "more than twice the job's 2 nodes"),
+        # torchrun (torch 2.9.0) SIGKILLs its workers 30 s after SIGTERM; an fp32 state needs ~32 s.
+        (
+            {"training_script_args": '{"fp32_master_weights": "true"}'},
+            "more than the 30 s torchrun gives its workers before SIGKILL: a stop (drain, eviction, "
+            "preemption) resumes from the last periodic checkpoint instead; fsx_throughput_per_tib=250",
+        ),
+        ({"training_script_args": '{"precision": "fp32"}'}, "BERT-large fp32 state takes 32 s"),
     ],
 )
 def test_given_legal_but_likely_wrong_values_then_review_warns(context, warning):
@@ -125,6 +132,23 @@ def test_given_legal_but_likely_wrong_values_then_review_warns(context, warning)
 
     review = platform_review(config_from_context(context))
     assert any(line.startswith("warning: ") and warning in line for line in review.splitlines())
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"training_script_args": '{"fp32_master_weights": "true"}', "fsx_throughput_per_tib": "250"},
+        {
+            "training_script_args": '{"fp32_master_weights": "true"}',
+            "training_model": "base",
+            "training_cache_set": "bert-base-seq128",
+        },
+    ],
+)
+def test_given_an_fp32_state_that_fits_or_a_smaller_model_then_no_stop_warning(context):
+    from trainium_eks.review import platform_review
+
+    assert "torchrun gives its workers" not in platform_review(config_from_context(context))
 
 
 def test_given_defaults_then_review_has_no_warning():
