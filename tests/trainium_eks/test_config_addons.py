@@ -48,7 +48,8 @@ def test_given_a_typo_of_an_add_on_flag_then_the_closest_field_is_suggested():
 def test_given_container_insights_on_a_version_without_evidence_then_refused(monkeypatch):
     from trainium_eks.versions import ADDON_EVIDENCE
 
-    monkeypatch.delitem(ADDON_EVIDENCE["cloudwatch-observability"], "1.34")
+    evidence = {v: e for v, e in ADDON_EVIDENCE["cloudwatch-observability"].items() if v != "1.34"}
+    monkeypatch.setitem(ADDON_EVIDENCE, "cloudwatch-observability", evidence)
     with pytest.raises(ConfigError) as err:
         config_from_context({"container_insights": "true", "kubernetes_version": "1.34"})
     assert err.value.field_name == "container_insights"
