@@ -18,7 +18,7 @@ from tests.integ.variant import integ_context
 from tests.support import REPO, k8s_manifests, synth_training
 from trainium_eks.doctor.settings import read_context
 
-TEST_STACKS = ("TrainiumPlatform", "trn-integ-training", "trn-integ-probe")
+TEST_STACKS = ("trn-integ-platform", "trn-integ-training", "trn-integ-probe")
 
 
 def saved(name: str) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def test_given_a_test_stack_then_destroy_deletes_every_resource(stack):
 def test_given_the_registry_then_its_images_go_with_it():
     (repository,) = [
         r
-        for r in saved("TrainiumPlatform.template.json")["Resources"].values()
+        for r in saved("trn-integ-platform.template.json")["Resources"].values()
         if r["Type"] == "AWS::ECR::Repository"
     ]
     assert repository["Properties"]["EmptyOnDelete"] is True
