@@ -19,6 +19,8 @@ from aws_cdk.assertions import Template
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
+#: The pinned CDK CLI (package.json); run it with :func:`cli_env`'s PATH (Node 24 first).
+CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
 #: The stacks' construct IDs (their names, and their templates' names) for the default ``name_prefix``.
 PLATFORM_STACK = "trn-bert-platform"
 TRAINING_STACK = "trn-bert-training"
