@@ -25,14 +25,15 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job import checks
+from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources, share_problem
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import spec_digest
 from trainium_job.paths import DATA_MOUNT, JobPaths
-from trainium_job.pod import compute_resources
 from trainium_job.security import pod_security_context
 
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
+from .node_daemons import total, trainium_node_daemons
 
 #: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -97,27 +98,41 @@ def check_settings(args: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+def pod_resources(cpus_per_pod: int) -> Resources:
+    """Requests (= limits) of one preparation pod: its CPUs and :data:`MEMORY_GIB_PER_CPU` each."""
+    return Resources(
+        millicpu=cpus_per_pod * 1000, memory_mib=cpus_per_pod * MEMORY_GIB_PER_CPU * 1024, pods=1
+    )
+
+
+def pods_per_node(pods: int, nodes: int) -> int:
+    """The most preparation pods one node holds: the Job spreads them evenly (maxSkew 1)."""
+    return -(-pods // nodes)
+
+
 def check_pods(
-    pods: int, cpus_per_pod: int, facts: InstanceFacts | None = None, nodes: int | None = None
+    pods: int,
+    cpus_per_pod: int,
+    facts: InstanceFacts | None = None,
+    nodes: int | None = None,
+    *,
+    daemons: Resources = DEFAULT_NODE_DAEMONS,
 ) -> None:
     """Whole numbers; and with the node type and count, that all pods fit on the nodes at once
-    (they wait for each other, so a pod left pending would stall the others)."""
+    beside the training pod, which waits on the same nodes for their marker (they also wait for
+    each other: a pod left pending would stall the others). ``daemons``: the nodes' DaemonSets."""
     for field, value in (("pods", pods), ("cpus_per_pod", cpus_per_pod)):
         checks.whole_number(field, value, minimum=1)
     if facts is None or nodes is None:
         return
-    per_node = -(-pods // nodes)
-    # What a training pod may take of a node (trainium_job.pod.compute_resources).
-    requests, _ = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
-    cpus_free = int(requests["cpu"].removesuffix("m")) // 1000
-    memory_free = int(requests["memory"].removesuffix("Mi")) // 1024
-    if per_node * cpus_per_pod > cpus_free or per_node * cpus_per_pod * MEMORY_GIB_PER_CPU > memory_free:
+    per_node = pods_per_node(pods, nodes)
+    problem = share_problem(facts, daemons + pod_resources(cpus_per_pod).times(per_node))
+    if problem:
         raise ConfigError(
             "pods",
             pods,
-            f"{pods} pods x {cpus_per_pod} CPUs put {per_node} pods on some of the {nodes} {facts.name} node(s), "
-            f"more than its {cpus_free} free vCPUs or {memory_free} GiB: all pods must run at once; use fewer "
-            "pods or CPUs per pod",
+            f"{pods} pods x {cpus_per_pod} CPUs put {per_node} on some of the {nodes} {facts.name} node(s), "
+            f"beside the training pod: {problem}; all pods must run at once: use fewer pods or CPUs per pod",
         )
 
 
@@ -234,12 +249,25 @@ def validate_preparation_config(c: Any) -> None:
     check_fsx_path("preparation_corpus", c.preparation_corpus)
     check_fsx_path("preparation_vocab", c.preparation_vocab)
     try:
-        # Sizes are checked against the nodes only when the Job is deployed.
-        check_pods(
-            c.preparation_pods,
-            c.preparation_cpus_per_pod,
-            *((c.facts, c.desired_nodes) if c.preparation_enabled else ()),
-        )
+        # Sizes are checked against the nodes (and the DaemonSets this configuration puts
+        # there) only when the Job is deployed.
+        if c.preparation_enabled:
+            daemons = trainium_node_daemons(
+                facts=c.facts,
+                region=c.region,
+                neuron_node_problem_detector=c.neuron_node_problem_detector,
+                container_insights=c.container_insights,
+                etcd_enabled=c.etcd_enabled,
+            )
+            check_pods(
+                c.preparation_pods,
+                c.preparation_cpus_per_pod,
+                c.facts,
+                c.desired_nodes,
+                daemons=total(daemons),
+            )
+        else:
+            check_pods(c.preparation_pods, c.preparation_cpus_per_pod)
         check_settings(c.preparation_args)
     except ConfigError as err:
         raise ConfigError(f"preparation_{err.field_name}", err.value, err.fix) from None

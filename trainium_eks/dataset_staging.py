@@ -17,6 +17,7 @@ temporary directory (replacing whatever an interrupted attempt left).
 
 from __future__ import annotations
 
+import copy
 import posixpath
 import re
 import shlex
@@ -38,6 +39,8 @@ PUBLIC_BERT_SHARDS = (
     "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
     "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
 )
+#: The staging container's resources: a download and an unpack stream (the AWS CLI, tar).
+STAGING_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
 _S3 = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s'\"]*)?$")
 _FSX = re.compile(r"^fsx:/[A-Za-z0-9._/-]+$")
 
@@ -125,10 +128,7 @@ def staging_job(
                             name="stage",
                             image=image,
                             command=["bash", "-c", staging_script(source, paths)],
-                            resources={
-                                "requests": {"cpu": "2", "memory": "4Gi"},
-                                "limits": {"cpu": "4", "memory": "8Gi"},
-                            },
+                            resources=copy.deepcopy(STAGING_RESOURCES),
                         )
                     ],
                     "securityContext": pod_security_context(),

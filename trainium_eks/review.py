@@ -12,6 +12,7 @@ from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
 #: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
 #: options": 200 MB/s/TiB).
 SCRATCH_2_MB_S_PER_TIB = 200
+from .node_fit import node_fit
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -41,6 +42,7 @@ def platform_review(config: PlatformConfig) -> str:
             f"  Kubernetes:   {config.kubernetes_version}, API endpoint {endpoint}",
             f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
             f"etcd {'on' if config.etcd_enabled else 'off'}",
+            *node_fit(config).review_lines(training=config.training_enabled),
             *training_review(config),
             *(f"warning: {line}" for line in training_warnings(config)),
             *(f"warning: {line}" for line in compatibility_warnings(config)),

@@ -9,6 +9,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job import checks
+from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.job import SERVICE_ACCOUNT, RenderedJob, render_job
@@ -64,6 +65,7 @@ class BertPretrainingJob(Construct):
         etcd_endpoint: str | None = None,
         name_prefix: str = DEFAULT_NAME_PREFIX,
         service_account_name: str = SERVICE_ACCOUNT,
+        node_reserved: Resources = DEFAULT_NODE_DAEMONS,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -82,6 +84,10 @@ class BertPretrainingJob(Construct):
             name_prefix: prefix of the job name (<= 45 characters). Default
                 ``DEFAULT_NAME_PREFIX`` ("trn-bert").
             service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
+            node_reserved: what each pod leaves of its node's allocatable for other pods (its
+                DaemonSets, a dataset pod beside the gang); the pod takes the rest less a margin
+                (``trainium_job.allocatable``). Default ``DEFAULT_NODE_DAEMONS``: the DaemonSets of
+                a platform with default settings. ``TrainingWorkload`` passes its configuration's.
             depends_on: constructs applied first (Volcano chart and queue, the claim). Default
                 ``()``.
         """
@@ -119,6 +125,7 @@ class BertPretrainingJob(Construct):
             claim_name=claim_name,
             service_account=service_account_name,
             etcd_endpoint=etcd_endpoint,
+            node_reserved=node_reserved,
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch

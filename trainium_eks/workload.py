@@ -23,6 +23,7 @@ from .dataset_preparation import DatasetPreparation
 from .dataset_staging import DatasetStaging
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 from .nag import suppress_workload_findings
+from .node_fit import node_fit
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
 from .training_job import BertPretrainingJob, add_job_outputs
@@ -157,5 +158,6 @@ def _pretraining_job(
         spec=config.training,
         etcd_endpoint=target.etcd_endpoint,
         name_prefix=config.name_prefix,
+        node_reserved=node_fit(config).reserved,
         depends_on=depends_on,
     )

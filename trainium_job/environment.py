@@ -12,6 +12,7 @@ where libfabric ignores it).
 
 from __future__ import annotations
 
+from .huge_pages import HUGE_PAGE_ENV
 from .launch import LaunchSpec, launch_env
 from .paths import JobPaths
 
@@ -26,10 +27,13 @@ def neuron_env(paths: JobPaths) -> dict[str, str]:
       job and reused by later runs of the same cache set; ``neuron_parallel_compile`` and the
       training run read the same variable, so both use the same cache (Neuron's
       "neuron_parallel_compile" guide: the same cache URL for both).
+    - FI_EFA_USE_HUGE_PAGE=0: regular pages for libfabric's buffers (see
+      :mod:`trainium_job.huge_pages`).
     """
     return {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
+        **HUGE_PAGE_ENV,
         "NEURON_CC_FLAGS": f"--cache_dir={paths.cache_dir}",
         "PYTHONUNBUFFERED": "1",
     }

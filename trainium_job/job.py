@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import checks
+from .allocatable import DEFAULT_NODE_DAEMONS, Resources
 from .errors import ConfigError
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
@@ -87,12 +88,14 @@ def render_job(
     claim_name: str,
     service_account: str = SERVICE_ACCOUNT,
     etcd_endpoint: str | None = None,
+    node_reserved: Resources = DEFAULT_NODE_DAEMONS,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
     The name hashes the job rendered with ``image_key`` for the image and the bare prefix for the
     name (the name appears inside the job): a changed spec gets a new name, the same spec the
-    same name, whatever token ``image`` is at synth.
+    same name, whatever token ``image`` is at synth. ``node_reserved``: what the pods leave on
+    each node for others (DaemonSets, a dataset pod), see :func:`~trainium_job.pod.compute_resources`.
     """
     checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
     check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
@@ -110,6 +113,7 @@ def render_job(
             paths=spec.paths,
             claim_name=claim_name,
             service_account=service_account,
+            node_reserved=node_reserved,
         )
         return volcano_job(
             job_name=job_name,

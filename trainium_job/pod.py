@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .allocatable import DEFAULT_NODE_DAEMONS, Resources, training_resources
 from .environment import container_env
 from .instances import InstanceFacts
 from .launch import LaunchSpec
@@ -36,11 +37,6 @@ RESTART_POLICIES = (
     {"event": "PodEvicted", "action": "RestartJob"},
     {"event": "PodFailed", "action": "RestartJob"},
 )
-#: CPU (millicores) and memory (MiB) left to the kubelet and the node daemons (Neuron and EFA
-#: device plugins, FSx CSI node plugin, VPC CNI, kube-proxy, node monitoring agent). EKS's
-#: own kube-reserved on a 128-vCPU/512-GiB node is ~0.4 vCPU and ~10 GiB; the rest is slack.
-RESERVED_MILLICPU = 4000
-RESERVED_MEMORY_MIB = 32 * 1024
 #: Kubernetes API version of Volcano's Job.
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 #: Labels of every training pod and Volcano Job (``trainium-eks/job`` is added per job).
@@ -68,15 +64,17 @@ def device_limits(*, neuron_devices: int, efa_interfaces: int) -> dict[str, str]
     return limits
 
 
-def compute_resources(*, vcpus: int, memory_gib: int) -> tuple[dict[str, str], dict[str, str]]:
-    """(requests, limits) for CPU and memory: the node minus what its daemons need.
+def compute_resources(
+    facts: InstanceFacts, *, node_reserved: Resources = DEFAULT_NODE_DAEMONS
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(requests, limits) for CPU and memory: what the kubelet leaves allocatable on the node
+    less ``node_reserved`` (its DaemonSets and any dataset pod beside the gang) and a margin
+    (:func:`trainium_job.allocatable.training_resources`).
 
     Requests equal limits so the pod is Guaranteed for CPU and memory (extended resources are
     always request == limit): the kubelet evicts it last under memory pressure.
     """
-    millicpu = max(vcpus * 1000 - RESERVED_MILLICPU, vcpus * 500)
-    memory_mib = max(memory_gib * 1024 - RESERVED_MEMORY_MIB, memory_gib * 512)
-    values = {"cpu": f"{millicpu}m", "memory": f"{memory_mib}Mi"}
+    values = training_resources(facts, node_reserved).requests()
     return dict(values), dict(values)
 
 
@@ -109,9 +107,11 @@ def pod_template(
     paths: JobPaths,
     claim_name: str,
     service_account: str,
+    node_reserved: Resources = DEFAULT_NODE_DAEMONS,
 ) -> dict[str, Any]:
-    """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm."""
-    requests, limits = compute_resources(vcpus=facts.vcpus, memory_gib=facts.memory_gib)
+    """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm;
+    CPU and memory are the node's less ``node_reserved`` (see :func:`compute_resources`)."""
+    requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     return {
         "metadata": {"labels": {**APP_LABEL, "trainium-eks/job": job_name}},

@@ -22,6 +22,7 @@ from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, contex
 
 from ..dataset_preparation import validate_preparation_config
 from ..dataset_staging import check_source
+from ..node_fit import check_node_fit
 from .schema import PlatformSettings
 
 T = TypeVar("T")
@@ -51,6 +52,7 @@ def validate_training(c: PlatformSettings) -> None:
                 raise ConfigError(flag, getattr(spec, own, spec.extra_args), why)
             raise ConfigError(context_key("script_args"), {flag: spec.extra_args[flag]}, why)
     validate_preparation_config(c)
+    check_node_fit(c)
 
 
 class _ArgsError(Exception):
