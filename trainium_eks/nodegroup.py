@@ -6,11 +6,14 @@ app's configuration (:mod:`trainium_eks.config`) calls the same ones with its ow
 
 from __future__ import annotations
 
+import re
+
 from aws_cdk import Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from training.neuron_stack import NEURON_STACK
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
@@ -19,9 +22,11 @@ from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NOD
 
 from .cluster import node_role
 from .launch_template import TrainiumLaunchTemplate
+from .versions import default_neuron_ami_release, neuron_ami_release
 
 __all__ = [
     "NEURON_TAINT",
+    "RELEASE_VERSION",
     "NEURON_TAINT_KEY",
     "SIZE_PROPS",
     "TRAINIUM_NODE_LABEL",
@@ -30,12 +35,44 @@ __all__ = [
     "TrainiumNodegroup",
     "check_multi_node",
     "check_node_sizes",
+    "check_release_version",
 ]
 
 #: Former name of :data:`trainium_job.scheduling.WORKLOAD_TOLERATION`.
 TRAINIUM_TOLERATION = WORKLOAD_TOLERATION
 #: The construct's names of the minimum, desired and maximum size (what its errors name).
 SIZE_PROPS = ("min_size", "desired_size", "max_size")
+#: An EKS AMI ``releaseVersion``: ``<Kubernetes major.minor.patch>-<build date>``.
+RELEASE_VERSION = re.compile(r"^(1\.[0-9]+)\.[0-9]+-[0-9]{8}$")
+
+
+def check_release_version(
+    release_version: str | None, *, kubernetes_version: str | None = None, field: str = "release_version"
+) -> None:
+    """An EKS Neuron AMI release of ``kubernetes_version`` (when given) whose Neuron driver, when
+    the release is in ``NEURON_AMI_RELEASES``, runs the training image's Neuron runtime."""
+    if release_version is None or Token.is_unresolved(release_version):
+        return
+    match = RELEASE_VERSION.match(release_version) if isinstance(release_version, str) else None
+    if match is None:
+        raise ConfigError(field, release_version, "give an EKS AMI release version such as 1.36.2-20260625")
+    if kubernetes_version is not None and match.group(1) != kubernetes_version:
+        raise ConfigError(
+            field,
+            release_version,
+            f"is a Kubernetes {match.group(1)} release; the cluster runs {kubernetes_version}: use e.g. "
+            f"{default_neuron_ami_release(kubernetes_version)}",
+        )
+    release = neuron_ami_release(release_version)
+    if release is not None and not NEURON_STACK.supports_driver(release.neuron_driver):
+        default = default_neuron_ami_release(match.group(1))
+        raise ConfigError(
+            field,
+            release_version,
+            f"its Neuron driver {release.neuron_driver} does not run the training image's Neuron runtime "
+            f"{NEURON_STACK.runtime_lib} (needs a driver {NEURON_STACK.driver_range}, "
+            f"training/neuron_stack.py): use {default} or another release of NEURON_AMI_RELEASES with such a driver",
+        )
 
 
 def check_node_sizes(
@@ -105,6 +142,7 @@ class TrainiumNodegroup(Construct):
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
+        release_version: str | None = None,
     ) -> None:
         """
         Args:
@@ -123,10 +161,16 @@ class TrainiumNodegroup(Construct):
                 Default False: on demand.
             name_prefix: prefix of the instances' ``Name`` tags. Default ``DEFAULT_NAME_PREFIX``
                 ("trn-bert").
+            release_version: EKS Neuron AMI release of the nodes (``releaseVersion``, e.g.
+                "1.36.2-20260625", of the cluster's Kubernetes version); it fixes their Neuron
+                driver (see ``trainium_eks.versions.NEURON_AMI_RELEASES``). Default None: EKS's
+                newest, whose driver may not run the training image's runtime (the platform
+                always pins one).
         """
         super().__init__(scope, id)
         check_node_sizes(min_size, desired_size, max_size)
         check_multi_node(facts, max_size)
+        check_release_version(release_version)
         self.facts = facts
         self.subnet = subnet
         self.launch_template = TrainiumLaunchTemplate(
@@ -161,6 +205,7 @@ class TrainiumNodegroup(Construct):
                 )
             ],
             enable_node_auto_repair=True,
+            release_version=release_version,
         )
 
 

@@ -126,6 +126,7 @@ class TrainiumPlatform(Construct):
             capacity_reservation_id=config.capacity_reservation_id,
             capacity_block=config.capacity_type == "capacity-block",
             name_prefix=config.name_prefix,
+            release_version=config.ami_release_version,
         )
 
     def _storage(self) -> TrainingFileSystem:

@@ -8,11 +8,12 @@ from .compatibility import label as component_label
 from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
+from .node_fit import node_fit
+from .versions import neuron_ami_release
 
 #: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
 #: options": 200 MB/s/TiB).
 SCRATCH_2_MB_S_PER_TIB = 200
-from .node_fit import node_fit
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -39,13 +40,15 @@ def platform_review(config: PlatformConfig) -> str:
             f"  EFA:          {facts.efa_interfaces} interfaces per node, "
             f"{nodes * facts.network_gbps:,.0f} Gbps in all",
             f"  cost:         {cost}",
-            f"  Kubernetes:   {config.kubernetes_version}, API endpoint {endpoint}",
+            f"  Kubernetes:   {config.kubernetes_version}, API endpoint {endpoint}; Trainium AMI release "
+            f"{config.ami_release_version}",
             f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
             f"etcd {'on' if config.etcd_enabled else 'off'}",
             *node_fit(config).review_lines(training=config.training_enabled),
             *training_review(config),
             *(f"warning: {line}" for line in training_warnings(config)),
             *(f"warning: {line}" for line in compatibility_warnings(config)),
+            *(f"warning: {line}" for line in ami_warnings(config)),
             *(
                 f"warning: {addon} is not verified for Kubernetes {config.kubernetes_version}; EKS refuses "
                 "versions it does not offer (check `aws eks describe-addon-versions`)"
@@ -66,6 +69,17 @@ def compatibility_warnings(c: PlatformConfig) -> list[str]:
     return [
         f"{component_label(component)} is not declared compatible with Kubernetes {c.kubernetes_version}: {d.source}"
         for component, d in not_compatible(c.kubernetes_version, deployed)
+    ]
+
+
+def ami_warnings(c: PlatformConfig) -> list[str]:
+    """A warning for a Trainium AMI release whose Neuron driver is not in the table."""
+    release = c.ami_release_version
+    if neuron_ami_release(release) is not None:
+        return []
+    return [
+        f"trainium_ami_release_version {release} is not in NEURON_AMI_RELEASES "
+        "(trainium_eks/versions.py): its Neuron driver is unknown; the training pods check it when they start"
     ]
 
 

@@ -8,13 +8,15 @@ Kubernetes and its kubectl layer are pinned together: the cluster's version must
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda
 from constructs import Construct
+
+from training.neuron_stack import NEURON_STACK
 
 
 @dataclass(frozen=True)
@@ -254,3 +256,73 @@ ADDON_EVIDENCE: dict[str, dict[str, str]] = {
         "1.36": "public Terraform configuration pinning it with kube-proxy v1.36.0-eksbuild.9",
     },
 }
+
+
+@dataclass(frozen=True)
+class NeuronAmiRelease:
+    """One release of the EKS AL2023 Neuron AMI (``amiType AL2023_x86_64_NEURON``).
+
+    Attributes:
+        tag: the amazon-eks-ami release (``v20260625``).
+        neuron_driver: its ``aws-neuronx-dkms`` package version.
+        release_versions: Kubernetes minor -> the nodegroup ``releaseVersion`` of that release.
+    """
+
+    tag: str
+    neuron_driver: str
+    release_versions: Mapping[str, str]
+
+
+#: Known EKS Neuron AMI releases, newest first: awslabs/amazon-eks-ami ``CHANGELOG.md`` (main
+#: 81fec2e8, 2026-07-23), the AL2023_x86_64_NEURON column's ``aws-neuronx-dkms`` and each
+#: Kubernetes version's release. The AMI build installs the newest driver of its day
+#: (``templates/al2023/provisioners/install-neuron-driver.sh``), so only a pinned release pins
+#: the driver. Kubernetes 1.36 images use kernel 6.18, which needs a driver with Neuron 2.28.1's
+#: "compatibility issue with Linux kernel 6.18" fix: every 1.36 release here has driver 2.28+.
+NEURON_AMI_RELEASES: tuple[NeuronAmiRelease, ...] = (
+    # Driver 2.29 "requires Neuron Runtime Library 2.33 or later" (Neuron 2.31.0 known issue):
+    # no PyTorch/XLA training image has it (the last, Neuron 2.30, ships runtime 2.32.31).
+    NeuronAmiRelease(
+        "v20260714",
+        "2.29.0.0",
+        {"1.36": "1.36.2-20260714", "1.35": "1.35.6-20260714", "1.34": "1.34.9-20260714"},
+    ),
+    NeuronAmiRelease(
+        "v20260625",
+        "2.28.0.0",
+        {"1.36": "1.36.2-20260625", "1.35": "1.35.6-20260625", "1.34": "1.34.9-20260625"},
+    ),
+    NeuronAmiRelease(
+        "v20260618",
+        "2.28.0.0",
+        {"1.36": "1.36.2-20260618", "1.35": "1.35.6-20260618", "1.34": "1.34.9-20260618"},
+    ),
+    NeuronAmiRelease(
+        "v20260610",
+        "2.28.0.0",
+        {"1.36": "1.36.1-20260610", "1.35": "1.35.5-20260610", "1.34": "1.34.8-20260610"},
+    ),
+    NeuronAmiRelease("v20260505", "2.27.4.0", {"1.35": "1.35.4-20260505", "1.34": "1.34.7-20260505"}),
+    NeuronAmiRelease("v20260423", "2.27.4.0", {"1.35": "1.35.4-20260423", "1.34": "1.34.7-20260423"}),
+    NeuronAmiRelease("v20260415", "2.27.4.0", {"1.35": "1.35.3-20260415", "1.34": "1.34.6-20260415"}),
+    NeuronAmiRelease("v20260409", "2.27.4.0", {"1.35": "1.35.3-20260409", "1.34": "1.34.6-20260409"}),
+    NeuronAmiRelease("v20260403", "2.26.10.0", {"1.35": "1.35.2-20260403"}),
+)
+
+
+def neuron_ami_release(release_version: str) -> NeuronAmiRelease | None:
+    """The known AMI release a nodegroup ``releaseVersion`` belongs to, if any."""
+    return next((r for r in NEURON_AMI_RELEASES if release_version in r.release_versions.values()), None)
+
+
+def default_neuron_ami_release(kubernetes_version: str) -> str:
+    """The newest known ``releaseVersion`` for ``kubernetes_version`` whose Neuron driver runs the
+    training image's runtime (``training.neuron_stack.NEURON_STACK``)."""
+    for release in NEURON_AMI_RELEASES:
+        if kubernetes_version in release.release_versions and NEURON_STACK.supports_driver(
+            release.neuron_driver
+        ):
+            return release.release_versions[kubernetes_version]
+    raise KeyError(
+        f"no known EKS Neuron AMI release for Kubernetes {kubernetes_version} with a driver {NEURON_STACK.driver_range}"
+    )

@@ -13,6 +13,8 @@ def worker_script(
 ) -> str:
     """The shell script each training container runs.
 
+    0. Check the node's Neuron driver against the image's runtime (``training.driver_check``):
+       a known-bad pair stops the pod with one line before anything else.
     1. Wait for the dataset marker (the staging job may still be downloading).
     2. If this cache set has no precompile marker: ``neuron_parallel_compile`` the same torchrun
        command for a few steps (all nodes together), then write the marker. A re-deploy or a
@@ -24,6 +26,7 @@ def worker_script(
     cache_marker = shlex.quote(paths.cache_marker)
     lines = [
         "set -euo pipefail",
+        "python -m training.driver_check",
         f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; sleep 30; done",
         f"mkdir -p {shlex.quote(paths.cache_dir)} {shlex.quote(paths.output_dir)}",
         f"if [ ! -f {cache_marker} ]; then",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.neuron_stack import NEURON_STACK, NeuronStack
+from training.neuron_stack import NEURON_STACK, NeuronStack, version_tuple
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,10 +47,38 @@ def test_given_xla_constraints_then_training_requirements_are_pinned_at_the_same
 
 
 def test_given_another_release_when_image_named_then_every_field_is_in_the_tag():
-    stack = NeuronStack(neuron_sdk="2.99.0", torch="9.9.0", torch_xla="9.9.1", python="3.13", ubuntu="26.04")
+    stack = NeuronStack(
+        neuron_sdk="2.99.0",
+        torch="9.9.0",
+        torch_xla="9.9.1",
+        python="3.13",
+        ubuntu="26.04",
+        runtime_lib="9.9.9.0",
+        driver_min="9.0.0.0",
+        driver_below="10.0.0.0",
+    )
     assert stack.base_image == (
         "public.ecr.aws/neuron/pytorch-training-neuronx:9.9.0-neuronx-py313-sdk2.99.0-ubuntu26.04"
     )
     assert stack.pins() == {"torch": "9.9.0", "torch-xla": "9.9.1"}
     # A Dockerfile pinned to another release must not pass.
     assert stack.base_image != dockerfile_base_image()
+
+
+def test_given_the_table_then_it_is_the_last_pytorch_xla_training_release_and_its_runtime():
+    # Neuron 2.29.1 DLC (aws-neuron/deep-learning-containers tag 2.29.1): runtime 2.31.24.0.
+    assert NEURON_STACK.neuron_sdk == "2.29.1" and NEURON_STACK.runtime_lib == "2.31.24.0"
+    assert NEURON_STACK.driver_range == ">= 2.27.4.0 and < 2.29.0.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "parts"), [("2.31.24.0-0b044f4ce", (2, 31, 24, 0)), ("2.28.0.0\n", (2, 28, 0, 0))]
+)
+def test_given_package_versions_then_the_dotted_numbers_compare(version, parts):
+    assert version_tuple(version) == parts
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "2.x.1"])
+def test_given_a_non_version_then_value_error(bad):
+    with pytest.raises(ValueError):
+        version_tuple(bad)

@@ -108,13 +108,17 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
-def test_given_default_job_then_command_waits_precompiles_once_and_runs_torchrun(default_job):
+def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once_and_runs_torchrun(
+    default_job,
+):
     pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
     command = pod["containers"][0]["command"]
     assert command[:2] == ["bash", "-c"]
     lines = command[2].splitlines()
     name = default_job.job_name
-    assert lines[1].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
+    # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there).
+    assert lines[:2] == ["set -euo pipefail", "python -m training.driver_check"]
+    assert lines[2].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
     pre = next(line for line in lines if "neuron_parallel_compile" in line)
     assert "--steps_this_run 3" in pre and "--precompile" in pre
     assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]

@@ -46,7 +46,7 @@ from ..launch_template import (
     check_root_volume_gib,
 )
 from ..network import check_existing_vpc, check_nat_gateways, check_vpc_cidr
-from ..nodegroup import check_multi_node, check_node_sizes
+from ..nodegroup import check_multi_node, check_node_sizes, check_release_version
 from ..registry import check_keep_images
 from ..versions import ADDON_EVIDENCE, ADDON_PINS
 from .job_checks import validate_training
@@ -259,6 +259,11 @@ def _validate_nodes(c: PlatformSettings) -> None:
 def _validate_access(c: PlatformSettings) -> None:
     """Kubernetes version, public endpoint and the admin principals (the cluster's own rules)."""
     check_kubernetes_version(c.kubernetes_version)
+    check_release_version(
+        c.trainium_ami_release_version,
+        kubernetes_version=c.kubernetes_version,
+        field="trainium_ami_release_version",
+    )
     checks.flag("endpoint_public_allow_broad", c.endpoint_public_allow_broad)
     check_endpoint_public_cidrs(c.endpoint_public_cidrs, allow_broad=c.endpoint_public_allow_broad)
     check_admin_principal_arns(c.admin_principal_arns, region=c.region)

@@ -15,7 +15,7 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec
 
-from ..versions import DEFAULT_KUBERNETES_VERSION
+from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,12 @@ class PlatformSettings:
     #: Default: the newest on which every pinned component is declared compatible
     #: (``trainium_eks.compatibility``); on another, synth prints a warning per component that is not.
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    #: EKS Neuron AMI release of the Trainium nodes (their nodegroup's ``releaseVersion``, e.g.
+    #: "1.36.2-20260625", of ``kubernetes_version``). It fixes the nodes' Neuron driver, which must
+    #: run the training image's Neuron runtime: a known release with another driver is refused.
+    #: Unset: the newest known release whose driver does (``NEURON_AMI_RELEASES`` in
+    #: trainium_eks/versions.py; 1.36.2-20260625 for 1.36).
+    trainium_ami_release_version: str | None = None
     #: CIDRs allowed to reach the public API endpoint. Empty: private endpoint only (the default;
     #: add your workstation's /32 to use kubectl from outside the VPC). IPv4 only; together at
     #: most one /8 of addresses unless ``endpoint_public_allow_broad``.
@@ -138,6 +144,11 @@ class PlatformSettings:
     def facts(self) -> InstanceFacts:
         """The facts-table row of :attr:`instance_type`."""
         return instance_facts(self.instance_type)
+
+    @property
+    def ami_release_version(self) -> str:
+        """:attr:`trainium_ami_release_version`, or its default for :attr:`kubernetes_version`."""
+        return self.trainium_ami_release_version or default_neuron_ami_release(self.kubernetes_version)
 
     @property
     def training_plan(self) -> TrainingPlan:
