@@ -49,49 +49,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from training.text_input import UsageError
+from training.prep_settings import PrepConfig
 
 # Stream tags keep the RNGs of the different stages independent for the same seed.
 BUILD, ROUTE, SHUFFLE, POOL = 0, 1, 2, 3
 # The reference tries this many times to draw a random document other than the current one.
 _OTHER_DOCUMENT_TRIES = 10
-
-
-@dataclass(frozen=True)
-class PrepConfig:
-    """Sample-making parameters; see the module docstring for their meaning."""
-
-    max_seq_len: int = 128
-    max_pred_len: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 5
-    seed: int = 12345
-    lower_case: bool = True
-    whole_word_mask: bool = False
-    # The earlier, non-reference draw of short targets (one per sample, not per document).
-    target_per_sample: bool = False
-
-    def validate(self) -> None:
-        """Raise ``UsageError`` naming the first bad parameter, its value and the fix."""
-        if not 5 <= self.max_seq_len <= 65535:
-            raise UsageError(
-                f"--max_seq_len {self.max_seq_len}: must be between 5 ([CLS] A [SEP] B [SEP] with "
-                "one token each) and 65535; BERT phase 1 uses 128"
-            )
-        if not 1 <= self.max_pred_len <= self.max_seq_len - 3:
-            raise UsageError(
-                f"--max_pred_len {self.max_pred_len}: must be between 1 and --max_seq_len - 3 = "
-                f"{self.max_seq_len - 3} (the most maskable tokens in a sample); lower it or raise --max_seq_len"
-            )
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise UsageError(f"--masked_lm_prob {self.masked_lm_prob}: must be in (0, 1]; BERT uses 0.15")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise UsageError(f"--short_seq_prob {self.short_seq_prob}: must be in [0, 1]; BERT uses 0.1")
-        if self.dupe_factor < 1:
-            raise UsageError(f"--dupe_factor {self.dupe_factor}: must be at least 1")
-        if self.seed < 0:
-            raise UsageError(f"--seed {self.seed}: must be a non-negative integer")
 
 
 @dataclass(frozen=True)

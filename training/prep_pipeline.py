@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from training import interrupt
-from training.bert_samples import PrepConfig, record_dtype
+from training.bert_samples import record_dtype
+from training.prep_settings import (  # noqa: F401  (the defaults: re-exported for the tools' callers)
+    DEFAULT_CHUNK_MB,
+    DEFAULT_POOL_TOKENS,
+    DEFAULT_SAMPLES_PER_SHARD,
+    PrepConfig,
+    RunSettings,
+    check_settings,
+)
 from training.prep_units import (
     Chunk,
     build_pool,
@@ -66,14 +74,15 @@ from training.shard_format import (
     write_manifest,
 )
 from training.shard_writer import shard_labels
-from training.text_input import UsageError, check_encoding, check_text_files, corpus_has_text, expand_inputs
+from training.text_input import (
+    DEFAULT_INPUT_PATTERN,
+    UsageError,
+    check_text_files,
+    corpus_has_text,
+    expand_inputs,
+)
 from training.vocab import load_vocab
 
-DEFAULT_CHUNK_MB = 2.0  # the work unit: several per process balance the work
-DEFAULT_SAMPLES_PER_SHARD = 65536
-# The random-next pool: the whole corpus up to this many tokens (about 130 MB of English text;
-# 64 MiB as uint16, memory-mapped and shared by the workers), a uniform sample of documents above.
-DEFAULT_POOL_TOKENS = 1 << 25
 log = logging.getLogger("training.prepare_data")
 
 
@@ -105,6 +114,7 @@ def prepare_shards(
     pool_tokens: int = DEFAULT_POOL_TOKENS,
     encoding: str = "utf-8",
     errors: str = "strict",
+    input_pattern: str = DEFAULT_INPUT_PATTERN,
 ) -> PrepSummary:
     """Make pretraining shards from a corpus; see the module docstring.
 
@@ -129,6 +139,8 @@ def prepare_shards(
         progress: show tqdm bars; None shows them only on a terminal.
         encoding: of the corpus files (ASCII-compatible); invalid bytes are an error naming
             file, line and offset unless ``errors="replace"``.
+        input_pattern: the files of a directory in ``inputs`` that are read (a file named
+            directly is always read).
 
     Raises:
         UsageError: a bad argument or input, with a message naming it and the fix.
@@ -137,7 +149,14 @@ def prepare_shards(
     """
     started = time.monotonic()
     run = RunSettings(
-        num_shards, samples_per_shard, output_prefix, chunk_bytes, pool_tokens, encoding, errors
+        num_shards,
+        samples_per_shard,
+        output_prefix,
+        chunk_bytes,
+        pool_tokens,
+        encoding,
+        errors,
+        input_pattern,
     )
     plan = plan_run(inputs, vocab_path, output_dir, cfg, run, num_workers)
     staging = open_output(output_dir, overwrite)
@@ -170,19 +189,6 @@ def prepare_shards(
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """What, besides ``PrepConfig``, defines a shard set (and so goes into its manifest)."""
-
-    num_shards: int | None = None
-    samples_per_shard: int | None = None
-    output_prefix: str = "corpus"
-    chunk_bytes: int = int(DEFAULT_CHUNK_MB * (1 << 20))
-    pool_tokens: int = DEFAULT_POOL_TOKENS
-    encoding: str = "utf-8"
-    errors: str = "strict"
-
-
-@dataclass(frozen=True)
 class RunPlan:
     """A checked run: its inputs cut into units of work, and the settings its manifest records."""
 
@@ -210,14 +216,8 @@ def plan_run(
 
     A pure function of the inputs and settings: every Indexed-Job pod computes the same plan.
     """
-    cfg.validate()
-    _check_run_args(num_workers, run.num_shards, run.samples_per_shard, run.output_prefix, run.chunk_bytes)
-    if run.pool_tokens < 1:
-        raise UsageError(
-            f"--pool_tokens {run.pool_tokens}: must be at least 1; the default is {DEFAULT_POOL_TOKENS}"
-        )
-    check_encoding(run.encoding, run.errors)
-    files = expand_inputs(inputs)
+    check_settings(cfg, run, num_workers)
+    files = expand_inputs(inputs, run.input_pattern)
     out_dir = Path(output_dir)
     inside = [f for f in files if out_dir.resolve() in f.resolve().parents]
     if inside:
@@ -316,32 +316,6 @@ def publish_set(staging: Path, output_dir: str | os.PathLike[str]) -> None:
         publish(staging, output_dir)
     except OSError as err:
         raise UsageError(f"--output_dir {output_dir}: cannot publish the set ({err.strerror})") from None
-
-
-def _check_run_args(
-    num_workers: int,
-    num_shards: int | None,
-    samples_per_shard: int | None,
-    output_prefix: str,
-    chunk_bytes: int,
-) -> None:
-    if num_workers < 1:
-        raise UsageError(f"--num_workers {num_workers}: must be at least 1")
-    if num_shards is not None and samples_per_shard is not None:
-        raise UsageError("--num_shards and --samples_per_shard: give one of them, not both")
-    if num_shards is not None and num_shards < 1:
-        raise UsageError(f"--num_shards {num_shards}: must be at least 1")
-    if samples_per_shard is not None and samples_per_shard < 1:
-        raise UsageError(f"--samples_per_shard {samples_per_shard}: must be at least 1")
-    if not output_prefix or "/" in output_prefix or os.sep in output_prefix:
-        raise UsageError(
-            f"--output_prefix {output_prefix!r}: must be a non-empty file-name prefix without '/'"
-        )
-    if chunk_bytes < 1:
-        raise UsageError(
-            f"--chunk_mb: the chunk size ({chunk_bytes} bytes) must be at least 1 byte; "
-            f"the default is {DEFAULT_CHUNK_MB:g} MiB"
-        )
 
 
 class _WorkerMap:

@@ -1,6 +1,7 @@
 """Turn a text corpus into BERT pretraining shards (masked LM + next-sentence prediction).
 
-    python -m training.prepare_data --input CORPUS_FILE_OR_DIR [...] --vocab vocab.txt \\
+    python -m training.prepare_data --input CORPUS_FILE_OR_DIR [...] [--input_pattern '*.txt'] \\
+        --vocab vocab.txt \\
         --output_dir DIR [--output_prefix corpus] [--max_seq_len 128] [--max_pred_len 20] \\
         [--masked_lm_prob 0.15] [--short_seq_prob 0.1] [--dupe_factor 5] [--seed 12345] \\
         [--num_workers N] [--num_shards K | --samples_per_shard S] [--whole_word_mask] \\
@@ -8,12 +9,14 @@
         [--no_progress] [--overwrite]
 
 Input: text, one sentence per line, a blank line between documents; UTF-8 unless --encoding
-says otherwise. Binary files and archives are refused; an invalid byte is an error naming file,
+says otherwise. A directory contributes its files matching --input_pattern (``*.txt``); one with
+none is refused. Binary files and archives are refused; an invalid byte is an error naming file,
 line and offset unless --errors replace. Output: a shard set (``training.shard_format``): the
 directory --output_dir holding ``<prefix>_training_<k>.hdf5`` in the layout of the public
 Neuron/NVIDIA shards (``next_sentence_labels`` 1 = B is a random segment; S = --max_seq_len,
 P = --max_pred_len) and ``manifest.json``. It is built in a hidden sibling directory and renamed
-into place when complete; SIGINT/SIGTERM stop the tool at any phase with exit 130/143 and leave
+into place when complete, with the modes the umask gives (readable by other users under the
+usual 022); SIGINT/SIGTERM stop the tool at any phase with exit 130/143 and leave
 --output_dir as it was.
 
 Samples: the reference tool's distribution (Google's create_pretraining_data.py, whose NVIDIA
@@ -27,8 +30,6 @@ The pipeline (and why the output does not depend on --num_workers) is described 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -36,97 +37,13 @@ from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 
 from training import interrupt
-from training.bert_samples import PrepConfig
-from training.prep_pipeline import (
-    DEFAULT_CHUNK_MB,
-    DEFAULT_POOL_TOKENS,
-    DEFAULT_SAMPLES_PER_SHARD,
-    RunSettings,
-    log,
-    prepare_shards,
-)
-from training.text_input import ERROR_MODES, OneLineArgumentParser, UsageError
+from training.prep_pipeline import log, prepare_shards
 
-# ---------------------------------------------------------------------------------------------
-# Command line
+# The command line is the settings module's (torch- and numpy-free, read at synth by trainium_eks).
+from training.prep_settings import build_parser, prep_config, run_settings
+from training.text_input import UsageError
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(
-        prog="python -m training.prepare_data",
-        description="Make BERT pretraining HDF5 shards (MLM + NSP) from a text corpus "
-        "(one sentence per line, blank line between documents) and a WordPiece vocab.txt.",
-    )
-    parser.add_argument("--input", nargs="+", required=True, help="corpus file(s) or directories")
-    parser.add_argument("--vocab", required=True, help="WordPiece vocab.txt (see python -m training.vocab)")
-    parser.add_argument("--output_dir", required=True, help="directory for <prefix>_training_<k>.hdf5")
-    parser.add_argument("--output_prefix", default="corpus", help="shard name prefix (default: corpus)")
-    # Defaults of the sample settings: PrepConfig's (set_defaults below).
-    parser.add_argument("--max_seq_len", type=int, help="tokens per sample (default: %(default)s)")
-    parser.add_argument(
-        "--max_pred_len", type=int, help="most masked tokens per sample (default: %(default)s)"
-    )
-    parser.add_argument("--masked_lm_prob", type=float, help="share of tokens masked (default: %(default)s)")
-    parser.add_argument("--short_seq_prob", type=float, help="share of short targets (default: %(default)s)")
-    parser.add_argument("--dupe_factor", type=int, help="passes with different masks (default: %(default)s)")
-    parser.add_argument("--seed", type=int, help="random seed (default: %(default)s)")
-    parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
-    parser.add_argument(
-        "--target_per_sample",
-        action="store_true",
-        help="draw the short target length per sample (this tool's earlier behaviour), not once per "
-        "document as the reference does",
-    )
-    parser.add_argument(
-        "--pool_tokens",
-        type=int,
-        default=DEFAULT_POOL_TOKENS,
-        help="most tokens of the pool random next segments come from: the whole corpus up to it, a "
-        f"uniform sample of documents above; changes the output (default: {DEFAULT_POOL_TOKENS})",
-    )
-    parser.add_argument(
-        "--do_lower_case",
-        dest="lower_case",
-        action="store_true",
-        default=True,
-        help="lower-case and strip accents (default; for uncased vocabs)",
-    )
-    parser.add_argument(
-        "--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)"
-    )
-    parser.add_argument(
-        "--num_workers",
-        type=int,
-        default=len(os.sched_getaffinity(0)),
-        help="worker processes (default: all CPUs); the output does not depend on it",
-    )
-    shards = parser.add_mutually_exclusive_group()
-    shards.add_argument("--num_shards", type=int, help="number of output shards")
-    shards.add_argument(
-        "--samples_per_shard", type=int, help=f"most samples per shard (default: {DEFAULT_SAMPLES_PER_SHARD})"
-    )
-    parser.add_argument(
-        "--chunk_mb",
-        type=float,
-        default=DEFAULT_CHUNK_MB,
-        help=f"input chunk size in MiB, the unit of parallel work and of random seeding; "
-        f"changes the output (default: {DEFAULT_CHUNK_MB:g})",
-    )
-    parser.add_argument(
-        "--encoding",
-        default="utf-8",
-        help="of the corpus files, ASCII-compatible (default: utf-8; e.g. latin-1)",
-    )
-    parser.add_argument(
-        "--errors",
-        choices=ERROR_MODES,
-        default="strict",
-        help="invalid bytes: strict = an error naming file, line and offset (default); replace = U+FFFD",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace the shard set in --output_dir")
-    parser.add_argument("--no_progress", action="store_true", help="no progress bars")
-    parser.set_defaults(**dataclasses.asdict(PrepConfig()))
-    return parser
+__all__ = ["PhaseLog", "build_parser", "main", "prep_config", "run_settings"]
 
 
 class PhaseLog(logging.StreamHandler):
@@ -137,34 +54,6 @@ class PhaseLog(logging.StreamHandler):
         if isinstance(sys.exc_info()[1], interrupt.Interrupted):
             raise
         super().handleError(record)
-
-
-def prep_config(args: argparse.Namespace) -> PrepConfig:
-    """The sample settings of a parsed command line (this tool's or ``prepare_indexed``'s)."""
-    return PrepConfig(
-        max_seq_len=args.max_seq_len,
-        max_pred_len=args.max_pred_len,
-        masked_lm_prob=args.masked_lm_prob,
-        short_seq_prob=args.short_seq_prob,
-        dupe_factor=args.dupe_factor,
-        seed=args.seed,
-        lower_case=args.lower_case,
-        whole_word_mask=args.whole_word_mask,
-        target_per_sample=args.target_per_sample,
-    )
-
-
-def run_settings(args: argparse.Namespace) -> RunSettings:
-    """The run settings (shards, work units, input decoding) of a parsed command line."""
-    return RunSettings(
-        num_shards=args.num_shards,
-        samples_per_shard=args.samples_per_shard,
-        output_prefix=args.output_prefix,
-        chunk_bytes=int(args.chunk_mb * (1 << 20)),
-        pool_tokens=args.pool_tokens,
-        encoding=args.encoding,
-        errors=args.errors,
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pool_tokens=args.pool_tokens,
                 encoding=args.encoding,
                 errors=args.errors,
+                input_pattern=args.input_pattern,
             )
     except UsageError as err:
         parser.error(str(err))

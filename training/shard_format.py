@@ -275,12 +275,20 @@ def open_staging(output_dir: str | os.PathLike[str], overwrite: bool) -> Path:
         ) from None
 
 
+def current_umask() -> int:
+    """The process's umask. POSIX has no call that only reads it: it is set and put back."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def discard(staging: str | os.PathLike[str]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
 def publish(staging: str | os.PathLike[str], output_dir: str | os.PathLike[str]) -> None:
-    """Rename the complete set (its manifest written) into ``output_dir``.
+    """Rename the complete set (its manifest written) into ``output_dir``, with the folder mode
+    the umask gives a new folder (not the staging folder's 0700).
 
     A stop signal during the renames is held until they are done: afterwards the directory
     holds the old set or the new one, never a mix and never nothing but a half.
@@ -288,6 +296,8 @@ def publish(staging: str | os.PathLike[str], output_dir: str | os.PathLike[str])
     staging, out = Path(staging), Path(output_dir)
     if not (staging / MANIFEST_NAME).is_file():
         raise ShardSetError(f"{staging}: no {MANIFEST_NAME}; only a complete set is published")
+    # mkdtemp made the staging folder 0700; the published one gets what mkdir would have given.
+    os.chmod(staging, 0o777 & ~current_umask())
     old = out.parent / f".{out.name}.replaced-{os.getpid()}"
     interrupt.check()  # a signal an extension swallowed earlier still stops us before publishing
     with interrupt.deferred_signals():

@@ -1,5 +1,6 @@
-"""Corpus input of the data tools: which files (``expand_inputs``), whether they are text and
-hold any, decoding that names the first bad byte, and the one-line errors of their CLIs.
+"""Corpus input of the data tools: which files (``expand_inputs``: a directory's ``*.txt`` unless
+``--input_pattern`` says otherwise), whether they are text and hold any, decoding that names the
+first bad byte, and the one-line errors of their CLIs.
 
 ``prepare_data`` reads its corpus as byte ranges (chunks) that end at blank lines, so an
 encoding must keep ``\\n`` and ASCII as single bytes (UTF-8, Latin-1, cp1252, ...).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import fnmatch
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -19,6 +21,8 @@ class UsageError(ValueError):
 
 
 ERROR_MODES = ("strict", "replace")
+#: Which files of a directory given as ``--input`` are corpus files (``--input_pattern``).
+DEFAULT_INPUT_PATTERN = "*.txt"
 _SNIFF_BYTES = 8192
 #: Leading bytes of formats given to a text tool by mistake (each format's documented magic number).
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
@@ -127,15 +131,18 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def expand_inputs(
+    inputs: Iterable[str | os.PathLike[str]], pattern: str = DEFAULT_INPUT_PATTERN
+) -> list[Path]:
     """Return the corpus files named by ``inputs``.
 
-    Files are kept in the order given; a directory contributes every regular file below it,
-    recursively, in sorted path order, skipping hidden files and folders (names starting with a
-    dot). The order matters: ``prepare_data`` derives its random seeds from a file's position.
+    Files are kept in the order given, whatever their names; a directory contributes the regular
+    files below it, recursively, whose names match ``pattern`` (shell-style, e.g. ``*.txt``), in
+    sorted path order, skipping hidden files and folders (names starting with a dot). The order
+    matters: ``prepare_data`` derives its random seeds from a file's position.
 
     Raises:
-        UsageError: an input does not exist, or a directory holds no files.
+        UsageError: an input does not exist, or a directory holds no file matching ``pattern``.
     """
     files: list[Path] = []
     for raw in inputs:
@@ -146,10 +153,15 @@ def expand_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found = sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                if p.is_file()
+                and fnmatch.fnmatchcase(p.name, pattern)
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
             if not found:
-                raise UsageError(f"--input {raw}: directory contains no corpus files")
+                raise UsageError(
+                    f"--input {raw}: directory holds no file matching {pattern!r}; name the corpus files, "
+                    "or give --input_pattern (e.g. '*' for every file)"
+                )
             files.extend(found)
         else:
             raise UsageError(f"--input {raw}: no such file or directory")

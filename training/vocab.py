@@ -37,6 +37,7 @@ from tokenizers.trainers import WordPieceTrainer
 
 from training.bert_samples import VocabInfo
 from training.text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
+    DEFAULT_INPUT_PATTERN,
     OneLineArgumentParser,
     UsageError,
     check_text_files,
@@ -259,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build a BERT WordPiece vocab.txt from a corpus (one sentence per line), offline.",
     )
     parser.add_argument("--input", nargs="+", required=True, help="corpus file(s) or directories")
+    parser.add_argument(
+        "--input_pattern",
+        default=DEFAULT_INPUT_PATTERN,
+        help=f"which files of a directory in --input are read, recursively (default: {DEFAULT_INPUT_PATTERN})",
+    )
     parser.add_argument("--output", required=True, help="vocab.txt to write")
     parser.add_argument("--vocab_size", type=int, default=30522, help="upper bound on the token count")
     parser.add_argument("--min_frequency", type=int, default=2, help="minimum count of a merged pair")
@@ -273,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        files = expand_inputs(args.input)
+        files = expand_inputs(args.input, args.input_pattern)
         check_text_files(files)  # the trainer would read a binary file's bytes as words
         if not corpus_has_text(files):
             raise UsageError(f"--input {' '.join(args.input)}: corpus is empty (only blank lines)")

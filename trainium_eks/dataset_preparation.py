@@ -16,14 +16,18 @@ each other between the tokenizing, pool and sample phases.
 
 from __future__ import annotations
 
+import argparse
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
+from training.prep_settings import build_parser, prep_config, run_settings
+from training.prep_settings import check_settings as check_tool_settings
+from training.text_input import UsageError
 from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources, share_problem
 from trainium_job.errors import ConfigError
@@ -55,6 +59,7 @@ SETTING_FLAGS: dict[str, bool] = {
     "whole_word_mask": False,
     "target_per_sample": False,
     "no_lower_case": False,
+    "input_pattern": True,
 }
 #: Memory per CPU of a preparation pod: each worker process peaks at a few hundred MiB.
 MEMORY_GIB_PER_CPU = 2
@@ -62,7 +67,7 @@ MEMORY_GIB_PER_CPU = 2
 USAGE_ERROR_EXIT_CODE = 2
 CONTAINER = "prepare"
 _FSX_PATH = re.compile(r"^fsx:/[A-Za-z0-9._/-]+$")
-_VALUE = re.compile(r"^[A-Za-z0-9._-]+$")
+_VALUE = re.compile(r"^[A-Za-z0-9._*?-]+$")
 
 
 def check_fsx_path(field: str, value: str) -> str:
@@ -74,8 +79,18 @@ def check_fsx_path(field: str, value: str) -> str:
     return DATA_MOUNT + value[len("fsx:") :]
 
 
-def check_settings(args: Mapping[str, Any]) -> list[str]:
-    """``prepare_data`` flags from ``{"dupe_factor": "5", "whole_word_mask": "true"}``."""
+class _ParseError(Exception):
+    pass
+
+
+def _raise(message: str) -> NoReturn:
+    raise _ParseError(message)
+
+
+def parse_settings(args: Mapping[str, Any]) -> tuple[list[str], argparse.Namespace]:
+    """``prepare_data`` flags from ``{"dupe_factor": "5", "whole_word_mask": "true"}``, and what the
+    tool's own parser (``training.prepare_data.build_parser``) and settings checks make of them,
+    so a value the Indexed Job would refuse (``{"dupe_factor": "many"}``) stops synth."""
     flags: list[str] = []
     for key, value in sorted(args.items()):
         if key not in SETTING_FLAGS:
@@ -91,11 +106,39 @@ def check_settings(args: Mapping[str, Any]) -> list[str]:
             flags += [f"--{key}"] if text.lower() == "true" else []
         elif isinstance(value, bool) or not _VALUE.match(text):
             raise ConfigError(
-                "args", {key: value}, "give a plain number or name (letters, digits, '.', '_', '-')"
+                "args",
+                {key: value},
+                "give a plain number, name or file pattern (letters, digits, '.', '_', '-', '*', '?')",
             )
         else:
             flags += [f"--{key}", text]
-    return flags
+    parser = build_parser()
+    parser.allow_abbrev = False
+    parser.error = _raise  # type: ignore[method-assign]
+    try:
+        # --input, --vocab and --output_dir are the construct's own (placeholders here).
+        parsed = parser.parse_args(
+            ["--input", "corpus", "--vocab", "vocab.txt", "--output_dir", "out", *flags]
+        )
+        check_tool_settings(prep_config(parsed), run_settings(parsed))
+    except (_ParseError, UsageError) as err:
+        message = str(err)
+        key = next((k for k in sorted(args, key=len, reverse=True) if f"--{k}" in message), None)
+        raise ConfigError(
+            "args", {key: args[key]} if key else dict(args), f"training.prepare_data refuses it: {message}"
+        ) from None
+    return flags, parsed
+
+
+def check_settings(args: Mapping[str, Any]) -> list[str]:
+    """The ``prepare_data`` flags of ``args`` (see :func:`parse_settings`)."""
+    return parse_settings(args)[0]
+
+
+def prepared_shape(args: Mapping[str, Any]) -> tuple[int, int]:
+    """(sequence length, predictions per sequence) of the set ``args`` prepare."""
+    parsed = parse_settings(args)[1]
+    return parsed.max_seq_len, parsed.max_pred_len
 
 
 def pod_resources(cpus_per_pod: int) -> Resources:

@@ -39,6 +39,12 @@ PUBLIC_BERT_SHARDS = (
     "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
     "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
 )
+#: (tokens, masked predictions) per sample of :data:`PUBLIC_BERT_SHARDS`: ``input_ids`` [N, 128]
+#: and ``masked_lm_positions`` [N, 20]. The archive is named ``..._seqlen128``; the shards are
+#: NVIDIA's phase-1 set (NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT
+#: ``data/create_datasets_from_start.sh``: ``--max_seq_length 128 --max_predictions_per_seq 20``),
+#: the layout the Neuron BERT pretraining tutorial and its EKS sample train on.
+PUBLIC_BERT_SHAPE = (128, 20)
 #: The staging container's resources: a download and an unpack stream (the AWS CLI, tar).
 STAGING_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
 _S3 = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s'\"]*)?$")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from training.shard_format import current_umask
 from training.synthetic import build_vocab, prepare_data_command, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,6 +118,7 @@ def test_given_pods_on_another_mount_then_the_set_is_bit_identical_to_the_single
     assert all(out.splitlines()[-1].startswith(f"pod {i}: ") for i, (_, out, _) in enumerate(results))
     datasets = tmp_path / "fsx" / "datasets"
     same_bytes(single, datasets / "own")  # shards and manifest.json alike
+    assert (datasets / "own").stat().st_mode & 0o777 == 0o777 & ~current_umask()  # not mkdtemp's 0700
     assert (datasets / "own.prepared").read_text().endswith(" shards\n")
     assert sorted(p.name for p in datasets.iterdir()) == ["own", "own.prepared"]  # work folder removed
     again = run_job(completions, mounted, vocab, tmp_path / "fsx", workers)
@@ -148,6 +150,21 @@ def test_given_pod_0_stopped_by_sigterm_when_restarted_then_the_job_still_makes_
     assert retry.returncode == 0, stderr
     assert all(pod.wait(timeout=60) == 0 for pod in others)
     same_bytes(single, tmp_path / "datasets" / "own")
+
+
+def test_given_a_folder_without_matching_files_then_every_pod_stops_with_one_line_and_exit_2(
+    corpus, tmp_path
+):
+    _, vocab, _ = corpus
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "readme.md").write_text("A sentence.\n", encoding="utf-8")
+    results = run_job(2, folder, vocab, tmp_path)
+    for returncode, _, stderr in results:
+        assert returncode == 2  # the Job's podFailurePolicy fails the whole Job on it
+        (line,) = stderr.splitlines()
+        assert f"--input {folder}: directory holds no file matching '*.txt'" in line
+    assert not (tmp_path / "datasets" / "own").exists()
 
 
 def test_given_bad_bytes_in_one_pods_unit_then_every_pod_fails_with_that_line_and_nothing_is_published(

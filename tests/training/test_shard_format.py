@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -93,6 +94,24 @@ def test_given_a_new_directory_when_published_then_the_set_appears_whole_and_sta
     publish(staging, out)
     assert sorted(p.name for p in (tmp_path / "sets").iterdir()) == ["wiki"]
     assert len(read_manifest(out).shards) == 2
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o755), (0o027, 0o750), (0o077, 0o700)])
+def test_given_a_umask_when_published_then_the_set_has_the_mode_a_new_folder_would_not_the_stagings_0700(
+    tmp_path, umask, mode
+):
+    # Readers running as another user (the training pods) must be able to open the set.
+    out = tmp_path / "wiki"
+    previous = os.umask(umask)
+    try:
+        staging = open_staging(out, overwrite=False)
+        assert staging.stat().st_mode & 0o777 == 0o700  # mkdtemp's
+        _complete_set(staging, 2)
+        publish(staging, out)
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o777 == mode
+    assert all(p.stat().st_mode & 0o777 == mode & 0o666 for p in out.iterdir())
 
 
 def test_given_an_old_set_when_overwritten_then_only_the_new_one_remains(tmp_path):

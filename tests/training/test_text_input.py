@@ -136,14 +136,54 @@ def test_given_an_archive_to_the_vocab_builder_then_one_line_names_it(tmp_path):
     assert not (tmp_path / "vocab.txt").exists()
 
 
-def test_given_a_folder_of_shards_as_input_then_the_first_shard_is_named(corpus, tmp_path):
+def test_given_a_folder_of_shards_as_input_then_no_corpus_file_or_with_every_file_the_first_shard_is_named(
+    corpus, tmp_path
+):
     folder = tmp_path / "shards.hdf5"
     folder.mkdir()
     _hdf5(folder / "a_training_0.hdf5")
-    message = one_line_error(
-        run("--input", str(folder), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    args = ("--input", str(folder), "--vocab", str(corpus[1]), "--output_dir", str(tmp_path / "o"))
+    assert one_line_error(run(*args)).startswith(
+        f"--input {folder}: directory holds no file matching '*.txt'"
     )
+    message = one_line_error(run(*args, "--input_pattern", "*"))
     assert message.startswith(f"--input {folder / 'a_training_0.hdf5'}: is an HDF5 file, not text")
+
+
+def test_given_a_folder_without_text_files_then_refused_in_one_line_and_nothing_written(corpus, tmp_path):
+    # What the issue found: readme.md and data.csv but no text files gave exit 0 and 10 samples.
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "readme.md").write_text(corpus[0].read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "data.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    out = tmp_path / "o"
+    message = one_line_error(run("--input", str(folder), "--vocab", str(corpus[1]), "--output_dir", str(out)))
+    assert message == (
+        f"--input {folder}: directory holds no file matching '*.txt'; name the corpus files, or give "
+        "--input_pattern (e.g. '*' for every file) (see --help)"
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_given_an_input_pattern_then_only_matching_files_of_a_folder_are_read(corpus, tmp_path):
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "wiki.md").write_text(corpus[0].read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "notes.txt").write_text("not read\n", encoding="utf-8")
+    done = run(
+        "--input",
+        str(folder),
+        "--input_pattern",
+        "*.md",
+        "--vocab",
+        str(corpus[1]),
+        "--output_dir",
+        str(tmp_path / "o"),
+    )
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert [entry["file"] for entry in manifest["settings"]["inputs"]] == ["wiki.md"]
+    assert manifest["settings"]["input_pattern"] == "*.md"
 
 
 def test_given_a_nul_byte_deep_in_a_text_file_then_file_line_and_offset_are_named(corpus, tmp_path):
@@ -231,8 +271,10 @@ def test_given_text_then_no_binary_kind_is_reported():
 
 
 def test_directories_are_walked_in_sorted_order_without_hidden_files(tmp_path: Path):
-    for name in ["b/2.txt", "a.txt", "b/1.txt", ".hidden/x.txt", "b/.y.txt"]:
+    for name in ["b/2.txt", "a.txt", "b/1.txt", ".hidden/x.txt", "b/.y.txt", "b/readme.md"]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("word\n")
     single = tmp_path / "b" / "2.txt"
     assert expand_inputs([single, tmp_path]) == [single, tmp_path / "a.txt", tmp_path / "b/1.txt", single]
+    named = tmp_path / "b" / "readme.md"  # a file named directly is read whatever its name
+    assert expand_inputs([named, tmp_path], "*.md") == [named, named]

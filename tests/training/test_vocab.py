@@ -94,7 +94,11 @@ def test_no_lower_case_keeps_capitals(corpus: Path, tmp_path: Path):
     [
         ("missing input", ["--input", "{tmp}/none.txt"], r"--input \S+none\.txt: no such file or directory"),
         ("empty corpus", ["--input", "{tmp}/blank.txt"], r"--input \S+blank\.txt: corpus is empty"),
-        ("empty folder", ["--input", "{tmp}/empty"], r"--input \S+empty: directory contains no corpus files"),
+        (
+            "empty folder",
+            ["--input", "{tmp}/empty"],
+            r"--input \S+empty: directory holds no file matching '\*\.txt'",
+        ),
         ("tiny size", ["--vocab_size", "5"], r"--vocab_size 5: leaves no room for ordinary tokens"),
         ("output is a folder", ["--output", "{tmp}"], r"--output \S+: is a directory"),
     ],

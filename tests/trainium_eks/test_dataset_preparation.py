@@ -169,7 +169,28 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
             "preparation_args",
             r"not a setting of training\.prepare_data",
         ),
-        ({"preparation_args": '{"seed": "1; rm -rf /"}'}, "preparation_args", r"plain number or name"),
+        (
+            {"preparation_args": '{"seed": "1; rm -rf /"}'},
+            "preparation_args",
+            r"plain number, name or file pattern",
+        ),
+        # Values are parsed and checked by the tool's own parser and checks (training.prep_settings).
+        (
+            {"preparation_args": '{"dupe_factor": "many"}'},
+            "preparation_args",
+            r"training\.prepare_data refuses it: argument --dupe_factor: invalid int value: 'many'",
+        ),
+        (
+            {"preparation_args": '{"max_seq_len": "128", "max_pred_len": "126"}'},
+            "preparation_args",
+            r"--max_pred_len 126: must be between 1 and --max_seq_len - 3 = 125",
+        ),
+        (
+            {"preparation_args": '{"num_shards": "2", "samples_per_shard": "9"}'},
+            "preparation_args",
+            r"not allowed with argument --num_shards",
+        ),
+        ({"preparation_args": '{"encoding": "utf-16"}'}, "preparation_args", r"not ASCII-compatible"),
         ({"preparation_args": '{"whole_word_mask": "yes"}'}, "preparation_args", r"a switch"),
         ({"preparation_enabled": "maybe"}, "preparation_enabled", r"true or false"),
         (
@@ -214,3 +235,16 @@ def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_trai
     training_id, _ = jobs["trn"]
     prep_id, _ = jobs["prepare"]
     assert prep_id in template["Resources"][training_id].get("DependsOn", [])
+
+
+def test_given_preparation_args_then_they_are_parsed_by_prepare_datas_own_parser():
+    from training.prepare_data import build_parser
+    from trainium_eks.dataset_preparation import parse_settings
+
+    flags, parsed = parse_settings({"dupe_factor": "7", "whole_word_mask": "true", "input_pattern": "*.md"})
+    assert flags == ["--dupe_factor", "7", "--input_pattern", "*.md", "--whole_word_mask"]
+    own = build_parser().parse_args(
+        ["--input", "corpus", "--vocab", "vocab.txt", "--output_dir", "out", *flags]
+    )
+    assert vars(parsed) == vars(own)
+    assert parsed.dupe_factor == 7 and parsed.whole_word_mask is True

@@ -20,8 +20,8 @@ from trainium_job.job import check_rendezvous, script_args
 from trainium_job.plan import TrainingPlan
 from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
 
-from ..dataset_preparation import validate_preparation_config
-from ..dataset_staging import check_source
+from ..dataset_preparation import prepared_shape, validate_preparation_config
+from ..dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, check_source
 from ..node_fit import check_node_fit
 from .schema import PlatformSettings
 
@@ -53,6 +53,52 @@ def validate_training(c: PlatformSettings) -> None:
             raise ConfigError(context_key("script_args"), {flag: spec.extra_args[flag]}, why)
     validate_preparation_config(c)
     check_node_fit(c)
+    if c.training_enabled:
+        check_sequence_shape(c)
+
+
+def dataset_shape(c: PlatformSettings) -> tuple[tuple[int, int], str] | None:
+    """(tokens, predictions) per sample of the job's dataset and what it is, when synth knows it:
+    the public BERT shards, or the set the preparation Job makes (``preparation_args``)."""
+    if c.preparation_enabled:
+        return prepared_shape(c.preparation_args), "the set preparation_args prepare"
+    if c.training_dataset_source == PUBLIC_BERT_SHARDS:
+        return PUBLIC_BERT_SHAPE, f"the public BERT shards ({PUBLIC_BERT_SHARDS})"
+    return None
+
+
+def check_sequence_shape(c: PlatformSettings) -> None:
+    """``training.pretrain`` reads only shards of its --seq_len / --max_pred_len (pre-flight stops
+    every pod otherwise, after the image build and the deploy): refuse a shape that contradicts a
+    dataset whose shape synth knows, naming the key that set it."""
+    known = dataset_shape(c)
+    if known is None:
+        return
+    (tokens, predictions), what = known
+    parser = build_parser()
+    extra = c.training.extra_args
+    read = {
+        "seq_len": int(extra.get("seq_len", parser.get_default("seq_len"))),
+        "max_pred_len": int(extra.get("max_pred_len", parser.get_default("max_pred_len"))),
+    }
+    if read == {"seq_len": tokens, "max_pred_len": predictions}:
+        return
+    why = (
+        f"{what}: {tokens} tokens and {predictions} predictions per sample, but training.pretrain would read "
+        f"--seq_len {read['seq_len']} --max_pred_len {read['max_pred_len']} and stop at pre-flight"
+    )
+    given = {k: extra[k] for k in ("seq_len", "max_pred_len") if k in extra}
+    if given:
+        raise ConfigError(
+            context_key("script_args"), given, f"{why}: give seq_len {tokens} and max_pred_len {predictions}"
+        )
+    shape = {k: c.preparation_args[k] for k in ("max_seq_len", "max_pred_len") if k in c.preparation_args}
+    raise ConfigError(
+        "preparation_args",
+        shape,
+        f"{why}: prepare {read['seq_len']} tokens with {read['max_pred_len']} predictions, or give "
+        f"training_script_args seq_len {tokens} and max_pred_len {predictions}",
+    )
 
 
 class _ArgsError(Exception):
