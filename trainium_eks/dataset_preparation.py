@@ -123,9 +123,11 @@ def parse_settings(args: Mapping[str, Any]) -> tuple[list[str], argparse.Namespa
         check_tool_settings(prep_config(parsed), run_settings(parsed))
     except (_ParseError, UsageError) as err:
         message = str(err)
-        key = next((k for k in sorted(args, key=len, reverse=True) if f"--{k}" in message), None)
+        named = next((k for k in sorted(args, key=len, reverse=True) if f"--{k}" in message), None)
         raise ConfigError(
-            "args", {key: args[key]} if key else dict(args), f"training.prepare_data refuses it: {message}"
+            "args",
+            {named: args[named]} if named else dict(args),
+            f"training.prepare_data refuses it: {message}",
         ) from None
     return flags, parsed
 
