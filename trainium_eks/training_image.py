@@ -10,6 +10,10 @@ offline (nothing is built or pulled until ``cdk deploy``).
 The CDK builds each image into its bootstrap asset repository; ``cdk-ecr-deployment`` (a
 well-kept construct library, not a hand-written copy function) then copies it into the
 platform's repository under the asset's content hash as tag, so a changed image is a new tag.
+Its function streams layers (no disk) and gets the memory of one vCPU: see
+:mod:`trainium_eks.image_transfer`. The copy stays, rather than pods pulling the asset
+repository: that repository is the CDK bootstrap's, shared by every app of the account and
+region, without the platform repository's lifecycle rules, and ``cdk gc`` may delete its images.
 
 The copy function's role carries a permissions boundary (:func:`copy_boundary_statements`):
 cdk-ecr-deployment 4.2.76 adds ECR read/push and ``s3:GetObject`` on ``*`` to whatever role it
@@ -33,6 +37,8 @@ from constructs import Construct
 
 import training
 import trainium_job
+
+from .image_transfer import COPY_MEMORY_MIB
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
 TRAINING_DIR = Path(training.__file__).resolve().parent
@@ -153,6 +159,8 @@ class TrainingImages(Construct):
                     src=DockerImageName(asset.image_uri),
                     dest=DockerImageName(uris[name]),
                     role=self.copy_role,
+                    # Memory buys CPU for a streamed copy (trainium_eks.image_transfer).
+                    memory_limit=COPY_MEMORY_MIB,
                 )
             )
         self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
