@@ -43,11 +43,12 @@ def transfer_minutes(size_gb: float = TRAINING_IMAGE_GB) -> float:
     return size_gb / PULL_GB_PER_MINUTE
 
 
-def review_line() -> str:
-    """The synth review's line on the image."""
+def review_lines() -> list[str]:
+    """The synth review's lines on the image."""
     minutes = transfer_minutes()
-    return (
+    return [
         f"  image:        ~{TRAINING_IMAGE_GB:.0f} GB assumed (no published size; AWS: DLC pulls of 15-20 GB "
-        f"take 4-6 min): copied into ECR in ~{minutes:.0f} min by a {COPY_MEMORY_MIB:,} MiB function "
-        f"({COPY_TIMEOUT_MINUTES} min limit), pulled by each node in ~{minutes:.0f} min"
-    )
+        "take 4-6 min)",
+        f"                copied into ECR in ~{minutes:.0f} min by a {COPY_MEMORY_MIB:,} MiB function "
+        f"({COPY_TIMEOUT_MINUTES} min limit); ~{minutes:.0f} min pull per node",
+    ]

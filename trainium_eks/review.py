@@ -8,7 +8,7 @@ from .compatibility import label as component_label
 from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
-from .image_transfer import review_line as image_review_line
+from .image_transfer import review_lines as image_review_lines
 from .node_fit import node_fit
 from .versions import neuron_ami_release
 
@@ -160,7 +160,7 @@ def training_review(c: PlatformConfig) -> list[str]:
         f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
     ]
-    lines.append(image_review_line())
+    lines += image_review_lines()
     if c.preparation_enabled:
         lines.append(
             f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "

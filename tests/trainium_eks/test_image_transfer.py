@@ -7,7 +7,7 @@ from trainium_eks.image_transfer import (
     COPY_MEMORY_MIB,
     COPY_TIMEOUT_MINUTES,
     TRAINING_IMAGE_GB,
-    review_line,
+    review_lines,
     transfer_minutes,
 )
 
@@ -41,7 +41,5 @@ def test_given_the_assumed_image_then_the_copy_fits_its_time_limit_with_margin()
 
 
 def test_given_the_review_then_it_names_the_size_the_copy_and_the_pull_per_node():
-    line = review_line()
-    assert (
-        "~20 GB assumed" in line and "2,048 MiB function" in line and "pulled by each node in ~8 min" in line
-    )
+    text = "\n".join(review_lines())
+    assert "~20 GB assumed" in text and "2,048 MiB function" in text and "~8 min pull per node" in text
