@@ -10,7 +10,7 @@ from .cluster_addons import TrainiumAddons
 from .compatibility import KUBERNETES_COMPATIBILITY
 from .config import ConfigError, PlatformConfig, config_from_context
 from .dataset_preparation import DatasetPreparation
-from .dataset_staging import PUBLIC_BERT_SHARDS, DatasetStaging
+from .dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
 from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
@@ -23,6 +23,8 @@ from .nag import (
     suppress_workload_findings,
 )
 from .network import TrainiumNetwork
+from .node_daemons import NodeDaemon, trainium_node_daemons
+from .node_fit import NodeFit, node_fit
 from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup, TrainiumNodegroup
 from .platform import TrainiumPlatform
 from .registry import TrainingImageRepository
@@ -30,7 +32,13 @@ from .review import platform_review
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
 from .training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
-from .versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES, KubernetesRelease
+from .versions import (
+    DEFAULT_KUBERNETES_VERSION,
+    KUBERNETES_RELEASES,
+    NEURON_AMI_RELEASES,
+    KubernetesRelease,
+    NeuronAmiRelease,
+)
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
@@ -53,14 +61,20 @@ __all__ = [
     "KUBERNETES_COMPATIBILITY",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
+    "NEURON_AMI_RELEASES",
     "NEURON_TAINT",
+    "NeuronAmiRelease",
     "NeuronNodegroup",
+    "node_fit",
+    "NodeDaemon",
+    "NodeFit",
     "OUTPUT_PATH",
     "plan_training",
     "PlatformChecks",
     "platform_review",
     "PlatformConfig",
     "platform_stack_name",
+    "PUBLIC_BERT_SHAPE",
     "PUBLIC_BERT_SHARDS",
     "repository_name",
     "StaleAcknowledgement",
@@ -79,6 +93,7 @@ __all__ = [
     "TrainiumAddons",
     "TrainiumCluster",
     "TrainiumLaunchTemplate",
+    "trainium_node_daemons",
     "TrainiumNetwork",
     "TrainiumPlatform",
     "WorkloadTarget",

@@ -6,6 +6,7 @@ import it; it imports neither. The TorchX component (``trainium_job.torchx_compo
 needs ``torchx``) is not imported here.
 """
 
+from .allocatable import DEFAULT_NODE_DAEMONS, NODE_MARGIN, Resources, node_allocatable, training_resources
 from .checks import dns_label, flag, one_of, whole_number
 from .errors import ConfigError
 from .instances import INSTANCE_FACTS, InstanceFacts, instance_facts
@@ -27,6 +28,7 @@ from .scheduling import (
 from .spec import BertJobSpec
 
 __all__ = [
+    "DEFAULT_NODE_DAEMONS",
     "DEVICE_PLUGIN_TOLERATION",
     "EFA_RESOURCE",
     "INSTANCE_FACTS",
@@ -34,6 +36,7 @@ __all__ = [
     "NEURONCORE_RESOURCE",
     "NEURON_RESOURCE",
     "NEURON_TAINT",
+    "NODE_MARGIN",
     "SYSTEM_NODE_LABEL",
     "TRAINIUM_NODE_LABEL",
     "TRAINING_NAMESPACE",
@@ -43,12 +46,15 @@ __all__ = [
     "ConfigError",
     "InstanceFacts",
     "RenderedJob",
+    "Resources",
     "TrainingPlan",
     "dns_label",
     "flag",
     "instance_facts",
+    "node_allocatable",
     "one_of",
     "plan_training",
     "render_job",
+    "training_resources",
     "whole_number",
 ]
