@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES
+from .versions import (
+    ADDON_EVIDENCE,
+    ADDON_PINS,
+    KUBERNETES_RELEASES,
+    default_neuron_ami_release,
+    neuron_ami_release,
+)
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,15 @@ def _kubectl(minor: int, kubectl: str, layer: str) -> Declared:
     )
 
 
-def _neuron_ami(release: str) -> Declared:
+def _neuron_ami(kubernetes_version: str) -> Declared:
+    """The pinned EKS Neuron AMI release for ``kubernetes_version`` (its driver runs the image's
+    Neuron runtime: :func:`trainium_eks.versions.default_neuron_ami_release`)."""
+    release = default_neuron_ami_release(kubernetes_version)
+    found = neuron_ami_release(release)
+    assert found is not None, release
     return Declared(
         True,
-        f"awslabs/amazon-eks-ami@81fec2e8:CHANGELOG.md, release v20260714: AL2023_x86_64_NEURON {release}",
+        f"awslabs/amazon-eks-ami@81fec2e8:CHANGELOG.md, release {found.tag}: AL2023_x86_64_NEURON {release}",
     )
 
 
@@ -85,9 +96,9 @@ KUBERNETES_COMPATIBILITY: dict[str, dict[str, Declared]] = {
         "1.36": _kubectl(36, "1.36.3", "2.0.1"),
     },
     "neuron-ami": {
-        "1.34": _neuron_ami("1.34.9-20260714"),
-        "1.35": _neuron_ami("1.35.6-20260714"),
-        "1.36": _neuron_ami("1.36.2-20260714 (first 1.36 image: 1.36.1-20260610)"),
+        "1.34": _neuron_ami("1.34"),
+        "1.35": _neuron_ami("1.35"),
+        "1.36": _neuron_ami("1.36"),
     },
 }
 
