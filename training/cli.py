@@ -122,6 +122,10 @@ class RuntimeArguments:
     step_log: str = flag(None, "per-step JSONL; default: <output_dir>/train_log.jsonl")
     log_every: int = flag(0, "optimizer steps between log lines (and the last step); 0: 10 on xla, else 1")
     peak_tflops: float | None = flag(None, "device BF16 peak for MFU (overrides the table)")
+    metrics_port: int = flag(
+        0,
+        "Prometheus metrics on this port from LOCAL_RANK 0 of each node (training.prom_metrics); 0: off",
+    )
     precompile: bool = flag(
         False,
         "neuron_parallel_compile trial run: write no checkpoint, metrics or TensorBoard",
@@ -221,6 +225,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--lr and --max_grad_norm must be > 0, --weight_decay >= 0")
     if args.log_every < 0:
         p.error(f"--log_every {args.log_every}: must be >= 0 (0 picks the device's default)")
+    if not 0 <= args.metrics_port <= 65535:
+        p.error(f"--metrics_port {args.metrics_port}: use 1-65535, or 0 for no metrics endpoint")
     if args.num_workers not in (0, 1):
         p.error("--num_workers must be 0 or 1")
     if args.seq_len > 512 or args.max_pred_len > args.seq_len:

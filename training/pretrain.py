@@ -36,6 +36,7 @@ from training.metrics import RunStats, StepLogger, mfu, model_flops_per_seq, sum
 from training.model import PretrainingModule, build_model, count_parameters
 from training.optim import apply_hyperparameters
 from training.preflight import PreflightError, preflight
+from training.prom_metrics import TrainingMetrics, start_metrics
 from training.resume import ResumeError, check_flags, check_resumed_loss
 from training.step import StepState, make_step_state, optimizer_step
 from training.stop import STOP_EXIT_CODE, GracefulStop, Stopped
@@ -75,9 +76,16 @@ class StepReporter:
     """Rank 0's per-step bookkeeping, run when the step's values are on the host."""
 
     def __init__(
-        self, logger: StepLogger, global_batch: int, flops_per_seq: float, peak: float | None, world_size: int
+        self,
+        logger: StepLogger,
+        global_batch: int,
+        flops_per_seq: float,
+        peak: float | None,
+        world_size: int,
+        metrics: TrainingMetrics | None = None,
     ) -> None:
         self.logger = logger
+        self.metrics = metrics
         self.global_batch = global_batch
         self.flops_per_seq = flops_per_seq
         self.peak = peak
@@ -96,6 +104,7 @@ class StepReporter:
     def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         # Throughput over the steps since the last report (--log_every may skip some).
         now = time.perf_counter()
+        step_s = max(now - self.last, 1e-9) / max(step - self.last_step, 1)
         seq_per_s = self.global_batch * (step - self.last_step) / max(now - self.last, 1e-9)
         self.last, self.last_step = now, step
         loss_v = float(loss.item())
@@ -104,16 +113,15 @@ class StepReporter:
             self.resumed = None
             check_resumed_loss(loss_v, recorded, path, step)
         self.stats.add(step, seq_per_s, loss_v)
+        grad_norm_v = float(grad_norm.item())
+        mfu_v = mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size)
         self.logger.log(
-            step,
-            {
-                "loss": loss_v,
-                "lr": lr,
-                "grad_norm": float(grad_norm.item()),
-                "seq_per_s": seq_per_s,
-                "mfu": mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size),
-            },
+            step, {"loss": loss_v, "lr": lr, "grad_norm": grad_norm_v, "seq_per_s": seq_per_s, "mfu": mfu_v}
         )
+        if self.metrics is not None:
+            self.metrics.report(
+                loss=loss_v, lr=lr, grad_norm=grad_norm_v, seq_per_s=seq_per_s, step_s=step_s, mfu=mfu_v
+            )
 
 
 @dataclass
@@ -137,6 +145,8 @@ class Run:
     loaded: ckpt.Loaded | None = None  # the checkpoint resumed from
     #: The last step's data position, still on the device: read when a checkpoint is written.
     last_position: torch.Tensor | None = None
+    #: This node's Prometheus metrics (LOCAL_RANK 0 with --metrics_port), else None.
+    metrics: TrainingMetrics | None = None
 
     @property
     def backend(self) -> Backend:
@@ -170,6 +180,16 @@ def train(args: PretrainArgs) -> dict[str, Any] | None:
 def _train(args: PretrainArgs, stop: GracefulStop) -> dict[str, Any] | None:
     run = set_up(args, stop)
     resume(run)
+    try:
+        return _run(run, stop)
+    finally:
+        if run.metrics is not None:
+            run.metrics.close()
+
+
+def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
+    args = run.args
+    run.metrics = serve_metrics(run)
     start_step = run.step
     end_step = min(args.optim.max_steps, start_step + args.optim.steps_this_run)
     if run.rank == 0:
@@ -274,6 +294,31 @@ def resume(run: Run) -> None:
         log.info("resumed from %s at step %d, data position %s", loaded.path, run.step, run.position)
 
 
+def serve_metrics(run: Run) -> TrainingMetrics | None:
+    """This node's metrics endpoint (not in a precompile trial: its values are stubs' outputs)."""
+    rt = run.args.runtime
+    metrics = start_metrics(
+        0 if rt.precompile else rt.metrics_port,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        rank=run.rank,
+    )
+    if metrics is not None:
+        metrics.started(
+            step=run.step,
+            max_steps=run.args.optim.max_steps,
+            checkpoint_every=run.args.checkpoint.checkpoint_every,
+            resumed_from=run.step if run.loaded is not None else None,
+            labels={
+                "model": run.args.model.model,
+                "device": run.device,
+                "precision": run.precision,
+                "optimizer": run.args.optim.optimizer,
+                "run": Path(run.args.checkpoint.output_dir).name,
+            },
+        )
+    return metrics
+
+
 def log_start(run: Run, end_step: int) -> None:
     log.info(
         "device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), steps %d -> %d of %d",
@@ -316,7 +361,7 @@ def make_reporter(run: Run) -> StepReporter:
         run.restart,
         purge_step=run.step + 1 if run.loaded is not None else None,
     )
-    reporter = StepReporter(logger, run.global_batch, run.flops_per_seq, run.peak, run.world)
+    reporter = StepReporter(logger, run.global_batch, run.flops_per_seq, run.peak, run.world, run.metrics)
     if run.loaded is not None:
         reporter.resumed = (run.loaded.path, recorded_run(run.loaded.meta).loss)
     return reporter
@@ -337,6 +382,8 @@ def loop(
         report = (lambda r, s=run.step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
         run.last_position = optimizer_step(run.state, batches, report).position
         run.step += 1
+        if run.metrics is not None:
+            run.metrics.stepped(run.step)
         saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
             save(run, reporter)  # every N steps and at the end of this run
@@ -349,6 +396,7 @@ def loop(
 
 def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
     run.backend.synchronize()  # everything materialised before rank 0 copies it to the host
+    started = time.perf_counter()
     position = position_from_tensor(run.last_position) if run.last_position is not None else run.position
     save_state(
         ckpt.checkpoint_root(run.args.checkpoint.output_dir),
@@ -361,6 +409,8 @@ def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
         keep=run.args.checkpoint.keep_checkpoints,
         verify_and_prune=not stopping,  # inside the grace period: the next save prunes
     )
+    if run.metrics is not None:
+        run.metrics.checkpointed(run.step, time.perf_counter() - started)
     if run.rank == 0:
         log.info("checkpoint step %d written", run.step)
 

@@ -12,12 +12,14 @@ from typing import Any
 from . import checks
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources
 from .errors import ConfigError
+from .fabric_check import FabricCheck
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
 from .naming import content_named, max_name_prefix
 from .plan import TrainingPlan
 from .pod import pod_template, rank0_endpoint, volcano_job
 from .spec import BertJobSpec, context_key
+from .telemetry import METRICS_PORT
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
 SERVICE_ACCOUNT = "bert-trainer"
@@ -36,6 +38,7 @@ def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
             "grad_accum_usteps": plan.grad_accum_usteps,
             "max_steps": spec.max_steps,
             "checkpoint_every": spec.checkpoint_every,
+            "metrics_port": METRICS_PORT,
         }
     )
 
@@ -53,6 +56,13 @@ def launch_spec(
         max_restarts=spec.max_restarts,
         script_args=tuple(script_args(spec, plan)),
     )
+
+
+def fabric_check(spec: BertJobSpec, plan: TrainingPlan, facts: InstanceFacts) -> FabricCheck | None:
+    """The fabric check of a multi-node job on EFA (None when off or nothing crosses a fabric)."""
+    if not spec.fabric_check or plan.nodes < 2 or not facts.multi_node:
+        return None
+    return FabricCheck(min_busbw_gbps=spec.fabric_check_min_busbw_gbps)
 
 
 def check_rendezvous(spec: BertJobSpec, *, etcd_available: bool) -> None:
@@ -114,6 +124,7 @@ def render_job(
             claim_name=claim_name,
             service_account=service_account,
             node_reserved=node_reserved,
+            fabric_check=fabric_check(spec, plan, facts),
         )
         return volcano_job(
             job_name=job_name,

@@ -14,6 +14,8 @@ from typing import Any
 
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources, training_resources
 from .environment import container_env
+from .fabric_check import EXIT_CODE as FABRIC_CHECK_EXIT_CODE
+from .fabric_check import FabricCheck
 from .instances import InstanceFacts
 from .launch import LaunchSpec
 from .naming import TASK_NAME, pod_host_name
@@ -27,6 +29,7 @@ from .scheduling import (
 )
 from .security import pod_security_context, training_security_context
 from .stop_budget import termination_grace_period_s
+from .telemetry import JOB_LABEL, metrics_container_port
 from .worker import container_command
 
 #: Port of the c10d rendezvous store on the pod of node 0.
@@ -37,12 +40,24 @@ RESTART_POLICIES = (
     {"event": "PodEvicted", "action": "RestartJob"},
     {"event": "PodFailed", "action": "RestartJob"},
 )
+#: A pod that ends with the fabric check's exit code aborts the job (a restart would meet the same
+#: fabric; resume it once the node is fixed). Volcano takes the first job policy that matches a
+#: pod's failure, event or exit code in order (volcano-sh/volcano v1.15.1
+#: pkg/controllers/job/job_controller_util.go L257-281), so it comes before ``PodFailed``; a
+#: policy has an event or an exit code, not both, and never 0
+#: (pkg/webhooks/admission/jobs/validate/util.go L68-106).
+ABORT_POLICY = {"exitCode": FABRIC_CHECK_EXIT_CODE, "action": "AbortJob"}
 #: Kubernetes API version of Volcano's Job.
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 #: Labels of every training pod and Volcano Job (``trainium-eks/job`` is added per job).
 APP_LABEL = {"app.kubernetes.io/name": "bert-pretrain"}
 #: Name of the training container.
 CONTAINER_NAME = "trainer"
+
+
+def node_name_env() -> dict[str, Any]:
+    """``NODE_NAME`` from the downward API: the fabric check names the node it judged."""
+    return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
 def rank0_endpoint(job_name: str, task_pod: str | None = None) -> str:
@@ -108,13 +123,15 @@ def pod_template(
     claim_name: str,
     service_account: str,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
+    fabric_check: FabricCheck | None = None,
 ) -> dict[str, Any]:
-    """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm;
-    CPU and memory are the node's less ``node_reserved`` (see :func:`compute_resources`)."""
+    """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
+    the metrics port; CPU and memory are the node's less ``node_reserved`` (see
+    :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node jobs)."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     return {
-        "metadata": {"labels": {**APP_LABEL, "trainium-eks/job": job_name}},
+        "metadata": {"labels": {**APP_LABEL, JOB_LABEL: job_name}},
         "spec": {
             "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
@@ -128,8 +145,12 @@ def pod_template(
                 {
                     "name": CONTAINER_NAME,
                     "image": image,
-                    "command": container_command(spec, paths),
-                    "env": [{"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())],
+                    "command": container_command(spec, paths, fabric_check=fabric_check),
+                    "env": [
+                        *({"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())),
+                        node_name_env(),
+                    ],
+                    "ports": [metrics_container_port()],
                     "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
                     "volumeMounts": volume_mounts(),
                     "securityContext": training_security_context(),
@@ -160,7 +181,7 @@ def volcano_job(
             "queue": queue,
             "minAvailable": nodes,
             "maxRetry": max_retry,
-            "policies": [dict(p) for p in RESTART_POLICIES],
+            "policies": [dict(ABORT_POLICY), *(dict(p) for p in RESTART_POLICIES)],
             # svc: stable host names + headless Service (the c10d endpoint); env: VC_TASK_INDEX.
             "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
             "tasks": [

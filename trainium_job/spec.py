@@ -14,6 +14,7 @@ from typing import Final
 
 from . import checks
 from .errors import ConfigError
+from .fabric_check import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
 from .paths import JobPaths, job_paths
 
@@ -33,6 +34,7 @@ JOB_SET_FLAGS: Final = {
     "max_steps": "training_max_steps",
     "model": "training_model",
     "checkpoint_every": "training_checkpoint_every",
+    "metrics_port": "(always on: the PodMonitor scrapes it)",
     "precompile": "(set by the precompile pass)",
 }
 #: Highest number of torchrun restarts or Volcano retries (a loop of failures costs node-hours).
@@ -78,6 +80,12 @@ class BertJobSpec:
     max_restarts: int = 3
     #: Volcano (or TorchX) restarts of the whole job, on a failed or evicted pod.
     max_retry: int = 3
+    #: Before training, a multi-node job times an all-reduce across all workers and reads the EFA
+    #: counters (trainium_job.fabric_check); a pod whose fabric fails stops the job (AbortJob).
+    fabric_check: bool = True
+    #: The check's all-reduce bus bandwidth floor in GB/s as nccom-test prints them (GiB/s); 0:
+    #: only check that the bytes cross EFA.
+    fabric_check_min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
     #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
     #: against the script's own parser (names, types, rules).
     script_args: tuple[tuple[str, ScriptArg], ...] = ()
@@ -128,6 +136,8 @@ def _validate(s: BertJobSpec) -> None:
     for name in ("batch_size", "global_batch", "max_steps", "checkpoint_every"):
         checks.whole_number(context_key(name), getattr(s, name), minimum=1)
     checks.whole_number(context_key("nproc_per_node"), s.nproc_per_node, minimum=0)
+    checks.flag(context_key("fabric_check"), s.fabric_check)
+    checks.whole_number(context_key("fabric_check_min_busbw_gbps"), s.fabric_check_min_busbw_gbps, minimum=0)
     for name in ("max_restarts", "max_retry"):
         checks.whole_number(context_key(name), getattr(s, name), minimum=0, maximum=MAX_RESTARTS)
     checks.one_of(context_key("rdzv_backend"), s.rdzv_backend, RDZV_BACKENDS)

@@ -21,7 +21,7 @@ from torchx.specs.overlays import JOIN, PUT
 
 from .errors import ConfigError
 from .instances import instance_facts
-from .job import SERVICE_ACCOUNT, launch_spec
+from .job import SERVICE_ACCOUNT, fabric_check, launch_spec
 from .naming import TASK_NAME
 from .paths import DATA_MOUNT
 from .plan import TrainingPlan, plan_training
@@ -116,6 +116,7 @@ def trn_dist_ddp(
         paths=spec.paths,
         claim_name=claim,
         service_account=SERVICE_ACCOUNT,
+        fabric_check=fabric_check(spec, plan, facts),
     )
     role = _role(pod, spec=spec, plan=plan, image=image, claim=claim, instance_type=instance_type)
     return specs.AppDef(name=APP_NAME, roles=[role])
@@ -132,7 +133,8 @@ def _role(
         entrypoint=container["command"][0],
         args=container["command"][1:],
         num_replicas=plan.nodes,
-        env={e["name"]: e["value"] for e in container["env"]},
+        # Values only: the overlay puts the template's whole env (downward API entries too) back.
+        env={e["name"]: e["value"] for e in container["env"] if "value" in e},
         resource=_resource(container["resources"]["limits"], instance_type),
         port_map={"c10d": RDZV_PORT},
         max_retries=spec.max_retry,
@@ -158,10 +160,11 @@ def _overlay(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
 
     The container is joined by image (TorchX names it after its replica): every field of the
     template's but the command, which stays the role's so that TorchX fills in the app id;
-    the rendezvous port TorchX declares is dropped (pods reach it by host name, as in the CDK
-    job), and TorchX's own environment (``TORCHX_*``, unused by the script) is replaced.
+    the ports are the template's (the metrics port; the rendezvous port TorchX declares is
+    dropped: pods reach it by host name, as in the CDK job), and TorchX's own environment
+    (``TORCHX_*``, unused by the script) is replaced.
     """
     spec = {PUT(k): v for k, v in pod["spec"].items() if k != "containers"}
     # A joined container's fields replace TorchX's whole (top-level strategic merge).
     fields = {k: v for k, v in container.items() if k != "command"}
-    return {"spec": {**spec, JOIN("containers", on="image"): [{**fields, "ports": None}]}}
+    return {"spec": {**spec, JOIN("containers", on="image"): [fields]}}

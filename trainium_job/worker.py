@@ -1,15 +1,21 @@
-"""The shell script every training container runs: wait for the data, precompile once, train."""
+"""The shell script every training container runs: wait for the data, precompile once, check the
+fabric, train."""
 
 from __future__ import annotations
 
 import shlex
 
+from .fabric_check import FabricCheck, check_lines
 from .launch import DEFAULT_PRECOMPILE_STEPS, LaunchSpec, precompile_args, render, torchrun_args
 from .paths import JobPaths
 
 
 def worker_script(
-    spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = DEFAULT_PRECOMPILE_STEPS
+    spec: LaunchSpec,
+    paths: JobPaths,
+    *,
+    precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
+    fabric_check: FabricCheck | None = None,
 ) -> str:
     """The shell script each training container runs.
 
@@ -20,7 +26,9 @@ def worker_script(
        command for a few steps (all nodes together), then write the marker. A re-deploy or a
        restart finds the marker and goes straight to training; a failed precompile leaves no
        marker, so the next attempt compiles again (reusing what the cache already holds).
-    3. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
+    3. With ``fabric_check`` (multi-node jobs): the collective test of
+       :mod:`trainium_job.fabric_check`; a failed check ends the script with its exit code.
+    4. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
     """
     marker = shlex.quote(paths.dataset_marker)
     cache_marker = shlex.quote(paths.cache_marker)
@@ -34,13 +42,22 @@ def worker_script(
         f"  {render(precompile_args(spec, precompile_steps))}",
         f"  touch {cache_marker}",
         "fi",
+        *(check_lines(spec, fabric_check) if fabric_check is not None else []),
         f"exec {render(torchrun_args(spec))}",
     ]
     return "\n".join(lines) + "\n"
 
 
 def container_command(
-    spec: LaunchSpec, paths: JobPaths, *, precompile_steps: int = DEFAULT_PRECOMPILE_STEPS
+    spec: LaunchSpec,
+    paths: JobPaths,
+    *,
+    precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
+    fabric_check: FabricCheck | None = None,
 ) -> list[str]:
     """``bash -c <worker_script>``: the container command of every training pod."""
-    return ["bash", "-c", worker_script(spec, paths, precompile_steps=precompile_steps)]
+    return [
+        "bash",
+        "-c",
+        worker_script(spec, paths, precompile_steps=precompile_steps, fabric_check=fabric_check),
+    ]

@@ -1,0 +1,162 @@
+"""Prometheus metrics of a training run (``--metrics_port``), for the platform's Prometheus.
+
+One process per node serves them: the one with ``LOCAL_RANK`` 0, so every pod of a job answers
+on the port its PodMonitor scrapes (a pod without a server would show as a target down). Every
+server exports the step and checkpoint progress, which every rank knows without a device sync;
+the values read back from the device (loss, learning rate, throughput, MFU, step time) exist
+only where the step reporter runs, on global rank 0, so no other pod exports a stale zero.
+
+Names follow the Prometheus conventions ("Metric and label naming": a ``bert_train`` prefix,
+base units in the name such as ``_seconds``, ``_ratio`` for 0-1 fractions, ``_total`` only on
+counters). The set is :data:`METRICS`; the dashboard and the alert rules read these names.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
+
+log = logging.getLogger(__name__)
+
+PREFIX = "bert_train"
+#: Exported name -> help. ``rank0``: only global rank 0 exports it.
+METRICS: dict[str, tuple[str, bool]] = {
+    "bert_train_info": ("The run: model, device, precision, optimizer and run directory (value 1)", False),
+    "bert_train_step": ("Optimizer steps done, counted over the whole schedule (resumes continue it)", False),
+    "bert_train_max_steps": ("Optimizer steps of the whole schedule (--max_steps)", False),
+    "bert_train_last_step_timestamp_seconds": (
+        "Unix time of the last optimizer step (of the process start before the first)",
+        False,
+    ),
+    "bert_train_checkpoint_interval_steps": (
+        "Optimizer steps between checkpoints (--checkpoint_every)",
+        False,
+    ),
+    "bert_train_last_checkpoint_step": (
+        "Step of the newest checkpoint written or resumed from (0: none yet)",
+        False,
+    ),
+    "bert_train_last_checkpoint_timestamp_seconds": ("Unix time of the last checkpoint written", False),
+    "bert_train_checkpoint_duration_seconds": ("Wall time of the last checkpoint write", False),
+    "bert_train_checkpoints_total": ("Checkpoints written by this process", False),
+    "bert_train_loss": ("Training loss (MLM + NSP) of the last reported step", True),
+    "bert_train_learning_rate": ("Learning rate of the last reported step", True),
+    "bert_train_grad_norm": ("Global L2 norm of the gradients before clipping, last reported step", True),
+    "bert_train_sequences_per_second": ("Sequences per second since the previous report", True),
+    "bert_train_step_duration_seconds": (
+        "Mean wall time of an optimizer step since the previous report",
+        True,
+    ),
+    "bert_train_mfu_ratio": ("Model FLOPs utilization (0-1); absent when the device peak is unknown", True),
+}
+
+
+def _gauge(name: str, registry: CollectorRegistry) -> Gauge:
+    return Gauge(name, METRICS[name][0], registry=registry)
+
+
+class TrainingMetrics:
+    """The run's metrics in their own registry (no process or GC collectors of the client).
+
+    ``rank0``: this process reports loss and throughput (global rank 0); the other servers
+    leave those names out rather than export a zero.
+    """
+
+    def __init__(self, *, rank0: bool, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.info = Info(PREFIX, METRICS["bert_train_info"][0], registry=r)
+        self.step = _gauge("bert_train_step", r)
+        self.max_steps = _gauge("bert_train_max_steps", r)
+        self.last_step_time = _gauge("bert_train_last_step_timestamp_seconds", r)
+        self.checkpoint_interval = _gauge("bert_train_checkpoint_interval_steps", r)
+        self.last_checkpoint_step = _gauge("bert_train_last_checkpoint_step", r)
+        self.last_checkpoint_time = _gauge("bert_train_last_checkpoint_timestamp_seconds", r)
+        self.checkpoint_seconds = _gauge("bert_train_checkpoint_duration_seconds", r)
+        # The client adds ``_total`` to a counter's name on exposition.
+        self.checkpoints = Counter(
+            "bert_train_checkpoints", METRICS["bert_train_checkpoints_total"][0], registry=r
+        )
+        self.reported: dict[str, Gauge] = {}
+        if rank0:
+            for name in (
+                "loss",
+                "learning_rate",
+                "grad_norm",
+                "sequences_per_second",
+                "step_duration_seconds",
+            ):
+                self.reported[name] = _gauge(f"{PREFIX}_{name}", r)
+        self.rank0 = rank0
+        self._mfu: Gauge | None = None
+        self._server: Any = None
+
+    def started(
+        self,
+        *,
+        step: int,
+        max_steps: int,
+        checkpoint_every: int,
+        resumed_from: int | None,
+        labels: Mapping[str, str],
+    ) -> None:
+        """The run's fixed facts, and where it starts (a resume counts as the last checkpoint)."""
+        self.info.info(dict(labels))
+        self.step.set(step)
+        self.max_steps.set(max_steps)
+        self.checkpoint_interval.set(checkpoint_every)
+        self.last_checkpoint_step.set(resumed_from or 0)
+        self.last_step_time.set(time.time())
+
+    def stepped(self, step: int) -> None:
+        """After every optimizer step (host values only: no device sync)."""
+        self.step.set(step)
+        self.last_step_time.set(time.time())
+
+    def report(
+        self, *, loss: float, lr: float, grad_norm: float, seq_per_s: float, step_s: float, mfu: float | None
+    ) -> None:
+        """Rank 0's values of a logged step."""
+        values = {
+            "loss": loss,
+            "learning_rate": lr,
+            "grad_norm": grad_norm,
+            "sequences_per_second": seq_per_s,
+            "step_duration_seconds": step_s,
+        }
+        for name, value in values.items():
+            self.reported[name].set(value)
+        if mfu is not None:
+            if self._mfu is None:  # registered with its first value: absent while unknown
+                self._mfu = _gauge("bert_train_mfu_ratio", self.registry)
+            self._mfu.set(mfu)
+
+    def checkpointed(self, step: int, seconds: float) -> None:
+        self.last_checkpoint_step.set(step)
+        self.last_checkpoint_time.set(time.time())
+        self.checkpoint_seconds.set(seconds)
+        self.checkpoints.inc()
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """HTTP on ``port`` (every path answers with the metrics), in a daemon thread."""
+        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        log.info("Prometheus metrics on port %d", port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def start_metrics(port: int, *, local_rank: int, rank: int) -> TrainingMetrics | None:
+    """The node's metrics server (``LOCAL_RANK`` 0 when ``port`` is set), else None."""
+    if not port or local_rank != 0:
+        return None
+    metrics = TrainingMetrics(rank0=rank == 0)
+    metrics.serve(port)
+    return metrics

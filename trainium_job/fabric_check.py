@@ -1,0 +1,117 @@
+"""The fabric health check every training pod runs before the first training step, as shell lines.
+
+Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for a stand-in):
+
+1. ``torchrun ... -m training.fabric_check measure``: the job's own launch (same nodes, workers,
+   rendezvous endpoint and environment) times an all-reduce across every worker and reads the
+   node's EFA byte counters before and after it; each node's ``LOCAL_RANK`` 0 writes one JSON
+   result to :data:`RESULT_FILE` in its pod.
+2. ``python -m training.fabric_check verdict``: reads that result and prints one line naming the
+   node; it exits :data:`EXIT_CODE` when the bus bandwidth is below the floor, no byte crossed
+   EFA, libfabric is told to use another provider, or the measurement did not run. The Volcano
+   Job maps that exit code to ``AbortJob`` (``trainium_job.pod``), so a bad fabric stops the job
+   instead of restarting it.
+
+Why not Neuron's ``nccom-test``: across nodes it runs through MPI over SSH (``--hosts`` with
+``NEURON_RT_ROOT_COMM_ID``; NCCOM-TEST User Guide, "Multi-node with MPI", aws-neuron-sdk
+tools/neuron-sys-tools/nccom-test.rst L309-339). The training image has ``mpirun`` and
+``sshd`` (aws-neuron/deep-learning-containers pytorch/training/2.9.0/Dockerfile.neuronx L76-93),
+but using them needs an SSH daemon and keys in every training pod (Volcano's ``ssh`` plugin),
+the inbound SSH the platform removed from the reference. The torchrun check goes through the
+launch path training uses, which is what a missing EFA allocation breaks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import Final
+
+from .launch import LaunchSpec, render, torchrun_args
+
+#: Exit code of a failed check: EX_UNAVAILABLE of sysexits(3) ("a service is unavailable"),
+#: used by nothing else in the worker script (pretrain: 0, 2, 143; torchrun: 1; bash: 126/127).
+EXIT_CODE: Final = 69
+#: Module of both steps (in the training image).
+MODULE: Final = "training.fabric_check"
+#: Where the measurement leaves its result, inside the pod (not on FSx: one per node).
+RESULT_FILE: Final = "/tmp/fabric-check.json"
+#: Bus bandwidth floor of the default job, in the GB/s nccom-test prints (gibibytes per second).
+#: Neuron's two-instance all-reduce example measures 39.19 GB/s at 128 MiB and 22.69 GB/s at
+#: 32 MiB (NCCOM-TEST User Guide, nccom-test.rst L826-863); traffic on the pods' eth0 instead of
+#: EFA is bounded by the primary interface's link, far below. 10 GB/s stops a broken fabric
+#: without tripping on the overhead of timing through torch-xla; raise it to what the first
+#: healthy run logs.
+DEFAULT_MIN_BUSBW_GBPS: Final = 10
+
+
+@dataclass(frozen=True)
+class FabricCheck:
+    """What the check measures and the floor it holds the fabric to.
+
+    Attributes:
+        min_busbw_gbps: all-reduce bus bandwidth floor in nccom-test's GB/s (2^30 bytes/s); 0
+            checks only that EFA is used.
+        size_mib: all-reduce buffer per worker (fp32). 128 MiB: large enough to be
+            bandwidth-bound (Neuron's example reaches 83% of its 1 GiB figure there).
+        iters: timed all-reduces.
+        warmup: untimed all-reduces first (the first compiles the graph on Neuron).
+    """
+
+    min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
+    size_mib: int = 128
+    iters: int = 20
+    warmup: int = 5
+
+
+def measure_args(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RESULT_FILE) -> list[str]:
+    """torchrun of the measurement with the job's launch: its own rendezvous id, no restarts."""
+    args = (
+        "measure",
+        "--result_file",
+        result_file,
+        "--size_mib",
+        str(check.size_mib),
+        "--iters",
+        str(check.iters),
+        "--warmup",
+        str(check.warmup),
+    )
+    trial = replace(
+        spec, module=MODULE, script_args=args, rdzv_id=f"{spec.rdzv_id}-fabric-check", max_restarts=0
+    )
+    return torchrun_args(trial)
+
+
+def verdict_args(
+    check: FabricCheck,
+    *,
+    nodes: int,
+    result_file: str = RESULT_FILE,
+    seconds: str = "$(( $(date +%s) - fabric_start ))",
+) -> str:
+    """The verdict command line (shell: ``seconds`` is an expression of the check's start)."""
+    argv = [
+        "python",
+        "-m",
+        MODULE,
+        "verdict",
+        result_file,
+        "--min_busbw_gbps",
+        str(check.min_busbw_gbps),
+        "--nodes",
+        str(nodes),
+    ]
+    return f"{render(argv)} --seconds {seconds}"
+
+
+def check_lines(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RESULT_FILE) -> list[str]:
+    """Shell lines of the check: measure (its failure is the verdict's to report), then judge."""
+    start = f"fabric check: all-reduce across {spec.nnodes} nodes, floor {check.min_busbw_gbps} GB/s"
+    return [
+        f"echo {shlex.quote(start)}",
+        f"rm -f {shlex.quote(result_file)}",
+        "fabric_start=$(date +%s)",
+        f"{render(measure_args(spec, check, result_file=result_file))} || true",
+        verdict_args(check, nodes=spec.nnodes, result_file=result_file),
+    ]
