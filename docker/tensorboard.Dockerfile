@@ -1,12 +1,22 @@
-# TensorBoard for the runs on FSx: small, non-root, runs on the system nodes (which cannot hold the
-# multi-GB Neuron training image). Same tensorboard pin as training/requirements.txt.
+# The tools image: TensorBoard for the runs on FSx, and the EFA and FSx exporters of the platform's
+# Prometheus (training/efa_exporter.py, training/fsx_exporter.py). Small and non-root: it runs on
+# the system nodes (which cannot hold the multi-GB Neuron training image) and, as the EFA
+# exporter, on every Trainium node within seconds of it joining. Same pins as
+# training/requirements.txt.
 FROM public.ecr.aws/docker/library/python:3.12-slim-bookworm
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY training/requirements.txt /tmp/requirements.txt
-RUN grep -E '^tensorboard==' /tmp/requirements.txt > /tmp/tensorboard.txt \
- && pip install --no-cache-dir -r /tmp/tensorboard.txt \
- && rm -f /tmp/requirements.txt /tmp/tensorboard.txt
+RUN grep -E '^(tensorboard|prometheus-client)==' /tmp/requirements.txt > /tmp/tools.txt \
+ && pip install --no-cache-dir -r /tmp/tools.txt \
+ && rm -f /tmp/requirements.txt /tmp/tools.txt
+
+WORKDIR /opt/trainium-bert
+# The exporters read their ports from the job contract (standard library only).
+COPY trainium_job/ trainium_job/
+COPY training/__init__.py training/efa_counters.py training/efa_exporter.py training/fsx_exporter.py training/
+ENV PYTHONPATH=/opt/trainium-bert \
+    PYTHONUNBUFFERED=1
 
 USER 65534:65534
 EXPOSE 6006

@@ -26,9 +26,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from training.efa_counters import SYSFS_ROOT, device_counters, devices, port_counters
+from trainium_job.telemetry import EFA_EXPORTER_PORT
 
-#: Port of the exporter (node_exporter has 9100, the training metrics 9400).
-DEFAULT_PORT = 9402
+DEFAULT_PORT = EFA_EXPORTER_PORT
 
 
 class EfaCollector(Collector):

@@ -23,8 +23,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-#: Port of the exporter.
-DEFAULT_PORT = 9403
+from trainium_job.telemetry import FSX_EXPORTER_PORT
+
+DEFAULT_PORT = FSX_EXPORTER_PORT
 
 
 class StatvfsCollector(Collector):

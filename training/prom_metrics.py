@@ -8,7 +8,8 @@ only where the step reporter runs, on global rank 0, so no other pod exports a s
 
 Names follow the Prometheus conventions ("Metric and label naming": a ``bert_train`` prefix,
 base units in the name such as ``_seconds``, ``_ratio`` for 0-1 fractions, ``_total`` only on
-counters). The set is :data:`METRICS`; the dashboard and the alert rules read these names.
+counters). The set is ``trainium_job.telemetry.TRAINING_METRICS``, which the dashboard and the
+alert rules read.
 """
 
 from __future__ import annotations
@@ -20,39 +21,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
+from trainium_job.telemetry import TRAINING_METRICS as METRICS
+
 log = logging.getLogger(__name__)
 
 PREFIX = "bert_train"
-#: Exported name -> help. ``rank0``: only global rank 0 exports it.
-METRICS: dict[str, tuple[str, bool]] = {
-    "bert_train_info": ("The run: model, device, precision, optimizer and run directory (value 1)", False),
-    "bert_train_step": ("Optimizer steps done, counted over the whole schedule (resumes continue it)", False),
-    "bert_train_max_steps": ("Optimizer steps of the whole schedule (--max_steps)", False),
-    "bert_train_last_step_timestamp_seconds": (
-        "Unix time of the last optimizer step (of the process start before the first)",
-        False,
-    ),
-    "bert_train_checkpoint_interval_steps": (
-        "Optimizer steps between checkpoints (--checkpoint_every)",
-        False,
-    ),
-    "bert_train_last_checkpoint_step": (
-        "Step of the newest checkpoint written or resumed from (0: none yet)",
-        False,
-    ),
-    "bert_train_last_checkpoint_timestamp_seconds": ("Unix time of the last checkpoint written", False),
-    "bert_train_checkpoint_duration_seconds": ("Wall time of the last checkpoint write", False),
-    "bert_train_checkpoints_total": ("Checkpoints written by this process", False),
-    "bert_train_loss": ("Training loss (MLM + NSP) of the last reported step", True),
-    "bert_train_learning_rate": ("Learning rate of the last reported step", True),
-    "bert_train_grad_norm": ("Global L2 norm of the gradients before clipping, last reported step", True),
-    "bert_train_sequences_per_second": ("Sequences per second since the previous report", True),
-    "bert_train_step_duration_seconds": (
-        "Mean wall time of an optimizer step since the previous report",
-        True,
-    ),
-    "bert_train_mfu_ratio": ("Model FLOPs utilization (0-1); absent when the device peak is unknown", True),
-}
 
 
 def _gauge(name: str, registry: CollectorRegistry) -> Gauge:

@@ -2,8 +2,9 @@
 
 * Neuron and EFA device plugins after the Trainium nodegroup (they run only there);
 * managed add-ons, Volcano and etcd after the system nodegroup (their pods run there);
-* the EBS CSI driver after the pod identity agent (its credentials come from it), etcd after the
-  driver and its StorageClass, the training Queue after Volcano (its CRDs and webhook).
+* the EBS CSI driver after the pod identity agent (its credentials come from it), etcd and the
+  monitoring stack after the driver and its StorageClass (their volumes), the training Queue
+  after Volcano (its CRDs and webhook).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from .addons import (
     EbsCsiDriver,
     EfaDevicePlugin,
     EtcdServer,
+    MonitoringOptions,
     NeuronDevicePlugin,
     ObservabilityAddons,
+    PlatformMonitoring,
     VolcanoScheduler,
 )
 from .cluster import TrainiumCluster
@@ -36,9 +39,10 @@ class TrainiumAddons(Construct):
         efa: :class:`EfaDevicePlugin`, or None for instance types without EFA.
         volcano: :class:`VolcanoScheduler`.
         queue_name: the Volcano Queue for training jobs.
-        ebs_csi: :class:`EbsCsiDriver`, or None without etcd.
+        ebs_csi: :class:`EbsCsiDriver`, or None without etcd and monitoring.
         etcd: :class:`EtcdServer`, or None when etcd is off.
         etcd_endpoint: ``host:port`` of etcd for ``--rdzv_endpoint``, or None.
+        monitoring: :class:`PlatformMonitoring`, or None when monitoring is off.
     """
 
     def __init__(
@@ -54,6 +58,9 @@ class TrainiumAddons(Construct):
         etcd_enabled: bool = True,
         container_insights: bool = False,
         queue_name: str = TRAINING_QUEUE,
+        monitoring_enabled: bool = True,
+        monitoring: MonitoringOptions | None = None,
+        name_prefix: str = "trainium-eks",
     ) -> None:
         """
         Args:
@@ -65,6 +72,12 @@ class TrainiumAddons(Construct):
             etcd_enabled: etcd server for the etcd rendezvous. Default True.
             container_insights: CloudWatch Container Insights. Default False.
             queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
+            monitoring_enabled: Prometheus, Grafana, neuron-monitor, the alerts and the dashboard.
+                Default True.
+            monitoring: what monitoring installs (:class:`MonitoringOptions`). Default None: its
+                defaults.
+            name_prefix: prefix of named AWS resources (the AMP workspace's alias). Default
+                "trainium-eks".
         """
         super().__init__(scope, id)
         eks_cluster = as_icluster(cluster.cluster)
@@ -107,11 +120,28 @@ class TrainiumAddons(Construct):
         self.ebs_csi = None
         self.etcd = None
         self.etcd_endpoint = None
-        if etcd_enabled:
-            self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
-            self.ebs_csi.node.add_dependency(system_nodes, self.observability.pod_identity_agent)
-            self.etcd = EtcdServer(
-                self, "Etcd", cluster=eks_cluster, storage_class_name=self.ebs_csi.storage_class_name
+        self.monitoring = None
+        if not (etcd_enabled or monitoring_enabled):
+            return
+        ebs_csi = self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
+        ebs_csi.node.add_dependency(system_nodes, self.observability.pod_identity_agent)
+        if monitoring_enabled:
+            self.monitoring = PlatformMonitoring(
+                self,
+                "Monitoring",
+                cluster=eks_cluster,
+                storage_class_name=ebs_csi.storage_class_name,
+                options=monitoring,
+                amp_alias=f"{name_prefix}-metrics",
             )
-            self.etcd.node.add_dependency(system_nodes, self.ebs_csi)
+            # Its pods run on the system nodes, its volume comes from the driver, AMP's
+            # credentials from the pod identity agent.
+            self.monitoring.chart.node.add_dependency(
+                system_nodes, ebs_csi, self.observability.pod_identity_agent
+            )
+        if etcd_enabled:
+            self.etcd = EtcdServer(
+                self, "Etcd", cluster=eks_cluster, storage_class_name=ebs_csi.storage_class_name
+            )
+            self.etcd.node.add_dependency(system_nodes, ebs_csi)
             self.etcd_endpoint = self.etcd.endpoint

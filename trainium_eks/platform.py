@@ -22,6 +22,8 @@ from .errors import ConfigError
 from .escape_hatch import as_icluster
 from .fsx import TrainingFileSystem
 from .fsx_csi import FsxCsiVolume
+from .monitoring.fsx_alarm import FsxCapacityAlarm
+from .monitoring.names import LOCAL_PORTS
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network import TrainiumNetwork
 from .nodegroup import TrainiumNodegroup
@@ -52,7 +54,8 @@ class TrainiumPlatform(Construct):
         storage: :class:`TrainingFileSystem` (FSx for Lustre).
         storage_volume: :class:`FsxCsiVolume` (CSI driver, namespace, volume and claim).
         registry: :class:`TrainingImageRepository` (ECR).
-        addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability).
+        addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability, monitoring).
+        storage_alarm: :class:`FsxCapacityAlarm` on the file system, or None without monitoring.
         workload_target: the :class:`WorkloadTarget` of a :class:`TrainingWorkload` in the same
             stack; :meth:`workload_target_in` gives one for a workload in another stack.
 
@@ -105,6 +108,15 @@ class TrainiumPlatform(Construct):
             keep_images=config.ecr_keep_images,
         )
         self.addons = self._addons()
+        self.storage_alarm = None
+        if config.monitoring_enabled:
+            self.storage_alarm = FsxCapacityAlarm(
+                self,
+                "StorageAlarm",
+                file_system_id=self.storage.file_system_id,
+                storage_gib=self.storage.storage_gib,
+                free_percent=config.monitoring_fsx_free_percent,
+            )
         self.workload_outputs = self._workload_outputs()
         suppress_platform_findings(
             self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
@@ -159,7 +171,20 @@ class TrainiumPlatform(Construct):
             neuron_node_problem_detector=config.neuron_node_problem_detector,
             etcd_enabled=config.etcd_enabled,
             container_insights=config.container_insights,
+            monitoring_enabled=config.monitoring_enabled,
+            monitoring=config.monitoring,
+            name_prefix=config.name_prefix,
         )
+        if addons.monitoring is not None:
+            # The training pods' NetworkPolicy lives in the storage construct's namespace.
+            addons.monitoring.training_manifest.node.add_dependency(self.storage_volume.namespace_manifest)
+            for service, command in addons.monitoring.port_forward.items():
+                CfnOutput(
+                    self,
+                    f"{service.title()}PortForward",
+                    value=command,
+                    description=f"{service.title()}: run this, then open http://localhost:{LOCAL_PORTS[service]}",
+                )
         # The FSx CSI controller gets AWS credentials from Pod Identity: the agent comes first.
         self.storage_volume.driver.node.add_dependency(addons.observability.pod_identity_agent)
         # So does the VPC CNI on every node (no CNI permissions on the node role): agent and CNI
@@ -197,6 +222,10 @@ class TrainiumPlatform(Construct):
             claim_dependencies=(self.storage_volume.volume_manifest,),
             queue_dependencies=(volcano.chart, volcano.queue),
             etcd_dependencies=(self.addons.etcd,) if self.addons.etcd is not None else (),
+            monitoring=self.addons.monitoring is not None,
+            monitoring_dependencies=(self.addons.monitoring.chart,)
+            if self.addons.monitoring is not None
+            else (),
         )
 
     def workload_target_in(self, scope: Construct) -> WorkloadTarget:
@@ -244,4 +273,5 @@ class TrainiumPlatform(Construct):
             claim_name=self.storage_volume.claim_name,
             queue_name=self.addons.queue_name,
             etcd_endpoint=self.addons.etcd_endpoint,
+            monitoring=self.addons.monitoring is not None,
         )

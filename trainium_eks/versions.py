@@ -206,6 +206,18 @@ ADDON_PINS: dict[str, AddonPin] = {
     # patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
     # registry; tag-pinned (no digest could be verified offline).
     "etcd": AddonPin("gcr.io/etcd-development/etcd", "v3.5.32"),
+    # prometheus-community/helm-charts tag kube-prometheus-stack-88.5.3 (ea930bae, 2026-08-21), the
+    # newest in the snapshot read: Chart.yaml version 88.5.3, appVersion v0.93.1 (the operator),
+    # kubeVersion ">=1.25.0-0"; it bundles Prometheus v3.14.0, Alertmanager v0.34.0, Grafana
+    # 13.2.0 (grafana chart 12.11.1), node-exporter v1.12.1 (chart 4.56.1) and kube-state-metrics
+    # v2.20.0 (chart 8.4.0). The index's digest could not be read offline.
+    "kube-prometheus-stack": AddonPin(
+        "kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts"
+    ),
+    # Neuron's own DaemonSet pins this tag (aws-neuron/aws-neuron-sdk
+    # src/k8/k8s-neuron-monitor-daemonset.yml L43 at 81ce03ae, 2026-08-21; unchanged since SDK
+    # 2.22.0). Tag-pinned (no digest could be verified offline).
+    "neuron-monitor": AddonPin("public.ecr.aws/neuron/neuron-monitor", "1.3.0"),
     # EKS managed add-ons: EKS refuses a version it does not offer for the cluster's Kubernetes
     # version, so each is checked per version in ADDON_EVIDENCE below.
     "pod-identity-agent": AddonPin("eks-pod-identity-agent", "v1.3.10-eksbuild.3"),

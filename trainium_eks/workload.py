@@ -22,6 +22,7 @@ from .dataset_job import DatasetJobProps
 from .dataset_preparation import DatasetPreparation
 from .dataset_staging import DatasetStaging
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
+from .monitoring.exporters import TrainingExporters
 from .nag import suppress_workload_findings
 from .node_fit import node_fit
 from .tensorboard import TensorBoard
@@ -51,6 +52,11 @@ class WorkloadTarget:
     queue_dependencies: Sequence[IConstruct] = ()
     #: Applied before a job with the etcd rendezvous (the etcd server). Empty: it exists.
     etcd_dependencies: Sequence[IConstruct] = ()
+    #: The cluster runs the platform's monitoring (kube-prometheus-stack: the PodMonitor CRD and
+    #: the Prometheus that scrapes the workload's exporters). False: no exporters are deployed.
+    monitoring: bool = False
+    #: Applied before the exporters and their PodMonitors (the monitoring chart). Empty: it exists.
+    monitoring_dependencies: Sequence[IConstruct] = ()
 
 
 class TrainingWorkload(Construct):
@@ -66,7 +72,8 @@ class TrainingWorkload(Construct):
     Attributes:
         images (:class:`TrainingImages`), job (:class:`BertPretrainingJob`), staging
         (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``),
-        tensorboard (:class:`TensorBoard`).
+        tensorboard (:class:`TensorBoard`), exporters (:class:`TrainingExporters`: the EFA and
+        FSx exporters, when the target has monitoring and ``monitoring_exporters`` is on; else None).
 
     Its own cdk-nag acknowledgements (the image copy's role) are applied on this construct.
     Give it the ID ``Default`` to keep the logical IDs the workload had inside the platform stack.
@@ -129,6 +136,18 @@ class TrainingWorkload(Construct):
             claim_name=target.claim_name,
             depends_on=[*claim_ready, *copies],
         )
+        self.exporters = None
+        if target.monitoring and config.monitoring_exporters:
+            self.exporters = TrainingExporters(
+                self,
+                "Exporters",
+                cluster=cluster,
+                namespace=target.namespace,
+                image=self.images.tensorboard_image,
+                claim_name=target.claim_name,
+                facts=config.facts,
+                depends_on=[*claim_ready, *copies, *target.monitoring_dependencies],
+            )
         add_job_outputs(self, job=self.job, namespace=target.namespace)
         suppress_workload_findings(self)
 

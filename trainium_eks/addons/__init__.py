@@ -1,4 +1,5 @@
-"""Cluster add-ons for Trainium training: device plugins, Volcano, etcd, storage and observability.
+"""Cluster add-ons for Trainium training: device plugins, Volcano, etcd, storage, observability and
+monitoring.
 
 Each module here installs one add-on; :class:`~trainium_eks.cluster_addons.TrainiumAddons`
 composes them on a cluster in the order they need.
@@ -7,6 +8,7 @@ composes them on a cluster in the order they need.
 from .ebs_csi import EbsCsiDriver
 from .efa import EfaDevicePlugin
 from .etcd import EtcdServer
+from .monitoring import MonitoringOptions, PlatformMonitoring
 from .neuron import NeuronDevicePlugin
 from .observability import ObservabilityAddons
 from .volcano import VolcanoScheduler
@@ -15,7 +17,9 @@ __all__ = [
     "EbsCsiDriver",
     "EfaDevicePlugin",
     "EtcdServer",
+    "MonitoringOptions",
     "NeuronDevicePlugin",
     "ObservabilityAddons",
+    "PlatformMonitoring",
     "VolcanoScheduler",
 ]

@@ -26,6 +26,7 @@ from trainium_job.naming import (
     training_stack_name,
 )
 
+from ..addons.monitoring import MonitoringOptions, check_monitoring_options
 from ..cluster import (
     check_admin_principal_arns,
     check_endpoint_public_cidrs,
@@ -52,7 +53,11 @@ from ..versions import ADDON_EVIDENCE, ADDON_PINS
 from .job_checks import validate_training
 from .schema import PlatformSettings
 
-OPTIONAL_ADDONS = {"container_insights": "cloudwatch-observability", "etcd_enabled": "ebs-csi-driver"}
+OPTIONAL_ADDONS = {
+    "container_insights": "cloudwatch-observability",
+    "etcd_enabled": "ebs-csi-driver",
+    "monitoring_enabled": "ebs-csi-driver",
+}
 #: Managed add-ons the platform always installs.
 ALWAYS_ON_ADDONS = ("pod-identity-agent", "node-monitoring-agent", "vpc-cni")
 
@@ -293,8 +298,19 @@ def _validate_addons(c: PlatformSettings) -> None:
         "neuron_node_problem_detector",
         "etcd_enabled",
         "container_insights",
+        "monitoring_enabled",
+        "monitoring_exporters",
     ):
         checks.flag(name, getattr(c, name))
+    check_monitoring_options(
+        c.monitoring, keys={f.name: f"monitoring_{f.name}" for f in dataclasses.fields(MonitoringOptions)}
+    )
+    if not c.monitoring_enabled:
+        for name in ("monitoring_amp_remote_write", "monitoring_alertmanager"):
+            if getattr(c, name):
+                raise ConfigError(
+                    name, True, "it is part of the monitoring stack: set monitoring_enabled=true"
+                )
     for option, pin in OPTIONAL_ADDONS.items():
         if getattr(c, option) and c.kubernetes_version not in ADDON_EVIDENCE[pin]:
             verified = ", ".join(ADDON_EVIDENCE[pin]) or "none"

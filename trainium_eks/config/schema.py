@@ -15,6 +15,7 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec
 
+from ..addons.monitoring import MonitoringOptions
 from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 
 
@@ -113,6 +114,31 @@ class PlatformSettings:
     #: CloudWatch Container Insights with Neuron and EFA metrics (amazon-cloudwatch-observability
     #: add-on). Off: it bills per metric and log GB; turn on for production fleets.
     container_insights: bool = False
+    #: Prometheus and Grafana (kube-prometheus-stack on the system nodes), neuron-monitor, the EFA
+    #: and FSx exporters, the training dashboard and the alerts (docs/monitoring.md). No public
+    #: endpoint: ``kubectl port-forward``. Prometheus's volume brings the EBS CSI driver.
+    monitoring_enabled: bool = True
+    #: Grafana with the training dashboard (admin password generated into a Secret).
+    monitoring_grafana: bool = True
+    #: Alertmanager. Off: no receiver is configured, so it would deliver nothing; Prometheus
+    #: evaluates the alerts either way (its Alerts page, Grafana).
+    monitoring_alertmanager: bool = False
+    #: neuron-monitor on the Trainium nodes (NeuronCore utilization, device memory, errors).
+    monitoring_neuron_monitor: bool = True
+    #: The training workload's EFA and FSx exporters (its tools image).
+    monitoring_exporters: bool = True
+    #: Prometheus's gp3 volume in GiB (10-16384); retention by size keeps at most 80% of it.
+    monitoring_volume_gib: int = 50
+    #: Days of metrics Prometheus keeps (less once 80% of the volume is used).
+    monitoring_retention_days: int = 30
+    #: Also remote-write every sample to an Amazon Managed Service for Prometheus workspace
+    #: (created; Prometheus writes with an EKS Pod Identity role).
+    monitoring_amp_remote_write: bool = False
+    #: Minutes without an optimizer step before the TrainingStalled alert fires.
+    monitoring_stall_minutes: int = 15
+    #: Percent of FSx free below which the CloudWatch alarm (AWS/FSx FreeDataStorageCapacity) and
+    #: the FsxFreeCapacityLow alert fire (1-99).
+    monitoring_fsx_free_percent: int = 10
     #: Deploy the BERT pretraining job (image, dataset staging, Volcano Job, TensorBoard).
     training_enabled: bool = True
     #: The job: model, batch, schedule, launcher, names (context keys ``training_<field>``,
@@ -149,6 +175,20 @@ class PlatformSettings:
     def ami_release_version(self) -> str:
         """:attr:`trainium_ami_release_version`, or its default for :attr:`kubernetes_version`."""
         return self.trainium_ami_release_version or default_neuron_ami_release(self.kubernetes_version)
+
+    @property
+    def monitoring(self) -> MonitoringOptions:
+        """The ``monitoring_*`` fields as the monitoring add-on's options."""
+        return MonitoringOptions(
+            volume_gib=self.monitoring_volume_gib,
+            retention_days=self.monitoring_retention_days,
+            grafana=self.monitoring_grafana,
+            alertmanager=self.monitoring_alertmanager,
+            neuron_monitor=self.monitoring_neuron_monitor,
+            amp_remote_write=self.monitoring_amp_remote_write,
+            fsx_free_percent=self.monitoring_fsx_free_percent,
+            stall_minutes=self.monitoring_stall_minutes,
+        )
 
     @property
     def training_plan(self) -> TrainingPlan:

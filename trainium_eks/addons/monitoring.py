@@ -1,0 +1,188 @@
+"""Metrics, dashboard and alerts: kube-prometheus-stack with the platform's own scrapes and rules.
+
+On by default (``monitoring_enabled``), all on the system nodes but the node daemons, with no
+public endpoint (Grafana and Prometheus are ClusterIP Services: ``kubectl port-forward``). What
+it installs, each part in its module of :mod:`trainium_eks.monitoring`:
+
+* the ``monitoring`` namespace (Pod Security ``privileged``: node-exporter and neuron-monitor
+  need the host), then the pinned kube-prometheus-stack chart (:mod:`~trainium_eks.monitoring.stack_values`:
+  Prometheus on a gp3 volume with time and size retention, Grafana with a generated admin
+  password, node-exporter on every node, kube-state-metrics; Alertmanager optional);
+* neuron-monitor on every Trainium node and its PodMonitor (:mod:`~trainium_eks.monitoring.neuron_monitor`);
+* the training pods' PodMonitor and the NetworkPolicy that lets Prometheus reach them
+  (:mod:`~trainium_eks.monitoring.scrape`), in the training namespace;
+* the alert rules (:mod:`~trainium_eks.monitoring.rules`) and the Grafana dashboard
+  (:mod:`~trainium_eks.monitoring.dashboard`);
+* optionally, remote write to Amazon Managed Service for Prometheus (:mod:`~trainium_eks.monitoring.amp`).
+
+The EFA and FSx exporters run the workload's tools image and come with the workload
+(:class:`~trainium_eks.monitoring.exporters.TrainingExporters`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from trainium_job import checks
+from trainium_job.errors import ConfigError
+from trainium_job.scheduling import TRAINING_NAMESPACE
+from trainium_job.security import namespace_manifest, pod_security_labels
+
+from ..monitoring.amp import AmpRemoteWrite
+from ..monitoring.dashboard import dashboard_config_map
+from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
+from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
+from ..monitoring.rules import prometheus_rule
+from ..monitoring.scrape import training_ingress_policy, training_pod_monitor
+from ..monitoring.stack_values import stack_values
+from ..versions import ADDON_PINS, AddonPin
+
+#: node-exporter shares the host's network, PID namespace and root file system, neuron-monitor is
+#: privileged: only the ``privileged`` level admits them ("Pod Security Standards", Baseline).
+MONITORING_POD_SECURITY = pod_security_labels("privileged", warn="baseline", audit="baseline")
+#: gp3 volumes from 1 GiB to 16 TiB (EBS user guide, "Amazon EBS volume types").
+MAX_VOLUME_GIB = 16384
+
+
+@dataclass(frozen=True)
+class MonitoringOptions:
+    """What the monitoring add-on installs. Each default is the platform's."""
+
+    #: Prometheus volume (GiB, gp3). Retention by size is 80% of it (see ``stack_values``).
+    volume_gib: int = 50
+    #: Days of metrics Prometheus keeps (whichever of time and size comes first).
+    retention_days: int = 30
+    #: Grafana with the training dashboard.
+    grafana: bool = True
+    #: Alertmanager (off: no receiver is configured; the alerts show in Prometheus and Grafana).
+    alertmanager: bool = False
+    #: neuron-monitor on the Trainium nodes.
+    neuron_monitor: bool = True
+    #: Remote write to an Amazon Managed Service for Prometheus workspace.
+    amp_remote_write: bool = False
+    #: FsxFreeCapacityLow fires below this share of FSx free (percent).
+    fsx_free_percent: int = 10
+    #: Minutes without an optimizer step before TrainingStalled fires.
+    stall_minutes: int = 15
+
+
+def check_monitoring_options(options: MonitoringOptions, *, keys: dict[str, str] | None = None) -> None:
+    """ConfigError for an option out of range; ``keys`` maps a field to the name the user typed."""
+    key = (keys or {}).get
+    checks.whole_number(
+        key("volume_gib", "volume_gib"), options.volume_gib, minimum=10, maximum=MAX_VOLUME_GIB
+    )
+    checks.whole_number(
+        key("retention_days", "retention_days"), options.retention_days, minimum=1, maximum=3650
+    )
+    checks.whole_number(
+        key("fsx_free_percent", "fsx_free_percent"), options.fsx_free_percent, minimum=1, maximum=99
+    )
+    checks.whole_number(key("stall_minutes", "stall_minutes"), options.stall_minutes, minimum=1)
+    for name in ("grafana", "alertmanager", "neuron_monitor", "amp_remote_write"):
+        checks.flag(key(name, name), getattr(options, name))
+
+
+class PlatformMonitoring(Construct):
+    """kube-prometheus-stack with neuron-monitor, the training scrape, alerts and the dashboard.
+
+    Attributes:
+        namespace_manifest: the ``monitoring`` namespace.
+        chart: the ``aws_eks_v2.HelmChart`` (release ``kube-prometheus-stack``).
+        manifest: rules, dashboard, neuron-monitor and the PodMonitors (after the chart's CRDs).
+        training_manifest: the NetworkPolicy in the training namespace (order it after that
+            namespace exists).
+        amp: the :class:`AmpRemoteWrite`, or None.
+        port_forward: ``kubectl port-forward`` commands by service (``grafana``, ``prometheus``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        storage_class_name: str,
+        options: MonitoringOptions | None = None,
+        training_namespace: str = TRAINING_NAMESPACE,
+        amp_alias: str = "trainium-eks",
+        pin: AddonPin = ADDON_PINS["kube-prometheus-stack"],
+    ) -> None:
+        """
+        Args:
+            cluster: the cluster (with a kubectl provider).
+            storage_class_name: StorageClass of Prometheus's volume (an EBS CSI gp3 class).
+            options: what to install (:class:`MonitoringOptions`). Default None: its defaults.
+            training_namespace: where the training pods run. Default ``TRAINING_NAMESPACE``.
+            amp_alias: alias of the AMP workspace, with ``amp_remote_write``. Default "trainium-eks".
+            pin: the chart. Default: ``ADDON_PINS["kube-prometheus-stack"]``.
+        """
+        super().__init__(scope, id)
+        options = options or MonitoringOptions()
+        check_monitoring_options(options)
+        if not storage_class_name:
+            raise ConfigError(
+                "storage_class_name", storage_class_name, "name the EBS StorageClass of the volume"
+            )
+        self.namespace_manifest = eks.KubernetesManifest(
+            self,
+            "Namespace",
+            cluster=cluster,
+            manifest=[namespace_manifest(NAMESPACE, MONITORING_POD_SECURITY)],
+        )
+        self.amp = None
+        if options.amp_remote_write:
+            self.amp = AmpRemoteWrite(
+                self,
+                "Amp",
+                cluster=cluster,
+                namespace=NAMESPACE,
+                service_account=PROMETHEUS_SERVICE_ACCOUNT,
+                alias=amp_alias,
+            )
+        self.chart = eks.HelmChart(
+            self,
+            "Chart",
+            cluster=cluster,
+            **pin.chart_props(),
+            release=RELEASE,
+            namespace=NAMESPACE,
+            create_namespace=False,
+            values=stack_values(
+                storage_class_name=storage_class_name,
+                volume_gib=options.volume_gib,
+                retention_days=options.retention_days,
+                grafana=options.grafana,
+                alertmanager=options.alertmanager,
+                remote_write=self.amp.remote_write() if self.amp else None,
+            ),
+            # The CRDs and the operator's admission webhook must be serving before the rules and
+            # PodMonitors below are applied (the webhook validates PrometheusRules).
+            wait=True,
+            timeout=Duration.minutes(15),
+        )
+        self.chart.node.add_dependency(self.namespace_manifest)
+        if self.amp is not None:
+            self.chart.node.add_dependency(self.amp.association)
+        objects = [
+            prometheus_rule(
+                training_namespace=training_namespace,
+                stall_minutes=options.stall_minutes,
+                fsx_free_percent=options.fsx_free_percent,
+            ),
+            training_pod_monitor(training_namespace),
+        ]
+        if options.grafana:
+            objects.append(dashboard_config_map())
+        if options.neuron_monitor:
+            objects += [neuron_monitor_daemonset(), neuron_monitor_pod_monitor()]
+        self.manifest = eks.KubernetesManifest(self, "Manifest", cluster=cluster, manifest=objects)
+        self.manifest.node.add_dependency(self.chart)
+        self.training_manifest = eks.KubernetesManifest(
+            self, "TrainingIngress", cluster=cluster, manifest=[training_ingress_policy(training_namespace)]
+        )
+        self.port_forward = port_forward_commands()

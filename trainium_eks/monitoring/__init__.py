@@ -1,0 +1,20 @@
+"""Monitoring of the training platform: what Prometheus scrapes, the alerts, the dashboard, AMP.
+
+One concept per module; the construct that installs them is
+:class:`~trainium_eks.addons.monitoring.PlatformMonitoring` (and, for the workload's exporters,
+:class:`~trainium_eks.monitoring.exporters.TrainingExporters`).
+
+- :mod:`.names`: the namespace, release and the names the chart derives from it;
+- :mod:`.stack_values`: kube-prometheus-stack's values;
+- :mod:`.neuron_monitor`, :mod:`.exporters`: the node exporters beyond the chart's;
+- :mod:`.scrape`: PodMonitors and the training pods' NetworkPolicy;
+- :mod:`.rules`, :mod:`.dashboard`: the alerts and the Grafana dashboard;
+- :mod:`.catalog`: every metric they read, with the exporter that emits it;
+- :mod:`.amp`, :mod:`.fsx_alarm`: Amazon Managed Service for Prometheus, the CloudWatch alarm on FSx.
+"""
+
+from .amp import AmpRemoteWrite
+from .exporters import TrainingExporters
+from .fsx_alarm import FsxCapacityAlarm
+
+__all__ = ["AmpRemoteWrite", "FsxCapacityAlarm", "TrainingExporters"]

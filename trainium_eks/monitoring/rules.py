@@ -1,0 +1,175 @@
+"""The platform's alerts, as one PrometheusRule: each with a severity, a summary and a runbook line.
+
+Expressions read only series of :mod:`.catalog` and stay within PromQL that Prometheus 2.42
+evaluates (the ``promtool`` the tests run; the chart's Prometheus is v3.14.0): no function or
+syntax newer than that. Every alert has a ``promtool test rules`` case that fires and one that
+stays silent on a healthy run (tests/trainium_eks/monitoring).
+
+"During a run" means the training script stepped in the last :data:`RUNNING_WINDOW_S` seconds:
+precompilation and the wait for the dataset leave cores idle and EFA quiet by design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_job.naming import TASK_NAME
+
+from .names import NAMESPACE, RELEASE_LABEL
+from .scrape import training_pod_monitor
+
+#: Seconds since the last optimizer step within which a run counts as running.
+RUNNING_WINDOW_S = 300
+#: NeuronCore utilization (0-1) under which a node's cores count as idle.
+IDLE_UTILIZATION = 0.05
+#: EFA traffic (bytes/s, all directions and paths) under which a node of a multi-node run is
+#: silent on EFA: a BERT-large data-parallel step all-reduces its ~0.7 GB of bf16 gradients, GB/s
+#: on every node, while sockets fallback leaves the EFA counters still.
+EFA_SILENT_BYTES_PER_S = 1e6
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule. ``summary`` may name labels as ``{{ $labels.<name> }}``."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    runbook: str
+
+    def rule(self) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "runbook": self.runbook},
+        }
+
+
+def _training_pods(namespace: str) -> str:
+    # Volcano names a job's pods <job>-<task>-<index> (volcano-sh/volcano v1.15.1
+    # pkg/controllers/job/helpers/helpers.go PodNameFmt); TorchX's tasks add one more index.
+    return f'kube_pod_info{{namespace="{namespace}", pod=~".+-{TASK_NAME}-[0-9]+(-[0-9]+)?"}}'
+
+
+def alerts(*, training_namespace: str, stall_minutes: int = 15, fsx_free_percent: int = 10) -> list[Alert]:
+    """The platform's alerts (``training_namespace``: where the training pods run)."""
+    pods = _training_pods(training_namespace)
+    job_nodes = f"max by (node) ({pods})"
+    running = f"(time() - max(bert_train_last_step_timestamp_seconds) < {RUNNING_WINDOW_S})"
+    training_job = training_pod_monitor(training_namespace)["metadata"]
+    training_scrape = f"{training_job['namespace']}/{training_job['name']}"
+    return [
+        Alert(
+            "TrainingStalled",
+            f"time() - max by (training_job) (bert_train_last_step_timestamp_seconds) > {stall_minutes * 60}",
+            "1m",
+            "critical",
+            f"Training job {{{{ $labels.training_job }}}} made no optimizer step for {stall_minutes} minutes",
+            "Read rank 0's log (kubectl logs -n training <job>-worker-0); a hung collective logs nothing. "
+            "Delete the job's pods: Volcano restarts the gang and it resumes from its last checkpoint.",
+        ),
+        Alert(
+            "NeuronCoresIdle",
+            f"(avg by (node) (neuroncore_utilization_ratio) < {IDLE_UTILIZATION}"
+            " or (max by (node) (neuron_hardware_info) unless on (node) max by (node) (neuroncore_utilization_ratio)))"
+            f" and on (node) {job_nodes} and on () {running}",
+            "10m",
+            "warning",
+            "NeuronCores of node {{ $labels.node }} are idle while the training job runs",
+            "Run neuron-top in the node's training pod; idle cores with steps going on mean the input "
+            "pipeline or the host is the bottleneck, no runtime at all means the node's workers died.",
+        ),
+        Alert(
+            "EfaTrafficAbsent",
+            'sum by (node) (rate({__name__=~"efa_(tx|rx|rdma_read|rdma_write)_bytes_total"}[5m]))'
+            f" < {EFA_SILENT_BYTES_PER_S:g} and on (node) {job_nodes}"
+            f" and on () (count({job_nodes}) > 1) and on () {running}",
+            "10m",
+            "critical",
+            "No EFA traffic on node {{ $labels.node }} during a multi-node run",
+            "The collectives fell back to TCP: check the pod got vpc.amazonaws.com/efa devices and "
+            "FI_PROVIDER=efa (kubectl describe pod), and that the EFA device plugin runs on the node; "
+            "the next start's fabric check names the node.",
+        ),
+        Alert(
+            "CheckpointOverdue",
+            "max by (training_job) (bert_train_step - bert_train_last_checkpoint_step)"
+            " > 2 * max by (training_job) (bert_train_checkpoint_interval_steps)",
+            "5m",
+            "warning",
+            "Job {{ $labels.training_job }}'s newest checkpoint is more than two intervals old",
+            "Two checkpoint writes failed or were skipped: look for checkpoint errors in rank 0's log "
+            "and for a full FSx (FsxFreeCapacityLow); a restart now would lose the steps since.",
+        ),
+        Alert(
+            "NeuronHardwareErrors",
+            "sum by (node) (increase(hardware_ecc_events_total"
+            '{event_type=~"mem_ecc_uncorrected|sram_ecc_uncorrected"}[15m])) > 0',
+            "0m",
+            "critical",
+            "Uncorrected ECC errors on the Neuron devices of node {{ $labels.node }}",
+            "The device's memory is failing: cordon the node (kubectl cordon) and let the nodegroup "
+            "replace it (the EKS node monitoring agent marks it for auto repair); the job resumes elsewhere.",
+        ),
+        Alert(
+            "NeuronExecutionErrors",
+            "sum by (node) (increase(execution_errors_total[15m])) > 0",
+            "0m",
+            "warning",
+            "The Neuron runtime on node {{ $labels.node }} reports execution errors",
+            "Read the node's training pod log for NRT errors; hardware errors repeating on one node "
+            "mean a device to replace, numerical ones a diverging run (look at the loss).",
+        ),
+        Alert(
+            "FsxFreeCapacityLow",
+            "min by (mountpoint) (fsx_filesystem_avail_bytes / fsx_filesystem_size_bytes)"
+            f" < {fsx_free_percent / 100:g}",
+            "15m",
+            "warning",
+            f"Less than {fsx_free_percent}% of the FSx file system is free",
+            "Delete old runs' checkpoints under /data/runs (keep_checkpoints) or grow the file system "
+            "(fsx_storage_gib, in steps of 2400 GiB); a full file system fails the next checkpoint.",
+        ),
+        Alert(
+            "TrainiumNodeNotReady",
+            'max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 0'
+            ' and on (node) max by (node) (kube_node_labels{label_trainium_eks_pool="trainium"})',
+            "5m",
+            "critical",
+            "Trainium node {{ $labels.node }} is not Ready",
+            "kubectl describe node shows the failing condition; the nodegroup's auto repair replaces "
+            "nodes that stay unhealthy, and the job restarts once the gang can be scheduled again.",
+        ),
+        Alert(
+            # The chart's TargetDown, less the training pods (their endpoint lives only while the
+            # script runs): the chart's own is disabled (stack_values).
+            "TargetDown",
+            f'100 * (count by (job, namespace, service) (up{{job!="{training_scrape}"}} == 0)'
+            f' / count by (job, namespace, service) (up{{job!="{training_scrape}"}})) > 10',
+            "10m",
+            "warning",
+            "{{ $labels.job }} targets in {{ $labels.namespace }} are down",
+            "Prometheus's Targets page names the failing endpoints and their errors; a DaemonSet "
+            "target down on one node often means that node is short of resources.",
+        ),
+    ]
+
+
+def rule_groups(**options: Any) -> list[dict[str, Any]]:
+    """The rule file's groups (what ``promtool check rules`` reads)."""
+    return [{"name": "trainium-training", "rules": [a.rule() for a in alerts(**options)]}]
+
+
+def prometheus_rule(**options: Any) -> dict[str, Any]:
+    """The PrometheusRule object (labelled for the chart's Prometheus)."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "trainium-training", "namespace": NAMESPACE, "labels": dict(RELEASE_LABEL)},
+        "spec": {"groups": rule_groups(**options)},
+    }
