@@ -298,9 +298,7 @@ def serve_metrics(run: Run) -> TrainingMetrics | None:
     """This node's metrics endpoint (not in a precompile trial: its values are stubs' outputs)."""
     rt = run.args.runtime
     metrics = start_metrics(
-        0 if rt.precompile else rt.metrics_port,
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        rank=run.rank,
+        0 if rt.precompile else rt.metrics_port, local_rank=int(os.environ.get("LOCAL_RANK", "0"))
     )
     if metrics is not None:
         metrics.started(

@@ -33,13 +33,9 @@ def _gauge(name: str, registry: CollectorRegistry) -> Gauge:
 
 
 class TrainingMetrics:
-    """The run's metrics in their own registry (no process or GC collectors of the client).
+    """The run's metrics in their own registry (no process or GC collectors of the client)."""
 
-    ``rank0``: this process reports loss and throughput (global rank 0); the other servers
-    leave those names out rather than export a zero.
-    """
-
-    def __init__(self, *, rank0: bool, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.info = Info(PREFIX, METRICS["bert_train_info"][0], registry=r)
@@ -54,18 +50,9 @@ class TrainingMetrics:
         self.checkpoints = Counter(
             "bert_train_checkpoints", METRICS["bert_train_checkpoints_total"][0], registry=r
         )
+        # Rank 0's values are registered with their first report: absent, not 0, until then
+        # (and on every other node, whose process never reports).
         self.reported: dict[str, Gauge] = {}
-        if rank0:
-            for name in (
-                "loss",
-                "learning_rate",
-                "grad_norm",
-                "sequences_per_second",
-                "step_duration_seconds",
-            ):
-                self.reported[name] = _gauge(f"{PREFIX}_{name}", r)
-        self.rank0 = rank0
-        self._mfu: Gauge | None = None
         self._server: Any = None
 
     def started(
@@ -93,20 +80,21 @@ class TrainingMetrics:
     def report(
         self, *, loss: float, lr: float, grad_norm: float, seq_per_s: float, step_s: float, mfu: float | None
     ) -> None:
-        """Rank 0's values of a logged step."""
+        """Rank 0's values of a logged step (MFU only when the device peak is known)."""
         values = {
             "loss": loss,
             "learning_rate": lr,
             "grad_norm": grad_norm,
             "sequences_per_second": seq_per_s,
             "step_duration_seconds": step_s,
+            "mfu_ratio": mfu,
         }
         for name, value in values.items():
+            if value is None:
+                continue
+            if name not in self.reported:
+                self.reported[name] = _gauge(f"{PREFIX}_{name}", self.registry)
             self.reported[name].set(value)
-        if mfu is not None:
-            if self._mfu is None:  # registered with its first value: absent while unknown
-                self._mfu = _gauge("bert_train_mfu_ratio", self.registry)
-            self._mfu.set(mfu)
 
     def checkpointed(self, step: int, seconds: float) -> None:
         self.last_checkpoint_step.set(step)
@@ -126,10 +114,10 @@ class TrainingMetrics:
             self._server = None
 
 
-def start_metrics(port: int, *, local_rank: int, rank: int) -> TrainingMetrics | None:
+def start_metrics(port: int, *, local_rank: int) -> TrainingMetrics | None:
     """The node's metrics server (``LOCAL_RANK`` 0 when ``port`` is set), else None."""
     if not port or local_rank != 0:
         return None
-    metrics = TrainingMetrics(rank0=rank == 0)
+    metrics = TrainingMetrics()
     metrics.serve(port)
     return metrics

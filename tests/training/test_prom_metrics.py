@@ -25,8 +25,8 @@ def samples(metrics: TrainingMetrics) -> dict[str, float]:
     }
 
 
-def test_given_rank0_then_every_metric_is_exported_with_its_value():
-    m = TrainingMetrics(rank0=True)
+def test_given_a_report_then_every_metric_is_exported_with_its_value():
+    m = TrainingMetrics()
     m.started(step=4, max_steps=8, checkpoint_every=3, resumed_from=4, labels={"model": "tiny", "run": "r1"})
     m.stepped(5)
     m.report(loss=7.5, lr=1e-3, grad_norm=2.0, seq_per_s=100.0, step_s=0.08, mfu=0.31)
@@ -47,8 +47,14 @@ def test_given_rank0_then_every_metric_is_exported_with_its_value():
     assert abs(got["bert_train_last_step_timestamp_seconds"] - time.time()) < 60
 
 
-def test_given_another_rank_then_only_the_progress_is_exported_not_a_stale_zero_loss():
-    m = TrainingMetrics(rank0=False)
+def test_given_no_report_yet_then_no_zero_loss_is_exported():
+    m = TrainingMetrics()
+    m.started(step=0, max_steps=8, checkpoint_every=3, resumed_from=None, labels={})
+    assert "bert_train_loss" not in samples(m) and "bert_train_step" in samples(m)
+
+
+def test_given_a_node_whose_process_never_reports_then_only_the_progress_is_exported():
+    m = TrainingMetrics()
     m.started(step=0, max_steps=8, checkpoint_every=3, resumed_from=None, labels={})
     got = samples(m)
     assert "bert_train_step" in got and got["bert_train_last_checkpoint_step"] == 0
@@ -57,7 +63,7 @@ def test_given_another_rank_then_only_the_progress_is_exported_not_a_stale_zero_
 
 
 def test_given_an_unknown_peak_then_mfu_stays_absent():
-    m = TrainingMetrics(rank0=True)
+    m = TrainingMetrics()
     m.report(loss=1.0, lr=1.0, grad_norm=1.0, seq_per_s=1.0, step_s=1.0, mfu=None)
     assert "bert_train_mfu_ratio" not in samples(m)
 
@@ -70,7 +76,7 @@ def test_given_metric_names_then_they_follow_the_prometheus_conventions():
 
 @pytest.mark.parametrize("local_rank, port", [(1, 9400), (0, 0)])
 def test_given_no_port_or_another_local_rank_then_no_server(local_rank, port):
-    assert start_metrics(port, local_rank=local_rank, rank=0) is None
+    assert start_metrics(port, local_rank=local_rank) is None
 
 
 def test_given_a_bad_port_then_usage_error(capsys):

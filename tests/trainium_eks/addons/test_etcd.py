@@ -88,7 +88,9 @@ def test_given_default_config_then_service_etcd_exposes_client_port_2379(platfor
 
 
 def test_given_default_config_then_only_the_training_namespace_may_connect(platform_json):
-    _, policy = _one(platform_json, "NetworkPolicy")
+    (policy,) = [
+        o for _, o in objects(platform_json, "NetworkPolicy") if o["metadata"]["namespace"] == "etcd"
+    ]
     (rule,) = policy["spec"]["ingress"]
     assert rule["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "training"}}}

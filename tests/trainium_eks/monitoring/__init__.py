@@ -1,0 +1,1 @@
+"""Tests of trainium_eks.monitoring, and the Prometheus tools they share (promtool, a local server)."""
