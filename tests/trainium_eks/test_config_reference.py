@@ -74,7 +74,9 @@ def test_given_the_job_spec_then_its_fields_are_training_keys_with_the_spec_defa
     spec = BertJobSpec()
     for f in dataclasses.fields(BertJobSpec):
         if f.name != "script_args":
-            assert _row(f"training_{f.name}").defaults == (f"`{getattr(spec, f.name)}`",)
+            default = getattr(spec, f.name)
+            shown = json.dumps(default) if isinstance(default, bool) else default
+            assert _row(f"training_{f.name}").defaults == (f"`{shown}`",)
     assert "training" not in [key for row in rows() for key in row.keys]
 
 

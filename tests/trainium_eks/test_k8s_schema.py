@@ -72,6 +72,84 @@ def _tasks_valid(tasks: Any) -> bool:
     )
 
 
+#: PodMonitor and PrometheusRule: the CRDs of prometheus-operator 0.93.1 as kube-prometheus-stack
+#: 88.5.3 ships them (charts/kube-prometheus-stack/charts/crds/crds/crd-podmonitors.yaml and
+#: crd-prometheusrules.yaml, annotation operator.prometheus.io/version 0.93.1): the field names of
+#: spec, of podMetricsEndpoints[] and of a RelabelConfig, the relabel actions, portNumber 1-65535,
+#: groups[].name and rules[].expr required, the duration pattern of rules[].for.
+_POD_MONITOR_SPEC = {
+    "attachMetadata", "bodySizeLimit", "convertClassicHistogramsToNHCB", "fallbackScrapeProtocol", "jobLabel",
+    "keepDroppedTargets", "labelLimit", "labelNameLengthLimit", "labelValueLengthLimit", "namespaceSelector",
+    "nativeHistogramBucketLimit", "nativeHistogramMinBucketFactor", "podMetricsEndpoints", "podTargetLabels",
+    "sampleLimit", "scrapeClass", "scrapeClassicHistograms", "scrapeNativeHistograms", "scrapeProtocols",
+    "selector", "selectorMechanism", "targetLimit",
+}  # fmt: skip
+_POD_METRICS_ENDPOINT = {
+    "authorization", "basicAuth", "bearerTokenSecret", "enableHttp2", "filterRunning", "followRedirects",
+    "honorLabels", "honorTimestamps", "interval", "metricRelabelings", "noProxy", "oauth2", "params", "path",
+    "port", "portNumber", "proxyConnectHeader", "proxyFromEnvironment", "proxyUrl", "relabelings", "scheme",
+    "scrapeTimeout", "targetPort", "tlsConfig", "trackTimestampsStaleness",
+}  # fmt: skip
+_RELABEL_CONFIG = {"action", "modulus", "regex", "replacement", "separator", "sourceLabels", "targetLabel"}
+_RELABEL_ACTIONS = {
+    "replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep", "lowercase", "uppercase",
+    "keepequal", "dropequal",
+}  # fmt: skip
+_RULE_GROUP = {"interval", "labels", "limit", "name", "partial_response_strategy", "query_offset", "rules"}
+_RULE = {"alert", "annotations", "expr", "for", "keep_firing_for", "labels", "record"}
+_DURATION = re.compile(
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+
+
+def _relabelings_valid(items: Any) -> bool:
+    return isinstance(items, list) and all(
+        isinstance(r, dict)
+        and set(r) <= _RELABEL_CONFIG
+        and r.get("action", "replace").lower() in _RELABEL_ACTIONS
+        for r in items
+    )
+
+
+def _endpoints_valid(endpoints: Any) -> bool:
+    return isinstance(endpoints, list) and all(
+        isinstance(e, dict)
+        and set(e) <= _POD_METRICS_ENDPOINT
+        and ("port" in e or "portNumber" in e)
+        and (not isinstance(e.get("portNumber"), bool) and 1 <= e.get("portNumber", 1) <= 65535)
+        and _relabelings_valid(e.get("relabelings", []))
+        for e in endpoints
+    )
+
+
+def _string_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _rule_valid(rule: Any) -> bool:
+    return (
+        isinstance(rule, dict)
+        and set(rule) <= _RULE
+        and isinstance(rule.get("expr"), str)
+        and (("alert" in rule) != ("record" in rule))
+        and bool(_DURATION.match(rule.get("for", "0")))
+        and _string_map(rule.get("labels", {}))
+        and _string_map(rule.get("annotations", {}))
+    )
+
+
+def _groups_valid(groups: Any) -> bool:
+    return isinstance(groups, list) and all(
+        isinstance(g, dict)
+        and set(g) <= _RULE_GROUP
+        and isinstance(g.get("name"), str)
+        and all(_rule_valid(r) for r in g.get("rules", []))
+        for g in groups
+    )
+
+
 #: Sources: volcano-sh/volcano installer/helm/chart/volcano/crd/bases/
 #: scheduling.volcano.sh_queues.yaml (v1beta1: cluster-scoped; no required fields; `weight` int32,
 #: `capability`/`deserved` quantity maps, `reclaimable` boolean, `priority` int32, `parent`/`type`
@@ -108,6 +186,20 @@ CUSTOM_RESOURCES: dict[tuple[str, str], CrdRules] = {
         # Only the fields above are checked; the CRD has more (policies, volumes, ...).
         closed=False,
         checks=(("spec.tasks is required by the job controller", lambda o: "tasks" in o.get("spec", {})),),
+    ),
+    ("monitoring.coreos.com/v1", "PodMonitor"): CrdRules(
+        scope="Namespaced",
+        spec_fields={
+            **{name: (lambda v: v is not None) for name in _POD_MONITOR_SPEC},
+            "selector": lambda v: isinstance(v, dict) and set(v) <= {"matchLabels", "matchExpressions"},
+            "namespaceSelector": lambda v: isinstance(v, dict) and set(v) <= {"any", "matchNames"},
+            "podMetricsEndpoints": _endpoints_valid,
+        },
+        checks=(("spec.selector is required", lambda o: "selector" in o.get("spec", {})),),
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): CrdRules(
+        scope="Namespaced",
+        spec_fields={"groups": _groups_valid},
     ),
 }
 
@@ -237,3 +329,60 @@ def test_given_a_volcano_job_with_a_bad_pod_template_then_the_check_fails():
     job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resource"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         check_custom_resource(job)
+
+
+POD_MONITOR = {
+    "apiVersion": "monitoring.coreos.com/v1",
+    "kind": "PodMonitor",
+    "metadata": {"name": "m", "namespace": "monitoring"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "x"}},
+        "podMetricsEndpoints": [
+            {"portNumber": 8000, "relabelings": [{"sourceLabels": ["a"], "targetLabel": "b"}]}
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda m: m["spec"].pop("selector"), "selector is required"),
+        (lambda m: m["spec"]["podMetricsEndpoints"][0].update(portNumber=70000), "podMetricsEndpoints"),
+        (lambda m: m["spec"]["podMetricsEndpoints"][0].update(portName="x"), "podMetricsEndpoints"),
+        (
+            lambda m: m["spec"]["podMetricsEndpoints"][0]["relabelings"][0].update(action="rename"),
+            "podMetricsEndpoints",
+        ),
+        (lambda m: m["spec"].update(endpoints=[]), "not in the CRD"),
+    ],
+)
+def test_given_a_broken_pod_monitor_then_the_crd_check_fails(mutate, message):
+    import copy
+
+    monitor = copy.deepcopy(POD_MONITOR)
+    check_custom_resource(monitor)
+    mutate(monitor)
+    with pytest.raises(AssertionError, match=message):
+        check_custom_resource(monitor)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"alert": "A", "expr": "up", "for": "5 minutes"},
+        {"expr": "up"},
+        {"alert": "A", "record": "r", "expr": "up"},
+    ],
+)
+def test_given_a_broken_prometheus_rule_then_the_crd_check_fails(rule):
+    obj = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "r", "namespace": "monitoring"},
+        "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "5m"}]}]},
+    }
+    check_custom_resource(obj)
+    obj["spec"]["groups"][0]["rules"] = [rule]
+    with pytest.raises(AssertionError, match="spec.groups"):
+        check_custom_resource(obj)

@@ -51,7 +51,11 @@ def test_given_one_stack_then_the_job_is_applied_after_volcano_the_claim_etcd_an
         "BertTrainingImagesTensorboardCopy",
     ):
         assert any(d.startswith(prefix) for d in depends), (prefix, sorted(depends))
-    (tensorboard_id,) = [lid for lid, obj in k8s_manifests(template) if obj["kind"] == "Deployment"]
+    (tensorboard_id,) = {
+        lid
+        for lid, obj in k8s_manifests(template)
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] == "tensorboard"
+    }
     tensorboard_depends = template["Resources"][tensorboard_id]["DependsOn"]
     assert not any(d.startswith(("PlatformAddonsVolcano", "PlatformAddonsEtcd")) for d in tensorboard_depends)
     assert any(d.startswith("PlatformStorageVolume") for d in tensorboard_depends)

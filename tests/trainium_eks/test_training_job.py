@@ -66,12 +66,16 @@ def test_given_default_job_then_volcano_job_has_gang_retries_and_svc(default_job
     assert job["apiVersion"] == "batch.volcano.sh/v1alpha1" and job["kind"] == "Job"
     assert spec["schedulerName"] == "volcano" and spec["queue"] == "training"
     assert spec["minAvailable"] == 2 and spec["maxRetry"] == 3
-    assert {(p["event"], p["action"]) for p in spec["policies"]} == {
+    # The fabric check's exit code aborts the job; Volcano matches the first policy, so it leads.
+    abort, *restarts = spec["policies"]
+    assert abort == {"exitCode": 69, "action": "AbortJob"}
+    assert {(p["event"], p["action"]) for p in restarts} == {
         ("PodEvicted", "RestartJob"),
         ("PodFailed", "RestartJob"),
     }
-    for p in spec["policies"]:
+    for p in restarts:
         assert p["event"] in VOLCANO_EVENTS and p["action"] in VOLCANO_ACTIONS
+    assert abort["action"] in VOLCANO_ACTIONS
     assert "svc" in spec["plugins"]
     (task,) = spec["tasks"]
     assert task["replicas"] == 2 and task["minAvailable"] == 2 and task["name"] == "worker"
@@ -99,7 +103,9 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert vols["data"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory"}
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/data", "/dev/shm"}
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # the fabric check names it
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # Read by no consumer of this image (AL2023 kernels; undocumented; the runtime default).
     assert not {"FI_EFA_FORK_SAFE", "CCOM_SOCKET_IFNAME", "NEURON_RT_RESET_CORES"} & set(env)
@@ -192,7 +198,7 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
     assert ("batch.volcano.sh/v1alpha1", "Job") in kinds
     for obj in objs:
         if obj["metadata"].get("namespace") == "training" and not obj["apiVersion"].startswith(
-            ("batch.volcano.sh", "scheduling.volcano.sh")
+            ("batch.volcano.sh", "scheduling.volcano.sh", "monitoring.coreos.com")
         ):
             validate_k8s(obj, "1.36")
     service = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "tensorboard")

@@ -12,6 +12,8 @@ ALL_OPTIONS = {
     "neuron_node_problem_detector": "true",
     "etcd_enabled": "true",
     "container_insights": "true",
+    "monitoring_alertmanager": "true",
+    "monitoring_amp_remote_write": "true",
 }
 
 

@@ -109,10 +109,13 @@ def test_given_default_config_then_the_stack_exposes_the_endpoint():
     assert stack.platform.addons.etcd_endpoint == "etcd.etcd.svc.cluster.local:2379"
 
 
-def test_given_etcd_disabled_then_no_etcd_no_ebs_driver_and_no_endpoint():
+def test_given_etcd_disabled_then_no_etcd_and_no_endpoint_and_the_driver_stays_for_monitoring():
     template = synth_platform(etcd_enabled="false")
     assert objects(template, "StatefulSet") == []
-    assert logical_ids(template, "AWS::EKS::Addon", "AddonsEbsCsi") == []
+    # Prometheus's volume needs the EBS CSI driver too.
+    assert logical_ids(template, "AWS::EKS::Addon", "AddonsEbsCsi") != []
+    both_off = synth_platform(etcd_enabled="false", monitoring_enabled="false")
+    assert logical_ids(both_off, "AWS::EKS::Addon", "AddonsEbsCsi") == []
     stack = TrainiumPlatformStack(cdk.App(), "Off", config=PlatformConfig(etcd_enabled=False))
     assert stack.platform.addons.etcd is None and stack.platform.addons.etcd_endpoint is None
 

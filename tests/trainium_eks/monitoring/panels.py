@@ -20,7 +20,6 @@ from tests.trainium_eks.monitoring.promtool import GRAFANA_VARIABLES
 from training.synthetic import SMALL_SET_FLAGS, make_shards
 from trainium_eks.monitoring.dashboard import RUN_PANELS
 
-
 #: Grafana's unit ids, as the plot titles say them.
 _UNITS = {"short": "", "percentunit": " (0-1)", "s": " (s)"}
 #: Optimizer steps the picture's run shows (about half a minute on two cores).
