@@ -1,0 +1,93 @@
+"""The fabric check in the job: its commands, where the worker script runs it, and when it is left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainium_job.errors import ConfigError
+from trainium_job.fabric_check import EXIT_CODE, RESULT_FILE, FabricCheck, check_lines, measure_args
+from trainium_job.instances import instance_facts
+from trainium_job.job import render_job
+from trainium_job.launch import LaunchSpec, torchrun_args
+from trainium_job.plan import plan_training
+from trainium_job.spec import BertJobSpec
+
+SPEC = LaunchSpec(nnodes=2, nproc_per_node=32, rdzv_endpoint="job-worker-0.job:29400", rdzv_id="job")
+
+
+def _script(spec: BertJobSpec | None = None, instance_type: str = "trn1.32xlarge", nodes: int = 2) -> str:
+    spec = spec or BertJobSpec()
+    facts = instance_facts(instance_type)
+    rendered = render_job(
+        spec,
+        plan=plan_training(spec, facts=facts, nodes=nodes, max_nodes=nodes),
+        facts=facts,
+        image="img",
+        image_key="img",
+        name_prefix="trn-bert",
+        namespace="training",
+        queue="training",
+        claim_name="fsx-claim",
+    )
+    return rendered.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_given_the_job_launch_then_the_measurement_runs_through_the_same_torchrun():
+    argv = measure_args(SPEC, FabricCheck())
+    training = torchrun_args(SPEC)
+    # Same nodes, workers and rendezvous endpoint as training; its own id, no restarts.
+    assert argv[: argv.index("--rdzv_id")] == training[: training.index("--rdzv_id")]
+    assert argv[argv.index("--rdzv_id") + 1] == "job-fabric-check"
+    assert argv[argv.index("--max_restarts") + 1] == "0"
+    assert argv[argv.index("-m") :] == [
+        "-m", "training.fabric_check", "measure", "--result_file", RESULT_FILE,
+        "--size_mib", "128", "--iters", "20", "--warmup", "5",
+    ]  # fmt: skip
+
+
+def test_given_the_lines_then_the_verdict_gets_the_floor_nodes_and_duration():
+    *_, measure, verdict = check_lines(SPEC, FabricCheck(min_busbw_gbps=25))
+    assert measure.endswith(" || true")  # a failed measurement is the verdict's to report
+    assert verdict.startswith(
+        f"python -m training.fabric_check verdict {RESULT_FILE} --min_busbw_gbps 25 --nodes 2"
+    )
+    assert verdict.endswith("--seconds $(( $(date +%s) - fabric_start ))")
+
+
+def test_given_the_default_job_then_the_check_runs_after_precompile_and_before_training():
+    script = _script()
+    assert script.index("touch /data/neuron-cache") < script.index("training.fabric_check measure")
+    assert script.index("training.fabric_check verdict") < script.index("exec torchrun")
+    assert "--min_busbw_gbps 10 --nodes 2" in script
+
+
+@pytest.mark.parametrize(
+    "spec, instance_type, nodes",
+    [
+        (BertJobSpec(fabric_check=False), "trn1.32xlarge", 2),
+        (BertJobSpec(), "trn1.32xlarge", 1),
+        (BertJobSpec(global_batch=16384, batch_size=16, nproc_per_node=2), "trn1.2xlarge", 1),
+    ],
+)
+def test_given_the_check_off_or_nothing_crossing_a_fabric_then_the_script_has_no_check(
+    spec, instance_type, nodes
+):
+    assert "fabric_check" not in _script(spec, instance_type, nodes)
+
+
+def test_given_the_default_job_then_it_serves_metrics_on_the_pods_port():
+    assert "--metrics_port 9400" in _script()
+
+
+def test_given_metrics_port_in_script_args_then_it_is_refused():
+    with pytest.raises(ConfigError, match="sets --metrics_port itself"):
+        BertJobSpec(script_args={"metrics_port": "1"})
+
+
+def test_given_a_negative_floor_then_one_error_names_the_key():
+    with pytest.raises(ConfigError, match="'training_fabric_check_min_busbw_gbps' = -1"):
+        BertJobSpec(fabric_check_min_busbw_gbps=-1)
+
+
+def test_given_the_exit_code_then_it_is_no_code_the_worker_uses_otherwise():
+    assert EXIT_CODE not in (0, 1, 2, 126, 127, 137, 143)
