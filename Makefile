@@ -73,6 +73,15 @@ etcd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
 
+# Prometheus server and promtool 2.42 (Debian's prometheus package) for the monitoring tests:
+# promtool check/test rules on the alerts, a local server scraping a CPU training run.
+.PHONY: prometheus
+prometheus:
+	@{ command -v promtool && command -v prometheus; } >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends prometheus >/dev/null; }
+
 # Formatter, linter (ruff: pycodestyle, pyflakes, isort, pyupgrade, bugbear) and type checker (mypy;
 # strict on the contract package). Settings: pyproject.toml.
 .PHONY: lint
@@ -87,7 +96,7 @@ format: $(VENV)/.dev
 	$(VENV)/bin/ruff check --quiet --fix .
 
 .PHONY: test
-test: lint $(VENV)/.dev node_modules/.installed etcd
+test: lint $(VENV)/.dev node_modules/.installed etcd prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The XLA path (what Trainium runs) on torch-xla's CPU runtime, in its own environment: torch-xla
@@ -129,6 +138,12 @@ checkov: $(CHECKOV_VENV)/.installed synth
 .PHONY: docs
 docs: $(VENV)/.runtime
 	$(PY) -m trainium_eks.config.reference docs/configuration.md
+
+# The training-panel picture of docs/monitoring.md: a local Prometheus scrapes a CPU run and the
+# dashboard's queries are plotted from its answers.
+.PHONY: panels
+panels: $(VENV)/.dev prometheus
+	$(PY) -m tests.trainium_eks.monitoring.panels docs/img/training-panels.png
 
 .PHONY: bench
 # Benchmarks (numbers, not tests): the data-preparation corpus comes from Debian's SWORD packages.

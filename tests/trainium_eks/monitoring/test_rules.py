@@ -120,3 +120,9 @@ def test_given_options_then_thresholds_follow_them(tmp_path):
     assert 'namespace="jobs"' in rules["NeuronCoresIdle"].expr
     write_rules(Path(tmp_path) / "r.yaml", [{"name": "g", "rules": [a.rule() for a in rules.values()]}])
     assert promtool("check", "rules", "r.yaml", cwd=tmp_path).returncode == 0
+
+
+def test_given_the_monitoring_docs_then_every_alert_is_listed():
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "monitoring.md").read_text()
+    for alert in alerts(training_namespace="training"):
+        assert f"| `{alert.name}` |" in docs, alert.name
