@@ -14,7 +14,9 @@ from .dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStagi
 from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
 from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
+from .addons.monitoring import MonitoringOptions, PlatformMonitoring
 from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
+from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .nag import (
     PlatformChecks,
     StaleAcknowledgement,
@@ -43,6 +45,7 @@ from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
     "acknowledge_findings",
+    "AmpRemoteWrite",
     "BertJobSpec",
     "BertPretrainingJob",
     "CLAIM_NAME",
@@ -54,6 +57,7 @@ __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
     "DEFAULT_NAME_PREFIX",
     "efa_network_interfaces",
+    "FsxCapacityAlarm",
     "FsxCsiVolume",
     "instance_facts",
     "INSTANCE_FACTS",
@@ -61,6 +65,7 @@ __all__ = [
     "KUBERNETES_COMPATIBILITY",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
+    "MonitoringOptions",
     "NEURON_AMI_RELEASES",
     "NEURON_TAINT",
     "NeuronAmiRelease",
@@ -73,6 +78,7 @@ __all__ = [
     "PlatformChecks",
     "platform_review",
     "PlatformConfig",
+    "PlatformMonitoring",
     "platform_stack_name",
     "PUBLIC_BERT_SHAPE",
     "PUBLIC_BERT_SHARDS",
@@ -83,6 +89,7 @@ __all__ = [
     "SYSTEM_NODE_LABEL",
     "TensorBoard",
     "TRAINING_NAMESPACE",
+    "TrainingExporters",
     "TrainingFileSystem",
     "TrainingImageRepository",
     "TrainingImages",
