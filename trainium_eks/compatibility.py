@@ -48,6 +48,12 @@ _EFA = Declared(
     "aws/eks-charts@bfe91c4:stable/aws-efa-k8s-device-plugin/Chart.yaml declares no kubeVersion; EKS "
     "User Guide, 'Manage EFA devices on Amazon EKS': the device plugin runs on all EKS-supported versions",
 )
+_KUBE_PROMETHEUS_STACK = Declared(
+    True,
+    "prometheus-community/helm-charts@ea930bae:charts/kube-prometheus-stack/Chart.yaml "
+    "(kube-prometheus-stack-88.5.3): kubeVersion '>=1.25.0-0'; its grafana 12.11.1 subchart "
+    "declares '^1.25.0-0'",
+)
 _NEURON = Declared(
     True,
     "neuron-helm-chart 1.10.0 declares no kubeVersion; EKS User Guide, 'Manage Neuron devices on Amazon "
@@ -90,6 +96,7 @@ KUBERNETES_COMPATIBILITY: dict[str, dict[str, Declared]] = {
     "fsx-csi-driver": {"1.34": _FSX_1_17, "1.35": _FSX_1_17, "1.36": _FSX_1_17},
     "efa": {"1.34": _EFA, "1.35": _EFA, "1.36": _EFA},
     "neuron": {"1.34": _NEURON, "1.35": _NEURON, "1.36": _NEURON},
+    "kube-prometheus-stack": {v: _KUBE_PROMETHEUS_STACK for v in ("1.34", "1.35", "1.36")},
     "kubectl-layer": {
         "1.34": _kubectl(34, "1.34.0", "2.2.2"),
         "1.35": _kubectl(35, "1.35.2", "2.2.2"),

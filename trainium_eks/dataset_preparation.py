@@ -37,7 +37,7 @@ from trainium_job.paths import DATA_MOUNT, JobPaths
 from trainium_job.security import pod_security_context
 
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
-from .node_daemons import total, trainium_node_daemons
+from .node_daemons import configured_node_daemons, total
 
 #: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -297,13 +297,7 @@ def validate_preparation_config(c: Any) -> None:
         # Sizes are checked against the nodes (and the DaemonSets this configuration puts
         # there) only when the Job is deployed.
         if c.preparation_enabled:
-            daemons = trainium_node_daemons(
-                facts=c.facts,
-                region=c.region,
-                neuron_node_problem_detector=c.neuron_node_problem_detector,
-                container_insights=c.container_insights,
-                etcd_enabled=c.etcd_enabled,
-            )
+            daemons = configured_node_daemons(c)
             check_pods(
                 c.preparation_pods,
                 c.preparation_cpus_per_pod,

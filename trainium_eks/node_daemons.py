@@ -23,16 +23,22 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainium_job.allocatable import Resources
 from trainium_job.instances import InstanceFacts
-from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINIUM_NODE_LABEL
+from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
 
 from .addons.efa import efa_chart_values
 from .addons.neuron import neuron_chart_values
 from .fsx_csi import driver_values
+from .monitoring.exporters import efa_exporter_daemonset
+from .monitoring.neuron_monitor import neuron_monitor_daemonset
+from .monitoring.stack_values import stack_values
 from .versions import ADDON_PINS, AddonPin
+
+if TYPE_CHECKING:
+    from .config.schema import PlatformSettings
 
 
 @dataclass(frozen=True)
@@ -363,6 +369,39 @@ CHART_FACTS: tuple[ChartFacts, ...] = (
     ),
 )
 
+_KPS = "prometheus-community/helm-charts"
+#: kube-prometheus-stack's only DaemonSet is its node-exporter subchart's (kube-state-metrics,
+#: the operator, Prometheus, Grafana and Alertmanager are Deployments or StatefulSets).
+_KUBE_PROMETHEUS_STACK = ChartFacts(
+    # kube-prometheus-stack-88.5.3 values.yaml L2711-2712 nodeExporter.enabled true (the
+    # prometheus-node-exporter dependency's condition); prometheus-node-exporter-4.56.1
+    # values.yaml: resources {} (L334), nodeSelector kubernetes.io/os: linux (L464-465),
+    # tolerations [{effect: NoSchedule, operator: Exists}] (L471-473), kubeRBACProxy.enabled
+    # false (L42-43: no proxy sidecar).
+    chart="kube-prometheus-stack",
+    versions=("88.5.3",),
+    defaults={
+        "nodeExporter": {"enabled": True},
+        "prometheus-node-exporter": {
+            "resources": {},
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"effect": "NoSchedule", "operator": "Exists"}],
+        },
+    },
+    daemonsets=(
+        ChartDaemonSet(
+            "prometheus-node-exporter",
+            (ChartContainer("node-exporter", (("prometheus-node-exporter", "resources"),)),),
+            _placed(
+                ("prometheus-node-exporter", "nodeSelector"), ("prometheus-node-exporter", "tolerations")
+            ),
+            enabled_by=("nodeExporter", "enabled"),
+        ),
+    ),
+    source=f"{_KPS} kube-prometheus-stack-88.5.3 and prometheus-node-exporter-4.56.1 values.yaml",
+)
+CHART_FACTS = (*CHART_FACTS, _KUBE_PROMETHEUS_STACK)
+
 #: Charts whose DaemonSets never run on Trainium nodes with the values the platform passes, and
 #: why (the values key that would change that is checked).
 CHARTS_OFF_TRAINIUM: dict[str, tuple[ValuesPath, str]] = {
@@ -496,13 +535,18 @@ def trainium_node_daemons(
     neuron_node_problem_detector: bool = False,
     container_insights: bool = False,
     etcd_enabled: bool = True,
+    monitoring: bool = True,
+    neuron_monitor: bool = True,
+    exporters: bool = True,
 ) -> tuple[NodeDaemon, ...]:
     """Every DaemonSet the platform runs on a Trainium node of ``facts``, for the add-on options
-    given (the platform's settings of the same names; defaults are theirs)."""
+    given (the platform's settings of the same names, ``monitoring_enabled``,
+    ``monitoring_neuron_monitor`` and ``monitoring_exporters`` for the last three; defaults are
+    theirs)."""
     daemons: list[NodeDaemon] = [KUBE_PROXY]
     for key in ("vpc-cni", "pod-identity-agent", "node-monitoring-agent"):
         daemons += addon_daemons(ADDON_PINS[key])
-    if etcd_enabled:  # the EBS CSI driver comes with etcd's volume
+    if etcd_enabled or monitoring:  # the EBS CSI driver comes with etcd's or Prometheus's volume
         daemons += addon_daemons(ADDON_PINS["ebs-csi-driver"])
     if container_insights:
         daemons += addon_daemons(ADDON_PINS["cloudwatch-observability"])
@@ -514,4 +558,29 @@ def trainium_node_daemons(
     )
     if facts.multi_node:
         daemons += pinned_chart_daemons(ADDON_PINS["efa"], efa_chart_values(facts), facts.name)
+    if monitoring:
+        # Only node-exporter's part of the values decides its DaemonSet; the volume and retention
+        # given here are placeholders of the Prometheus StatefulSet's settings.
+        values = stack_values(storage_class_name="gp3", volume_gib=1, retention_days=1)
+        daemons += pinned_chart_daemons(ADDON_PINS["kube-prometheus-stack"], values, facts.name)
+        if neuron_monitor:
+            daemons += manifest_daemons([neuron_monitor_daemonset()], facts.name)
+        if exporters and facts.multi_node:
+            # The image is the workload's token; it does not decide where the pod runs or its requests.
+            daemonset = efa_exporter_daemonset(namespace=TRAINING_NAMESPACE, image="tools", facts=facts)
+            daemons += manifest_daemons([daemonset], facts.name)
     return tuple(daemons)
+
+
+def configured_node_daemons(c: PlatformSettings) -> tuple[NodeDaemon, ...]:
+    """:func:`trainium_node_daemons` for the platform settings ``c``."""
+    return trainium_node_daemons(
+        facts=c.facts,
+        region=c.region,
+        neuron_node_problem_detector=c.neuron_node_problem_detector,
+        container_insights=c.container_insights,
+        etcd_enabled=c.etcd_enabled,
+        monitoring=c.monitoring_enabled,
+        neuron_monitor=c.monitoring_neuron_monitor,
+        exporters=c.training_enabled and c.monitoring_exporters,
+    )

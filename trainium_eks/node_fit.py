@@ -26,7 +26,7 @@ from trainium_job.instances import InstanceFacts
 
 from .dataset_preparation import pod_resources, pods_per_node
 from .dataset_staging import STAGING_RESOURCES
-from .node_daemons import NodeDaemon, total, trainium_node_daemons
+from .node_daemons import NodeDaemon, configured_node_daemons, total
 
 if TYPE_CHECKING:
     from .config.schema import PlatformSettings
@@ -99,13 +99,7 @@ def dataset_pods(c: PlatformSettings) -> tuple[tuple[str, Resources], ...]:
 def node_fit(c: PlatformSettings) -> NodeFit:
     """The sharing of one Trainium node under configuration ``c``."""
     facts = c.facts
-    daemons = trainium_node_daemons(
-        facts=facts,
-        region=c.region,
-        neuron_node_problem_detector=c.neuron_node_problem_detector,
-        container_insights=c.container_insights,
-        etcd_enabled=c.etcd_enabled,
-    )
+    daemons = configured_node_daemons(c)
     return NodeFit(facts=facts, node=node_allocatable(facts), daemons=daemons, dataset=dataset_pods(c))
 
 

@@ -59,14 +59,19 @@ def platform_review(config: PlatformConfig) -> str:
     )
 
 
-#: Components every platform deploys (the EFA chart only where the instance type has EFA); the
+#: Components every platform deploys (the EFA chart only where the instance type has EFA, the
+#: monitoring chart only with ``monitoring_enabled``); the
 #: managed add-ons are checked by :func:`trainium_eks.config.unverified_addons` and the config checks.
 PLATFORM_COMPONENTS = ("kubectl-layer", "neuron-ami", "neuron", "volcano", "fsx-csi-driver")
 
 
 def compatibility_warnings(c: PlatformConfig) -> list[str]:
     """One line per deployed component not declared compatible with the Kubernetes version."""
-    deployed = [*PLATFORM_COMPONENTS, *(["efa"] if c.facts.multi_node else [])]
+    deployed = [
+        *PLATFORM_COMPONENTS,
+        *(["efa"] if c.facts.multi_node else []),
+        *(["kube-prometheus-stack"] if c.monitoring_enabled else []),
+    ]
     return [
         f"{component_label(component)} is not declared compatible with Kubernetes {c.kubernetes_version}: {d.source}"
         for component, d in not_compatible(c.kubernetes_version, deployed)

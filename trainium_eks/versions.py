@@ -212,7 +212,19 @@ ADDON_PINS: dict[str, AddonPin] = {
     # 13.2.0 (grafana chart 12.11.1), node-exporter v1.12.1 (chart 4.56.1) and kube-state-metrics
     # v2.20.0 (chart 8.4.0). The index's digest could not be read offline.
     "kube-prometheus-stack": AddonPin(
-        "kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts"
+        "kube-prometheus-stack",
+        "88.5.3",
+        "https://prometheus-community.github.io/helm-charts",
+        ChartEvidence(
+            version="88.5.3",
+            created="2026-08-21 (commit date of the release tag kube-prometheus-stack-88.5.3)",
+            # The repository's gh-pages index.yaml is larger than the stored copies keep, so the
+            # chart archive's digest could not be read; the release tag's Chart.yaml is the evidence.
+            digest=None,
+            app_version="v0.93.1",
+            index="prometheus-community/helm-charts@ea930bae:charts/kube-prometheus-stack/Chart.yaml "
+            "(release tag kube-prometheus-stack-88.5.3)",
+        ),
     ),
     # Neuron's own DaemonSet pins this tag (aws-neuron/aws-neuron-sdk
     # src/k8/k8s-neuron-monitor-daemonset.yml L43 at 81ce03ae, 2026-08-21; unchanged since SDK

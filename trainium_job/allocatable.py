@@ -174,11 +174,12 @@ NODE_MARGIN: Final = Resources(millicpu=500, memory_mib=1024)
 TRAINING_FLOOR: Final = 0.5
 #: Requests of the DaemonSets a platform with default settings runs on a multi-node Trainium
 #: node: kube-proxy, VPC CNI, pod identity agent, node monitoring agent, EBS and FSx CSI node
-#: plugins, Neuron and EFA device plugins (8 pods). Used where the platform's own figure is not
+#: plugins, Neuron and EFA device plugins, node-exporter, neuron-monitor and the EFA exporter
+#: (11 pods). Used where the platform's own figure is not
 #: at hand (the TorchX component, the job construct on its own);
 #: tests/trainium_eks/test_node_daemons.py keeps it equal to ``trainium_eks.node_daemons`` for
 #: the default settings.
-DEFAULT_NODE_DAEMONS: Final = Resources(millicpu=205, memory_mib=258, pods=8)
+DEFAULT_NODE_DAEMONS: Final = Resources(millicpu=531, memory_mib=498, pods=11)
 
 
 def training_share(facts: InstanceFacts, reserved: Resources = DEFAULT_NODE_DAEMONS) -> Resources:

@@ -4,7 +4,7 @@ its DaemonSets are scheduled (node selectors, tolerations), as its templates ren
 Values entries are dotted paths. ``kind="map"``: the keys under it are free (a node selector);
 ``kind="list"``: a list (Helm replaces a list given in values, it does not merge it).
 
-Adding a chart (e.g. kube-prometheus-stack): a ``Contract`` of its values read at the pinned
+Adding a chart: a ``Contract`` of its values read at the pinned
 version, with citations, registered in :data:`CHART_VALUES` under the chart's name; a chart the
 stacks install without an entry there fails ``test_helm_values``.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kube_prometheus_stack import KUBE_PROMETHEUS_STACK
 from .model import Contract, Entry
 
 _FSX = "kubernetes-sigs/aws-fsx-csi-driver@helm-chart-aws-fsx-csi-driver-1.17.0:charts/aws-fsx-csi-driver"
@@ -168,6 +169,7 @@ CHART_VALUES: dict[str, Contract] = {
     "aws-efa-k8s-device-plugin": EFA_DEVICE_PLUGIN,
     "volcano": VOLCANO,
     "neuron-helm-chart": NEURON,
+    "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
 }
 
 

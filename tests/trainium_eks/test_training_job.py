@@ -90,8 +90,8 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert res["requests"] == res["limits"]
     # trn1.32xlarge allocatable (trainium_job.allocatable): 128,000m - 390m kube-reserved, and
     # 484,966 MiB modeled MemTotal - 10,256 huge pages - 2,972 kube-reserved - 100 eviction; less
-    # the default platform's DaemonSets (205m / 258 MiB) and the margin (500m / 1,024 MiB).
-    assert res["limits"]["cpu"] == "126905m" and res["limits"]["memory"] == "470356Mi"
+    # the default platform's DaemonSets (531m / 498 MiB) and the margin (500m / 1,024 MiB).
+    assert res["limits"]["cpu"] == "126579m" and res["limits"]["memory"] == "470116Mi"
     assert pod["nodeSelector"] == {
         "node.kubernetes.io/instance-type": "trn1.32xlarge",
         "trainium-eks/pool": "trainium",

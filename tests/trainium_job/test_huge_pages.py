@@ -46,5 +46,5 @@ def test_given_every_instance_type_then_the_training_pod_requests_no_huge_pages(
         (container,) = job.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
         resources = container["resources"]
         assert not [k for part in resources.values() for k in part if k.startswith("hugepages-")]
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["FI_EFA_USE_HUGE_PAGE"] in LIBFABRIC_FALSE

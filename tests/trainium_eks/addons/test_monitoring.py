@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import helm_charts, resources, synth_app, synth_platform
+from tests.support import PLATFORM_STACK, helm_charts, resources, synth_app, synth_platform
 from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, logical_ids, nodegroup_id, objects
 from trainium_eks.addons.monitoring import MonitoringOptions, check_monitoring_options
 from trainium_eks.config import PlatformConfig
@@ -172,7 +172,7 @@ def test_given_amp_remote_write_then_prometheus_writes_with_a_role_scoped_to_the
 
 def test_given_monitoring_off_then_no_stack_no_exporters_and_no_alarm():
     app = synth_app(monitoring_enabled="false")
-    platform, training = app["TrainiumPlatform"], app["training"]
+    platform, training = app[PLATFORM_STACK], app["training"]
     assert "kube-prometheus-stack" not in {p["Release"] for p in helm_charts(platform).values()}
     assert not objects(platform, "PodMonitor") and not objects(training, "PodMonitor")
     assert not resources(platform, "AWS::CloudWatch::Alarm")

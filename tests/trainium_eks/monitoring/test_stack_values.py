@@ -7,23 +7,12 @@ from typing import Any
 
 import pytest
 
-from tests.support import synth_platform
+from tests.contracts.check import check_chart_values
+from tests.contracts.kube_prometheus_stack import CHART_VERSIONS
 from tests.trainium_eks.addons import chart
-from tests.trainium_eks.monitoring.chart_keys import CHART_VERSIONS, OPAQUE, declared
 from trainium_eks.monitoring.stack_values import RETENTION_SHARE, retention_size_gib, stack_values
 
 SYSTEM = {"trainium-eks/pool": "system"}
-
-
-def _paths(values: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key, value in values.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value and key not in OPAQUE:
-            out += _paths(value, f"{path}.")
-        else:
-            out.append(path)
-    return out
 
 
 def _values(template) -> dict[str, Any]:
@@ -41,28 +30,13 @@ def test_given_default_config_then_the_pinned_chart_is_released_under_its_own_na
     assert props["Wait"] is True
 
 
-@pytest.mark.parametrize(
-    "context",
-    [
-        {},
-        {
-            "monitoring_alertmanager": "true",
-            "monitoring_amp_remote_write": "true",
-            "monitoring_grafana": "false",
-        },
-    ],
-)
-def test_given_synthesized_values_then_every_key_is_one_the_pinned_charts_declare(context):
-    paths = _paths(_values(synth_platform(**context)))
-    assert len(paths) >= 25
-    unknown = [p for p in paths if declared(p) is None]
-    assert not unknown, f"not in the pinned charts' values.yaml (tests/.../chart_keys.py): {unknown}"
-
-
 def test_given_a_misspelled_key_then_the_check_finds_it():
     values = stack_values(storage_class_name="gp3", volume_gib=50, retention_days=30)
     values["prometheus"]["prometheusSpec"]["retentionSizes"] = "1GiB"
-    assert [p for p in _paths(values) if declared(p) is None] == ["prometheus.prometheusSpec.retentionSizes"]
+    assert check_chart_values("kube-prometheus-stack", values) == [
+        "chart kube-prometheus-stack 88.5.3: values key 'prometheus.prometheusSpec.retentionSizes' "
+        "is not one the chart reads"
+    ]
 
 
 def test_given_default_config_then_everything_but_node_exporter_runs_on_system_nodes_with_requests(

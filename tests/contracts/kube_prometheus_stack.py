@@ -1,4 +1,4 @@
-"""The Helm values keys the platform sets in kube-prometheus-stack, as the pinned charts declare them.
+"""The Helm values keys kube-prometheus-stack (and the subcharts it bundles) read at the pinned versions.
 
 Facts read from each chart's ``values.yaml`` at its tag (key path -> line), not derived from our
 code; :data:`OPAQUE` keys take free-form values (a node selector, resource lists, a volume claim
@@ -19,6 +19,8 @@ are the subchart's own unless the parent declares them (``grafana.enabled``, ``g
 """
 
 from __future__ import annotations
+
+from .model import Contract, Entry
 
 CHART_VERSIONS = {
     "kube-prometheus-stack": "88.5.3",
@@ -85,3 +87,31 @@ def declared(path: str) -> str | None:
     if head in SUBCHARTS and rest in KEYS[head]:
         return head
     return None
+
+
+def _source(chart: str, line: int) -> str:
+    tags = {
+        "kube-prometheus-stack": "prometheus-community/helm-charts@kube-prometheus-stack-88.5.3",
+        "grafana": "grafana-community/helm-charts@grafana-12.11.1",
+        "kube-state-metrics": "prometheus-community/helm-charts@kube-state-metrics-8.4.0",
+        "prometheus-node-exporter": "prometheus-community/helm-charts@prometheus-node-exporter-4.56.1",
+    }
+    return f"{tags[chart]}:charts/{chart}/values.yaml:{line}"
+
+
+#: The table as a consumer contract (tests/contracts/charts.py registers it): a subchart's keys
+#: under its name; an :data:`OPAQUE` key is a ``map`` (its content is passed through).
+KUBE_PROMETHEUS_STACK = Contract(
+    consumer="kube-prometheus-stack chart (with its grafana, kube-state-metrics, node-exporter subcharts)",
+    version=CHART_VERSIONS["kube-prometheus-stack"],
+    entries=tuple(
+        Entry(
+            path if chart == "kube-prometheus-stack" else f"{chart}.{path}",
+            "a values key of the chart",
+            _source(chart, line),
+            kind="map" if path.rsplit(".", 1)[-1] in OPAQUE else "value",
+        )
+        for chart, keys in KEYS.items()
+        for path, line in keys.items()
+    ),
+)
