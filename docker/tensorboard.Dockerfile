@@ -14,7 +14,7 @@ RUN grep -E '^(tensorboard|prometheus-client)==' /tmp/requirements.txt > /tmp/to
 WORKDIR /opt/trainium-bert
 # The exporters read their ports from the job contract (standard library only).
 COPY trainium_job/ trainium_job/
-COPY training/__init__.py training/efa_counters.py training/efa_exporter.py training/fsx_exporter.py training/
+COPY training/__init__.py training/efa_counters.py training/efa_exporter.py training/exporter.py training/fsx_exporter.py training/
 ENV PYTHONPATH=/opt/trainium-bert \
     PYTHONUNBUFFERED=1
 

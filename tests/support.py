@@ -25,6 +25,42 @@ CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
 PLATFORM_STACK = "trn-bert-platform"
 TRAINING_STACK = "trn-bert-training"
 
+#: Every add-on option switched on.
+ALL_OPTIONS = {
+    "neuron_scheduler_extension": "true",
+    "neuron_node_problem_detector": "true",
+    "etcd_enabled": "true",
+    "container_insights": "true",
+    "monitoring_alertmanager": "true",
+    "monitoring_amp_remote_write": "true",
+}
+#: The app with the dataset prepared from a corpus on FSx instead of staged.
+PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
+#: The configurations tests synthesize beside the default, by name: every option that changes
+#: what the stacks emit or put on a node. Tests pick theirs with :func:`variants`, so equal
+#: contexts are synthesized once for the session (:func:`synth_app` caches per context).
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "all add-on options": ALL_OPTIONS,
+    "preparation on": PREPARATION_ON,
+    "etcd rendezvous": {"training_rdzv_backend": "etcd"},
+    "etcd off": {"etcd_enabled": "false"},
+    "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
+    "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
+    "trn1.2xlarge single node": {
+        "instance_type": "trn1.2xlarge",
+        "min_nodes": "1",
+        "desired_nodes": "1",
+        "max_nodes": "1",
+    },
+}
+
+
+def variants(*names: str) -> dict[str, dict[str, str]]:
+    """The named :data:`VARIANTS`, in the order given."""
+    return {name: VARIANTS[name] for name in names}
+
+
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
 

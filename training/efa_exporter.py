@@ -16,16 +16,15 @@ device, so ``rate()`` over them is the traffic.
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from training.efa_counters import SYSFS_ROOT, device_counters, devices, port_counters
+from training.exporter import registry_of, serve_until_stopped
 from trainium_job.telemetry import EFA_EXPORTER_PORT
 
 DEFAULT_PORT = EFA_EXPORTER_PORT
@@ -65,9 +64,7 @@ class EfaCollector(Collector):
 
 
 def registry(root: Path = SYSFS_ROOT) -> CollectorRegistry:
-    r = CollectorRegistry(auto_describe=False)
-    r.register(EfaCollector(root))
-    return r
+    return registry_of(EfaCollector(root))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port of the metrics")
     p.add_argument("--sysfs", type=Path, default=SYSFS_ROOT, help="the infiniband class directory to read")
     args = p.parse_args(argv)
-    server, _ = start_http_server(args.port, registry=registry(args.sysfs))
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    stopped.wait()
-    server.shutdown()
-    return 0
+    return serve_until_stopped(registry(args.sysfs), args.port)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import threading
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from training.exporter import registry_of, serve_until_stopped
 from trainium_job.telemetry import FSX_EXPORTER_PORT
 
 DEFAULT_PORT = FSX_EXPORTER_PORT
@@ -52,9 +51,7 @@ class StatvfsCollector(Collector):
 
 
 def registry(path: str) -> CollectorRegistry:
-    r = CollectorRegistry(auto_describe=False)
-    r.register(StatvfsCollector(path))
-    return r
+    return registry_of(StatvfsCollector(path))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,13 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port of the metrics")
     p.add_argument("--path", default="/data", help="mount point of the file system")
     args = p.parse_args(argv)
-    server, _ = start_http_server(args.port, registry=registry(args.path))
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    stopped.wait()
-    server.shutdown()
-    return 0
+    return serve_until_stopped(registry(args.path), args.port)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
 from .image_transfer import review_lines as image_review_lines
+from .monitoring.stack_values import retention_size_gib
 from .node_fit import node_fit
 from .versions import neuron_ami_release
 
@@ -45,6 +46,7 @@ def platform_review(config: PlatformConfig) -> str:
             f"{config.ami_release_version}",
             f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
             f"etcd {'on' if config.etcd_enabled else 'off'}",
+            monitoring_review(config),
             *node_fit(config).review_lines(training=config.training_enabled),
             *training_review(config),
             *(f"warning: {line}" for line in training_warnings(config)),
@@ -57,6 +59,23 @@ def platform_review(config: PlatformConfig) -> str:
             ),
         ]
     )
+
+
+def monitoring_review(c: PlatformConfig) -> str:
+    """The review line of the monitoring add-on: what runs and how long Prometheus keeps data."""
+    if not c.monitoring_enabled:
+        return "  monitoring:   off (monitoring_enabled=false)"
+    m = c.monitoring
+    parts = [
+        f"Prometheus ({m.retention_days} d or {retention_size_gib(m.volume_gib)} GiB on a {m.volume_gib} GiB "
+        "gp3 volume)",
+        *(["Grafana"] if m.grafana else []),
+        *(["Alertmanager"] if m.alertmanager else []),
+        *(["neuron-monitor"] if m.neuron_monitor else []),
+        *(["EFA and FSx exporters"] if c.training_enabled and c.monitoring_exporters else []),
+        *(["remote write to Amazon Managed Service for Prometheus"] if m.amp_remote_write else []),
+    ]
+    return f"  monitoring:   {', '.join(parts)}"
 
 
 #: Components every platform deploys (the EFA chart only where the instance type has EFA, the

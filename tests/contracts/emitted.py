@@ -11,25 +11,18 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from tests.support import helm_charts, k8s_manifests, resources, synth_app
-from tests.trainium_eks.addons import ALL_OPTIONS
-from tests.trainium_eks.test_dataset_preparation import PREPARATION_ON
+from tests.support import helm_charts, k8s_manifests, resources, synth_app, variants
 
 #: Configurations whose output is checked: the default and every option that changes what is
 #: emitted (add-ons, data preparation, the etcd rendezvous, other instance types).
-VARIANTS: dict[str, dict[str, str]] = {
-    "default": {},
-    "all add-on options": ALL_OPTIONS,
-    "preparation on": PREPARATION_ON,
-    "etcd rendezvous": {"training_rdzv_backend": "etcd"},
-    "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
-    "trn1.2xlarge single node": {
-        "instance_type": "trn1.2xlarge",
-        "min_nodes": "1",
-        "desired_nodes": "1",
-        "max_nodes": "1",
-    },
-}
+VARIANTS = variants(
+    "default",
+    "all add-on options",
+    "preparation on",
+    "etcd rendezvous",
+    "trn1n.32xlarge",
+    "trn1.2xlarge single node",
+)
 #: What the TorchX test renders: the README's component on the training namespace and queue.
 TORCHX_COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"
 TORCHX_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:training-abc"

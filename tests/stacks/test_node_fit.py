@@ -6,26 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import k8s_manifests, synth_app
-from tests.trainium_eks.addons import ALL_OPTIONS
+from tests.support import k8s_manifests, synth_app, variants
 from tests.trainium_eks.node_support import pod_spec_requests, template_daemons, workload_pods
 from trainium_eks.config import config_from_context
 from trainium_eks.node_daemons import on_trainium, total
 from trainium_job.allocatable import Resources, node_allocatable
 
-VARIANTS = {
-    "default": {},
-    "all add-on options": ALL_OPTIONS,
-    "preparation on": {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'},
-    "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
-    "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
-    "trn1.2xlarge single node": {
-        "instance_type": "trn1.2xlarge",
-        "min_nodes": "1",
-        "desired_nodes": "1",
-        "max_nodes": "1",
-    },
-}
+VARIANTS = variants(
+    "default",
+    "all add-on options",
+    "preparation on",
+    "trn1n.32xlarge",
+    "trn2.48xlarge",
+    "trn1.2xlarge single node",
+)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aws_cdk import Stack
 
-from tests.support import k8s_manifests, synth_training, validate_k8s
+from tests.support import PREPARATION_ON, k8s_manifests, synth_training, validate_k8s
 from tests.trainium_eks.training_support import bare_cluster
 from training.prepare_data import build_parser
 from training.synthetic import build_vocab, write_corpus
@@ -27,8 +27,6 @@ from trainium_job.paths import job_paths
 
 REPO = Path(__file__).resolve().parents[2]
 PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")
-#: The app with preparation on (the schema test synthesizes the same variant: one synth).
-PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
 ARGS = {
     "dupe_factor": "2",
     "seed": "5",

@@ -16,8 +16,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tests.support import k8s_manifests, synth_app, validate_k8s
-from tests.trainium_eks.addons import ALL_OPTIONS
+from tests.support import ALL_OPTIONS, PREPARATION_ON, k8s_manifests, synth_app, validate_k8s
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
 # Quantity pattern of `x-kubernetes-int-or-string` resource lists in the Volcano CRDs.
@@ -260,7 +259,6 @@ def test_given_every_add_on_option_on_then_every_applied_object_is_valid():
 
 
 def test_given_dataset_preparation_on_then_every_applied_object_is_valid():
-    from tests.trainium_eks.test_dataset_preparation import PREPARATION_ON
 
     objects = list(_objects(synth_app(**PREPARATION_ON)))
     assert any(o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed" for _, o in objects)

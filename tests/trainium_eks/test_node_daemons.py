@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import synth_app
-from tests.trainium_eks.addons import ALL_OPTIONS
+from tests.support import synth_app, variants
 from tests.trainium_eks.node_support import template_daemons
 from trainium_eks.addons.efa import efa_chart_values
 from trainium_eks.config import config_from_context
@@ -135,19 +134,9 @@ def test_given_every_chart_fact_then_it_names_versions_and_a_source():
         assert facts.versions and facts.source and facts.daemonsets
 
 
-VARIANTS = {
-    "default": {},
-    "all add-on options": ALL_OPTIONS,
-    "etcd off": {"etcd_enabled": "false"},
-    "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
-    "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
-    "trn1.2xlarge single node": {
-        "instance_type": "trn1.2xlarge",
-        "min_nodes": "1",
-        "desired_nodes": "1",
-        "max_nodes": "1",
-    },
-}
+VARIANTS = variants(
+    "default", "all add-on options", "etcd off", "trn1n.32xlarge", "trn2.48xlarge", "trn1.2xlarge single node"
+)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

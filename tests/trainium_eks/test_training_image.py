@@ -24,7 +24,7 @@ def test_given_dockerfile_when_hadolint_runs_then_clean(dockerfile):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_given_training_dockerfile_then_base_pinned_to_neuron_2_28_and_torch_not_reinstalled():
+def test_given_training_dockerfile_then_base_pinned_to_the_neuron_stack_and_torch_not_reinstalled():
     text = (DOCKER_DIR / "Dockerfile").read_text()
     assert f"ARG BASE_IMAGE={BASE}" in text
     assert not re.search(r"pip install[^\n]*\btorch\b", text)
@@ -45,3 +45,37 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
         "training/model_configs/large.json",
     } <= names
     assert not any("__pycache__" in n for n in names)
+
+
+def _training_imports(path: Path) -> set[str]:
+    """The ``training.<module>`` names a module imports."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("training."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("training.")}
+    return found
+
+
+def test_given_the_tools_image_then_the_training_modules_it_copies_import_only_each_other():
+    # Given the modules the tools Dockerfile copies from training/ (its exporters' entry points)
+    (line,) = [
+        line
+        for line in (DOCKER_DIR / "tensorboard.Dockerfile").read_text().splitlines()
+        if line.startswith("COPY training/") and line.split()[-1] == "training/"
+    ]
+    copied = {Path(p).stem for p in line.split()[1:-1]}
+    training_dir = Path(build_context(None)) / "training"
+    # When each one's imports of the training package are read
+    missing = {
+        f"{module} imports training.{imported}"
+        for module in copied - {"__init__"}
+        for imported in _training_imports(training_dir / f"{module}.py")
+        if imported not in copied
+    }
+    # Then the image holds every one of them (a python -m of an exporter would fail otherwise)
+    assert {"efa_exporter", "fsx_exporter"} <= copied
+    assert not missing

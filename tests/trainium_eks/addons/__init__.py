@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import helm_charts, k8s_manifests
+from tests.support import ALL_OPTIONS, helm_charts, k8s_manifests
 
-#: Every add-on option switched on.
-ALL_OPTIONS = {
-    "neuron_scheduler_extension": "true",
-    "neuron_node_problem_detector": "true",
-    "etcd_enabled": "true",
-    "container_insights": "true",
-    "monitoring_alertmanager": "true",
-    "monitoring_amp_remote_write": "true",
-}
+__all__ = ["ALL_OPTIONS", "chart", "depends_on", "logical_ids", "nodegroup_id", "objects"]
 
 
 def chart(template: dict[str, Any], release: str) -> tuple[str, dict[str, Any]]:

@@ -8,7 +8,7 @@ import pytest
 from tests.support import PLATFORM_STACK, helm_charts, resources, synth_app, synth_platform
 from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, logical_ids, nodegroup_id, objects
 from trainium_eks.addons.monitoring import MonitoringOptions, check_monitoring_options
-from trainium_eks.config import PlatformConfig
+from trainium_eks.config import PlatformConfig, config_from_context
 from trainium_job.errors import ConfigError
 
 TRAINIUM = {"trainium-eks/pool": "trainium"}
@@ -213,3 +213,29 @@ def test_given_a_bad_monitoring_setting_then_one_error_names_its_key(context, ke
 def test_given_options_from_a_library_user_then_the_construct_checks_them_by_field():
     with pytest.raises(ConfigError, match="'volume_gib' = 20000"):
         check_monitoring_options(MonitoringOptions(volume_gib=20000))
+
+
+@pytest.mark.parametrize(
+    "context, line",
+    [
+        (
+            {},
+            "  monitoring:   Prometheus (30 d or 40 GiB on a 50 GiB gp3 volume), Grafana, neuron-monitor, "
+            "EFA and FSx exporters",
+        ),
+        (
+            {
+                "monitoring_volume_gib": "100",
+                "monitoring_grafana": "false",
+                "monitoring_amp_remote_write": "true",
+            },
+            "  monitoring:   Prometheus (30 d or 80 GiB on a 100 GiB gp3 volume), neuron-monitor, EFA and FSx "
+            "exporters, remote write to Amazon Managed Service for Prometheus",
+        ),
+        ({"monitoring_enabled": "false"}, "  monitoring:   off (monitoring_enabled=false)"),
+    ],
+)
+def test_given_monitoring_settings_then_the_review_says_what_runs_and_how_long_data_is_kept(context, line):
+    from trainium_eks.review import platform_review
+
+    assert line in platform_review(config_from_context(context)).splitlines()
