@@ -1,0 +1,362 @@
+"""The rehearsal's "cluster": pods as process trees in their own namespaces, one shared network
+namespace, one folder as the FSx claim, and the stand-ins on every pod's PATH.
+
+A pod is ``nsenter`` (into the cluster's user and network namespaces) -> ``unshare`` (new mount,
+UTS and PID namespaces; ``--kill-child`` so the pod ends with it) -> ``pod_root.sh`` (the pod's
+root file system, then ``exec chroot ... env -i ... <container command>``): the container
+command is the pod's PID 1, as under the kubelet. What differs from a cluster and why:
+:mod:`tests.rehearsal.substitutions`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tests.rehearsal import standins
+from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image
+from tests.rehearsal.substitutions import (
+    CLUSTER_DOMAIN,
+    EXTRA_ENV,
+    OTHER_ADDRESS_BASE,
+    SLEEP_SCALE,
+    WORKER_ADDRESS_BASE,
+)
+from tests.support import REPO
+from trainium_job.instances import instance_facts
+
+POD_ROOT = Path(__file__).with_name("pod_root.sh")
+VENV_BIN = Path(sys.executable).parent
+#: What the image's PATH holds besides the venv (the usual system folders).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The lines the kubelet writes at the top of every pod's /etc/hosts (kubelet_pods.go,
+#: managedHostsHeader and the localhost entries of ensureHostsFile).
+_KUBELET_HOSTS = (
+    "# Kubernetes-managed hosts file.",
+    "127.0.0.1\tlocalhost",
+    "::1\tlocalhost ip6-localhost ip6-loopback",
+    "fe00::0\tip6-localnet",
+    "fe00::0\tip6-mcastprefix",
+    "fe00::1\tip6-allnodes",
+    "fe00::2\tip6-allrouters",
+)
+# Held by the network namespace's process: loopback up (SIOCGIFFLAGS/SIOCSIFFLAGS, IFF_UP),
+# "ready", then wait for stdin to close (the test's end, however it ends).
+_NETWORK_HOLDER = """
+import fcntl, socket, struct, sys
+s = socket.socket()
+flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def namespaces_available() -> str | None:
+    """None when this machine can run the rehearsal's pods, else why not (one line)."""
+    if sys.platform != "linux" or not all(shutil.which(t) for t in ("unshare", "nsenter", "chroot")):
+        return "needs Linux with util-linux's unshare and nsenter and coreutils' chroot"
+    probe = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--uts", "--pid", "--fork"]
+    done = subprocess.run([*probe, "--", "true"], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return f"unprivileged user namespaces unavailable here: {done.stderr.strip()[:200]}"
+    return None
+
+
+def container_exit_code(returncode: int) -> int:
+    """A pod's exit code as Kubernetes reports it: 128 + the signal for a killed PID 1."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+class Network:
+    """One network namespace (only loopback) in its own user namespace, shared by every pod."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                "unshare",
+                "--user",
+                "--map-root-user",
+                "--net",
+                "--",
+                sys.executable,
+                "-I",
+                "-c",
+                _NETWORK_HOLDER,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.close()
+            raise RuntimeError(f"the network namespace did not come up: {line!r}")
+
+    def enter(self) -> list[str]:
+        """Command prefix that runs a program in this network (and its user namespace)."""
+        return ["nsenter", f"--target={self.proc.pid}", "--user", "--net", "--preserve-credentials", "--"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@dataclass
+class Pod:
+    """One started pod: its process, its log, and the Kubernetes-style controls."""
+
+    name: str
+    hostname: str
+    proc: subprocess.Popen
+    log: Path
+    _log_file: IO[bytes] = field(repr=False)
+
+    def pid1(self, timeout: float = 10) -> int:
+        """The host PID of the pod's PID 1 (the child of ``unshare``)."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                found = children.read_text().split()
+            except OSError:
+                found = []
+            if found:
+                return int(found[0])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(f"pod {self.name}: no PID 1 found")
+
+    def terminate(self) -> None:
+        """What the kubelet does first when a pod is deleted or evicted: SIGTERM to PID 1."""
+        os.kill(self.pid1(), signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to ``unshare``: its ``--kill-child`` takes PID 1, and with it the whole pod."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._log_file.close()
+
+    def wait(self, timeout: float) -> int | None:
+        """The pod's exit code, or None if it still runs after ``timeout`` seconds."""
+        try:
+            return container_exit_code(self.proc.wait(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Cluster:
+    """The pods of one :class:`~tests.rehearsal.manifests.Workload`, the FSx folder, the stand-ins."""
+
+    def __init__(self, root: Path, workload: Workload, *, s3_objects: Mapping[str, Path]) -> None:
+        self.root = root
+        self.workload = workload
+        self.fsx = root / "fsx"
+        self.state = root / "rehearsal"
+        self.pods: list[Pod] = []
+        self._started = 0
+        self.fsx.mkdir(parents=True)
+        self._install_standins(s3_objects)
+        self.network = Network()
+
+    def _install_standins(self, s3_objects: Mapping[str, Path]) -> None:
+        (self.state / "bin").mkdir(parents=True)
+        shutil.copy(standins.__file__, self.state / "standins.py")
+        objects = {}
+        for url, path in s3_objects.items():
+            shutil.copy(path, self.state / path.name)
+            objects[url] = str(standins.MOUNT / path.name)
+        facts = instance_facts(self.workload.worker.instance_type or "trn1.32xlarge")
+        config = {
+            "s3_objects": objects,
+            "sleep_scale": SLEEP_SCALE,
+            "instance": {
+                "name": facts.name,
+                "neuron_devices": facts.neuron_devices,
+                "neuron_cores": facts.neuron_cores,
+                "accelerator_memory_gib": facts.accelerator_memory_gib,
+            },
+        }
+        (self.state / standins.CONFIG).write_text(json.dumps(config))
+        for tool in standins.TOOLS:
+            script = self.state / "bin" / tool
+            script.write_text(standins.wrapper(tool, sys.executable))
+            script.chmod(0o755)
+
+    # --- names and addresses ------------------------------------------------------------------
+    def worker_host(self, index: int) -> str:
+        """The svc plugin's host name of gang pod ``index``: ``<job>-<task>-<index>``."""
+        return f"{self.workload.job_name}-{self.workload.task}-{index}"
+
+    def hosts_file(self, path: Path, own: tuple[str, str] | None) -> Path:
+        """/etc/hosts of a pod: the kubelet's line for every gang pod (FQDN first, the
+        ``<host>.<job>`` name the cluster DNS answers, the short name), and ``own`` (address,
+        host name) for a pod outside the gang."""
+        job, ns = self.workload.job_name, self.workload.namespace
+        lines = list(_KUBELET_HOSTS)
+        for i in range(self.workload.replicas):
+            host = self.worker_host(i)
+            address = f"127.0.0.{WORKER_ADDRESS_BASE + i}"
+            lines.append(f"{address}\t{host}.{job}.{ns}.svc.{CLUSTER_DOMAIN}\t{host}.{job}\t{host}")
+        if own is not None:
+            lines.append(f"{own[0]}\t{own[1]}")
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    # --- pods -------------------------------------------------------------------------------
+    def start_worker(self, index: int) -> Pod:
+        return self._start(self.workload.worker, self.worker_host(index), own_address=None)
+
+    def start_staging(self) -> Pod:
+        return self._start(self.workload.staging, "stage-dataset", own_address=self._other_address())
+
+    def start_tensorboard(self) -> Pod:
+        return self._start(self.workload.tensorboard, "tensorboard", own_address=self._other_address())
+
+    def _other_address(self) -> str:
+        return f"127.0.0.{OTHER_ADDRESS_BASE + self._started}"
+
+    def environment(self, spec: PodSpec) -> tuple[str, dict[str, str]]:
+        """(working directory, environment) of a pod: its image's (the checkout as WORKDIR), the
+        venv and the stand-ins on PATH, then the pod's own variables, then ``EXTRA_ENV``."""
+        built = image(DOCKERFILES[spec.container])
+        workdir = built.workdir
+
+        def local(value: str) -> str:
+            return value.replace(workdir, str(REPO)) if workdir else value
+
+        env = {
+            "PATH": f"{standins.MOUNT / 'bin'}:{VENV_BIN}:{SYSTEM_PATH}",
+            "HOME": "/root",
+            **{k: local(v) for k, v in built.env.items()},
+            **spec.env,
+            **EXTRA_ENV,
+        }
+        return (str(REPO) if workdir else "/"), env
+
+    def _mounts(self, spec: PodSpec, pod_dir: Path, hosts: Path) -> list[str]:
+        args = ["bind", str(hosts), "/etc/hosts", "ro", "bind", str(self.state), str(standins.MOUNT), "rw"]
+        shadowed: list[tuple[Path, str]] = []  # (emptyDir folder, its mount path)
+        for n, mount in enumerate(spec.mounts):
+            mode = "ro" if mount.read_only else "rw"
+            if mount.kind == "claim":
+                args += ["bind", str(self.fsx), mount.path, mode]
+            elif mount.memory:
+                args += ["tmpfs", "-", mount.path, mode]
+            else:
+                folder = pod_dir / f"empty-{n}"
+                folder.mkdir()
+                args += ["bind", str(folder), mount.path, mode]
+                shadowed.append((folder, mount.path))
+        # An emptyDir mounted over a folder that holds the image's software (say the checkout
+        # under /tmp): bind that software again on top, as the image would still have it.
+        for software in (REPO, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
+            for folder, mount_path in shadowed:
+                if software.is_relative_to(mount_path):
+                    (folder / software.relative_to(mount_path)).mkdir(parents=True, exist_ok=True)
+                    args += ["bind", str(software), str(software), "ro"]
+        return args
+
+    def _start(self, spec: PodSpec, hostname: str, *, own_address: str | None) -> Pod:
+        self._started += 1
+        name = f"{self._started:02d}-{hostname}"
+        pod_dir = self.root / "pods" / name
+        (pod_dir / "root").mkdir(parents=True)
+        hosts = self.hosts_file(pod_dir / "hosts", (own_address, hostname) if own_address else None)
+        workdir, env = self.environment(spec)
+        command = [
+            *self.network.enter(),
+            "unshare",
+            "--mount",
+            "--uts",
+            "--pid",
+            "--kill-child=SIGKILL",
+            "--",
+            "/bin/sh",
+            str(POD_ROOT),
+            str(pod_dir / "root"),
+            hostname,
+            *self._mounts(spec, pod_dir, hosts),
+            "--",
+            "/usr/bin/env",
+            "-i",
+            "-C",
+            workdir,
+            *(f"{k}={v}" for k, v in sorted(env.items())),
+            *spec.command,
+        ]
+        log = pod_dir / "log.txt"
+        log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        pod = Pod(name, hostname, proc, log, log_file)
+        self.pods.append(pod)
+        return pod
+
+    def stop(self, pod: Pod, grace_period_s: float) -> int:
+        """Pod deletion: SIGTERM to PID 1, SIGKILL after the grace period; the exit code."""
+        if pod.running:
+            pod.terminate()
+        code = pod.wait(grace_period_s)
+        if code is None:
+            pod.kill()
+            code = container_exit_code(pod.proc.returncode)
+        return code
+
+    # --- what the pods did --------------------------------------------------------------------
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        """The stand-ins' calls so far (optionally of one tool), oldest first."""
+        path = self.state / standins.CALLS
+        found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [c for c in found if tool is None or c["tool"] == tool]
+
+    def http_get(self, url: str, timeout: float = 5) -> tuple[int, str]:
+        """GET ``url`` from inside the cluster network: (status or 0 when unreachable, body)."""
+        code = (
+            "import sys, urllib.request\n"
+            "try:\n"
+            f"    r = urllib.request.urlopen(sys.argv[1], timeout={timeout})\n"
+            "except OSError as e:\n"
+            "    print(0); print(e); sys.exit()\n"
+            "print(r.status); sys.stdout.write(r.read().decode())\n"
+        )
+        done = subprocess.run(
+            [*self.network.enter(), sys.executable, "-I", "-c", code, url],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 30,
+        )
+        status, _, body = done.stdout.partition("\n")
+        return (int(status) if status.isdigit() else 0), body
+
+    def close(self) -> None:
+        """Kill every pod still running (each takes its whole PID namespace along) and the network."""
+        for pod in self.pods:
+            pod.kill()
+        self.network.close()

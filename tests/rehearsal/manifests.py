@@ -1,0 +1,149 @@
+"""What the rehearsal runs, read from the synthesized training template (not from the Python
+objects that built it): the staging Job's, the Volcano Job's and TensorBoard's pod specs, and
+the environment their images set (from the Dockerfiles)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support import REPO, k8s_manifests
+
+#: Kubernetes' default terminationGracePeriodSeconds.
+DEFAULT_GRACE_S = 30
+#: The image each pod runs (which Dockerfile built it), by container name.
+DOCKERFILES = {
+    "stage": REPO / "docker" / "Dockerfile",
+    "trainer": REPO / "docker" / "Dockerfile",
+    "tensorboard": REPO / "docker" / "tensorboard.Dockerfile",
+}
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A container's volumeMount with the kind of volume behind it."""
+
+    path: str
+    kind: str  # "claim" or "emptyDir"
+    read_only: bool = False
+    memory: bool = False  # an emptyDir with medium Memory
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """One pod's only container, as the template has it."""
+
+    container: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    grace_period_s: int
+    instance_type: str | None
+    port: int | None  # the first containerPort
+    readiness_path: str | None  # the readiness probe's httpGet path
+
+    def claim_path(self) -> str:
+        """Where the pod mounts the (one) FSx claim."""
+        (path,) = (m.path for m in self.mounts if m.kind == "claim")
+        return path
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The pods of the training stack."""
+
+    namespace: str
+    job_name: str  # the Volcano Job's name (the svc plugin's subdomain)
+    task: str  # its task's name (host names ``<job>-<task>-<index>``)
+    replicas: int
+    policies: Mapping[str, str]  # the Volcano Job's lifecycle policies: event -> action
+    worker: PodSpec
+    staging: PodSpec
+    tensorboard: PodSpec
+
+
+def pod_spec(template: Mapping[str, Any]) -> PodSpec:
+    """The PodSpec of a pod template (``{"metadata": ..., "spec": ...}``) with one container."""
+    spec = template["spec"]
+    (container,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = []
+    for m in container.get("volumeMounts", []):
+        volume = volumes[m["name"]]
+        if "persistentVolumeClaim" in volume:
+            read_only = m.get("readOnly", False) or volume["persistentVolumeClaim"].get("readOnly", False)
+            mounts.append(Mount(m["mountPath"], "claim", read_only))
+        elif "emptyDir" in volume:
+            memory = volume["emptyDir"].get("medium") == "Memory"
+            mounts.append(Mount(m["mountPath"], "emptyDir", m.get("readOnly", False), memory))
+        else:
+            raise ValueError(f"volume {m['name']}: the rehearsal has no stand-in for {sorted(volume)}")
+    probe = container.get("readinessProbe", {}).get("httpGet")
+    ports = container.get("ports", [])
+    return PodSpec(
+        container=container["name"],
+        command=tuple(container["command"]),
+        env={e["name"]: e["value"] for e in container.get("env", [])},
+        mounts=tuple(mounts),
+        grace_period_s=spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S),
+        instance_type=spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type"),
+        port=ports[0]["containerPort"] if ports else None,
+        readiness_path=probe["path"] if probe else None,
+    )
+
+
+def workload(template: Mapping[str, Any]) -> Workload:
+    """The staging Job, the Volcano Job (one task) and the TensorBoard Deployment of ``template``."""
+    objects = [obj for _, obj in k8s_manifests(template)]
+
+    def one(kind: str, api: str, app: str) -> dict[str, Any]:
+        (found,) = (
+            o
+            for o in objects
+            if o["kind"] == kind
+            and o["apiVersion"].startswith(api)
+            and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app
+        )
+        return found
+
+    volcano = one("Job", "batch.volcano.sh/", "bert-pretrain")
+    (task,) = volcano["spec"]["tasks"]
+    return Workload(
+        namespace=volcano["metadata"]["namespace"],
+        job_name=volcano["metadata"]["name"],
+        task=task["name"],
+        replicas=task["replicas"],
+        policies={p["event"]: p["action"] for p in volcano["spec"].get("policies", [])},
+        worker=pod_spec(task["template"]),
+        staging=pod_spec(one("Job", "batch/", "dataset-staging")["spec"]["template"]),
+        tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
+    )
+
+
+@dataclass(frozen=True)
+class Image:
+    """The parts of an image the rehearsal reproduces: its working directory and environment."""
+
+    workdir: str | None
+    env: Mapping[str, str]
+
+
+def image(dockerfile: Path) -> Image:
+    """WORKDIR and ENV of ``dockerfile`` (``ENV K=V ...`` lines, continuations joined)."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    workdir, env = None, {}
+    for line in text.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "WORKDIR":
+            workdir = rest.strip()
+        elif word == "ENV":
+            for item in shlex.split(rest):
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"{dockerfile}: ENV {rest!r}: only the KEY=VALUE form is read")
+                env[key] = value
+    return Image(workdir, env)

@@ -1,0 +1,48 @@
+#!/bin/sh
+# PID 1 of a rehearsal pod, inside the pod's own user, mount, UTS and PID namespaces
+# (tests/rehearsal/cluster.py): builds the pod's root file system on a tmpfs, then execs the
+# container command in it, so the command stays PID 1.
+# Usage: pod_root.sh ROOT HOSTNAME {bind SOURCE TARGET ro|rw | tmpfs - TARGET rw}... -- COMMAND...
+set -eu
+root=$1
+name=$2
+shift 2
+mount -t tmpfs -o mode=0755 pod-root "$root"
+# The image: every top-level folder of this machine, bound as it is (mounts below it included).
+for path in /*; do
+  entry=${path#/}
+  if [ -L "$path" ]; then
+    ln -s "$(readlink "$path")" "$root/$entry"
+  elif [ -d "$path" ] && [ "$entry" != proc ]; then
+    mkdir "$root/$entry"
+    mount --rbind "$path" "$root/$entry"
+  fi
+done
+mkdir "$root/proc"
+# The pod's own PID namespace where the kernel allows a new proc mount, else this machine's.
+mount -t proc proc "$root/proc" 2>/dev/null || mount --rbind /proc "$root/proc"
+hostname "$name"
+while [ "$1" != -- ]; do
+  kind=$1
+  source=$2
+  target=$3
+  mode=$4
+  shift 4
+  if [ ! -e "$root$target" ]; then
+    case $target in
+      # A missing folder below a bound one would be made on this machine's file system.
+      /*/*) echo "pod_root: $target does not exist in the image" >&2; exit 1 ;;
+      *) mkdir "$root$target" ;;
+    esac
+  fi
+  case $kind in
+    bind) mount --bind "$source" "$root$target" ;;
+    tmpfs) mount -t tmpfs -o mode=1777 pod-tmpfs "$root$target" ;;
+    *) echo "pod_root: unknown mount kind $kind" >&2; exit 1 ;;
+  esac
+  if [ "$mode" = ro ]; then
+    mount -o remount,bind,ro "$root$target"
+  fi
+done
+shift
+exec chroot "$root" "$@"

@@ -1,0 +1,172 @@
+"""The rehearsal's stand-ins for the tools a pod calls that need Trainium or AWS.
+
+Each pod has them first on its PATH (``/rehearsal/bin/<tool>``: a two-line wrapper that runs
+this file with the tool's name). Every call is appended to ``/rehearsal/calls.jsonl`` (tool,
+argv, the pod's host name), so a test can tell which pod called what, and how often.
+Standard library only: it runs inside the pods, where only the image's Python is on hand.
+Why each one stands in: :mod:`tests.rehearsal.substitutions`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+#: Where the rehearsal's own files are mounted in every pod.
+MOUNT = Path("/rehearsal")
+CALLS = "calls.jsonl"
+CONFIG = "standins.json"
+
+#: What ``neuron_parallel_compile`` sets for the trial run it wraps. Not in the Neuron docs,
+#: which say only that the tool runs the command "with environment variables that puts your
+#: training script into graph extraction mode"; the names and values are those Ray's Neuron
+#: integration sets before calling the tool's own ``parallel_compile`` (ray-project/ray,
+#: python/ray/train/torch/xla/config.py, ``_set_neuron_parallel_compile_env_vars``).
+TRIAL_RUN_ENV = {
+    "NEURON_PARALLEL_COMPILE": "1",
+    "NEURON_EXTRACT_GRAPHS_ONLY": "1",
+    "NEURON_FALL_BACK_TO_NULL_NEFF": "1",
+}
+#: Written into the cache set named by ``NEURON_CC_FLAGS=--cache_dir=...`` after a trial run
+#: that exited 0, where the real tool puts the graphs it compiled.
+COMPILED = "rehearsal-compiled.json"
+#: ``--cache_dir`` inside NEURON_CC_FLAGS, parsed the way Ray's integration above reads it.
+_CACHE_DIR = re.compile(r"--cache_dir[= ](\S+)")
+
+
+def record(tool: str, argv: Sequence[str], root: Path = MOUNT) -> None:
+    """Append one call to ``calls.jsonl`` (one ``write`` of one line: pods call concurrently)."""
+    line = json.dumps({"tool": tool, "argv": list(argv), "host": socket.gethostname(), "time": time.time()})
+    fd = os.open(root / CALLS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def config(root: Path = MOUNT) -> dict:
+    return json.loads((root / CONFIG).read_text())
+
+
+def neuron_parallel_compile(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """Run the command as the tool's trial run; on success mark the cache set it compiled into."""
+    if not argv:
+        print("neuron_parallel_compile (rehearsal): no command given", file=sys.stderr)
+        return 2
+    child = subprocess.Popen(list(argv), env={**os.environ, **TRIAL_RUN_ENV})
+    # A stop for the tool is passed on to the trial run, which then ends the way torchrun does.
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    match = _CACHE_DIR.search(os.environ.get("NEURON_CC_FLAGS", ""))
+    if code == 0 and match:
+        cache = Path(match.group(1))
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / COMPILED).write_text(json.dumps({"command": list(argv), "host": socket.gethostname()}))
+    return code if code >= 0 else 128 - code
+
+
+def neuron_ls(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """The layout of ``neuron-ls``'s output as recorded on a trn1.2xlarge (EKS AL2023, 2026;
+    research notes, "EKS Neuron AMI releases", section 9): two header lines, then one row per
+    device. The rows follow the pod's instance type from ``trainium_job.instances``; PCI and
+    CPU columns are made up (no recording of a 32xlarge was found)."""
+    facts = config(root)["instance"]
+    devices, cores = facts["neuron_devices"], facts["neuron_cores"]
+    per_device, memory = cores // devices, facts["accelerator_memory_gib"] // devices
+    columns = (
+        "NEURON DEVICE",
+        "NEURON CORES",
+        "NEURON CORE IDS",
+        "NEURON MEMORY",
+        "PCI BDF",
+        "CPU AFFINITY",
+        "NUMA NODE",
+    )
+    rows = [
+        (
+            str(d),
+            str(per_device),
+            f"{d * per_device}-{(d + 1) * per_device - 1}",
+            f"{memory} GB",
+            f"0000:{0x10 + d:02x}:1e.0",
+            "-",
+            str(d * 2 // devices),
+        )
+        for d in range(devices)
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    print(f"instance-type: {facts['name']}\ninstance-id: i-0rehearsal00000000")
+    print("\n".join([rule, line(columns), rule, *(line(r) for r in rows), rule]))
+    return 0
+
+
+def aws(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """``aws s3 cp [--no-sign-request] [--only-show-errors] s3://... -``: streams the object's
+    local stand-in (``s3_objects`` in the config) to stdout. Anything else: exit 2."""
+    args = [a for a in argv if a not in ("--no-sign-request", "--only-show-errors")]
+    objects = config(root)["s3_objects"]
+    if len(args) != 4 or args[:2] != ["s3", "cp"] or args[3] != "-" or args[2] not in objects:
+        print(
+            f"aws (rehearsal): only 's3 cp <{' | '.join(objects)}> -' is rehearsed, not {argv}",
+            file=sys.stderr,
+        )
+        return 2
+    with open(objects[args[2]], "rb") as source:
+        shutil.copyfileobj(source, sys.stdout.buffer, 1 << 20)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def sleep(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """``sleep SECONDS``, shortened by the config's ``sleep_scale`` (the pods poll every 30 s)."""
+    seconds = float(argv[0]) if len(argv) == 1 else None
+    if seconds is None or seconds < 0:
+        print(f"sleep (rehearsal): one number of seconds, not {argv}", file=sys.stderr)
+        return 2
+    time.sleep(seconds * config(root)["sleep_scale"])
+    return 0
+
+
+TOOLS: dict[str, Callable[[Sequence[str], Path], int]] = {
+    "neuron_parallel_compile": neuron_parallel_compile,
+    "neuron-ls": neuron_ls,
+    "aws": aws,
+    "sleep": sleep,
+}
+
+
+def wrapper(tool: str, python: str) -> str:
+    """The ``/rehearsal/bin/<tool>`` script: this file run by ``python`` in isolated mode (the
+    pod's PYTHONPATH stays the pod's, for the commands a stand-in runs)."""
+    return f'#!/bin/sh\nexec {python} -I {MOUNT / "standins.py"} {tool} "$@"\n'
+
+
+def main(argv: Sequence[str]) -> int:
+    tool, args = argv[0], argv[1:]
+    record(tool, args)
+    return TOOLS[tool](args, MOUNT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

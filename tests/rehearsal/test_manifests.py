@@ -1,0 +1,61 @@
+"""What the rehearsal reads from the synthesized template and the Dockerfiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rehearsal.manifests import DOCKERFILES, Mount, image, pod_spec, workload
+from trainium_job.stop_budget import termination_grace_period_s
+
+
+def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_are_read(training_json):
+    w = workload(training_json)
+    assert w.namespace == "training" and w.replicas == 2 and w.task == "worker"
+    assert w.policies == {"PodEvicted": "RestartJob", "PodFailed": "RestartJob"}
+    assert w.worker.container == "trainer" and w.worker.command[:2] == ("bash", "-c")
+    assert w.worker.mounts == (Mount("/data", "claim"), Mount("/dev/shm", "emptyDir", memory=True))
+    assert w.worker.grace_period_s == termination_grace_period_s()
+    assert w.worker.instance_type == "trn1.32xlarge" and w.worker.claim_path() == "/data"
+    assert w.staging.mounts == (Mount("/data", "claim"), Mount("/tmp", "emptyDir"))
+    assert w.staging.grace_period_s == 30  # Kubernetes' default: the Job sets none
+    assert w.tensorboard.mounts == (Mount("/data", "claim", read_only=True), Mount("/tmp", "emptyDir"))
+    assert w.tensorboard.command[0] == "tensorboard" and w.tensorboard.port == 6006
+    assert w.tensorboard.readiness_path == "/"
+
+
+def test_given_the_small_variant_then_its_pods_have_the_default_pods_shape(training_json, variant):
+    default = workload(training_json)
+    for mine, theirs in ((variant.worker, default.worker), (variant.staging, default.staging)):
+        assert mine.mounts == theirs.mounts and sorted(mine.env) == sorted(theirs.env)
+        assert mine.grace_period_s == theirs.grace_period_s and mine.instance_type == theirs.instance_type
+    assert variant.policies == default.policies and variant.replicas == default.replicas
+    assert variant.tensorboard == default.tensorboard
+
+
+def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it():
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "c", "command": ["true"], "volumeMounts": [{"name": "v", "mountPath": "/x"}]}
+            ],
+            "volumes": [{"name": "v", "hostPath": {"path": "/x"}}],
+        }
+    }
+    with pytest.raises(
+        ValueError, match="volume v: the rehearsal has no stand-in for \\['hostPath', 'name'\\]"
+    ):
+        pod_spec(template)
+
+
+def test_given_the_training_dockerfile_then_its_workdir_and_env_are_read():
+    built = image(DOCKERFILES["trainer"])
+    assert built.workdir == "/opt/trainium-bert"
+    assert built.env == {"PYTHONPATH": "/opt/trainium-bert", "PYTHONUNBUFFERED": "1"}
+    assert image(DOCKERFILES["tensorboard"]).env == {}
+
+
+def test_given_an_env_line_without_a_value_then_the_dockerfile_reader_refuses_it(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM x\nENV A=1 \\\n    B\n")
+    with pytest.raises(ValueError, match="only the KEY=VALUE form"):
+        image(dockerfile)
