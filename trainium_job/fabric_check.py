@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from .launch import LaunchSpec, render, torchrun_args
+from .pid1 import background
 
 #: Exit code of a failed check: EX_UNAVAILABLE of sysexits(3) ("a service is unavailable"),
 #: used by nothing else in the worker script (pretrain: 0, 2, 143; torchrun: 1; bash: 126/127).
@@ -112,6 +113,7 @@ def check_lines(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RESU
         f"echo {shlex.quote(start)}",
         f"rm -f {shlex.quote(result_file)}",
         "fabric_start=$(date +%s)",
-        f"{render(measure_args(spec, check, result_file=result_file))} || true",
-        verdict_args(check, nodes=spec.nnodes, result_file=result_file),
+        # In the background (trainium_job.pid1): the script is still the container's PID 1.
+        f"{background(render(measure_args(spec, check, result_file=result_file)))} || true",
+        background(verdict_args(check, nodes=spec.nnodes, result_file=result_file)),
     ]

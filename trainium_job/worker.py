@@ -8,6 +8,7 @@ import shlex
 from .fabric_check import FabricCheck, check_lines
 from .launch import DEFAULT_PRECOMPILE_STEPS, LaunchSpec, precompile_args, render, torchrun_args
 from .paths import JobPaths
+from .pid1 import STOP_ON_SIGTERM, background
 
 
 def worker_script(
@@ -29,17 +30,23 @@ def worker_script(
     3. With ``fabric_check`` (multi-node jobs): the collective test of
        :mod:`trainium_job.fabric_check`; a failed check ends the script with its exit code.
     4. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
+
+    Until the ``exec`` the script is the container's PID 1: the checks, the waits and the precompile run
+    in the background (:mod:`trainium_job.pid1`), so a pod deleted while it waits or precompiles
+    stops at once with exit 143, the trial run told, rather than at SIGKILL.
     """
     marker = shlex.quote(paths.dataset_marker)
     cache_marker = shlex.quote(paths.cache_marker)
     lines = [
         "set -euo pipefail",
-        "python -m training.driver_check",
-        f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; sleep 30; done",
+        STOP_ON_SIGTERM,
+        background("python -m training.driver_check"),
+        f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; "
+        f"{background('sleep 30')}; done",
         f"mkdir -p {shlex.quote(paths.cache_dir)} {shlex.quote(paths.output_dir)}",
         f"if [ ! -f {cache_marker} ]; then",
         "  echo 'precompiling into an empty cache set'",
-        f"  {render(precompile_args(spec, precompile_steps))}",
+        f"  {background(render(precompile_args(spec, precompile_steps)))}",
         f"  touch {cache_marker}",
         "fi",
         *(check_lines(spec, fabric_check) if fabric_check is not None else []),

@@ -166,6 +166,21 @@ class Pod:
         return self.log.read_text(errors="replace")
 
 
+#: Runs a command as PID 1 of a new PID namespace (and a user namespace that allows it); the
+#: namespace, and everything in it, ends with ``unshare``.
+PID1 = ("unshare", "--user", "--map-root-user", "--pid", "--kill-child=SIGKILL", "--")
+
+
+def launch(command: list[str], log: Path, *, name: str, hostname: str) -> Pod:
+    """Start ``command`` (an ``unshare ... --kill-child`` line, e.g. :data:`PID1` + argv) as a pod,
+    stdout and stderr to ``log``, in a session of its own."""
+    log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    return Pod(name, hostname, proc, log, log_file)
+
+
 class Cluster:
     """The pods of one :class:`~tests.rehearsal.manifests.Workload`, the FSx folder, the stand-ins."""
 
@@ -306,16 +321,7 @@ class Cluster:
             *(f"{k}={v}" for k, v in sorted(env.items())),
             *spec.command,
         ]
-        log = pod_dir / "log.txt"
-        log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        pod = Pod(name, hostname, proc, log, log_file)
+        pod = launch(command, pod_dir / "log.txt", name=name, hostname=hostname)
         self.pods.append(pod)
         return pod
 

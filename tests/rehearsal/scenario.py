@@ -84,6 +84,7 @@ class Observations:
     paths: JobPaths
     fsx: Path
     claim_path: str  # where the gang mounts the claim (/data)
+    waiting_stop: Stop | None = None
     polls_before_staging: dict[str, int] = field(default_factory=dict)
     files_before_staging: list[str] = field(default_factory=list)
     staging_code: int | None = None
@@ -126,8 +127,10 @@ class Rehearsal:
             claim_path=workload.worker.claim_path(),
         )
         self.gang: list[Pod] = []
+        self.started = 0.0  # when the gang started
 
     def play(self) -> Observations:
+        self.stop_while_waiting()
         self.start_gang()
         self.wait_until_polling()
         self.stage()
@@ -139,15 +142,27 @@ class Rehearsal:
         return self.seen
 
     # --- phases -----------------------------------------------------------------------------
+    def stop_while_waiting(self) -> None:
+        """A gang pod deleted before the dataset is there (``kubectl delete``, a re-deploy)."""
+        pod = self.cluster.start_worker(0)
+        self.gang = [pod]
+        self._until(lambda: any(c["host"] == pod.hostname for c in self.cluster.calls("sleep")), "a poll")
+        t0 = time.monotonic()
+        code = self.cluster.stop(pod, self.workload.worker.grace_period_s)
+        self.seen.waiting_stop = Stop(
+            code, "SIGTERM", time.monotonic() - t0, self.workload.worker.grace_period_s
+        )
+
     def start_gang(self) -> None:
         """Volcano's gang start: every replica at once."""
+        self.started = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
 
     def wait_until_polling(self) -> None:
         """Until every gang pod has polled the (absent) dataset marker a few times."""
 
         def polls() -> dict[str, int]:
-            hosts = [c["host"] for c in self.cluster.calls("sleep")]
+            hosts = [c["host"] for c in self.cluster.calls("sleep") if c["time"] > self.started]
             return {p.hostname: hosts.count(p.hostname) for p in self.gang}
 
         self._until(lambda: min(polls().values()) >= POLLS_BEFORE_STAGING, "the gang polls the marker")

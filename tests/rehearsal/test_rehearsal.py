@@ -20,6 +20,13 @@ def step_of(checkpoint) -> int:
     return int(checkpoint.name.removeprefix("step_"))
 
 
+def test_given_a_gang_pod_deleted_while_it_waits_for_the_dataset_then_it_ends_at_once_with_143(
+    rehearsal: Observations,
+):
+    stop = rehearsal.waiting_stop
+    assert stop is not None and stop.code == 143 and stop.seconds < 10, stop
+
+
 def test_given_the_gang_started_before_staging_then_every_pod_waits_for_the_marker_and_nothing_runs(
     rehearsal: Observations, variant
 ):

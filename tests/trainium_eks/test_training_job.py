@@ -122,9 +122,11 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
     assert command[:2] == ["bash", "-c"]
     lines = command[2].splitlines()
     name = default_job.job_name
-    # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there).
-    assert lines[:2] == ["set -euo pipefail", "python -m training.driver_check"]
-    assert lines[2].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
+    # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there), once
+    # the SIGTERM trap is set (the script is the container's PID 1).
+    assert lines[0] == "set -euo pipefail" and lines[1].startswith("trap ")
+    assert lines[2].startswith("python -m training.driver_check")
+    assert lines[3].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
     pre = next(line for line in lines if "neuron_parallel_compile" in line)
     assert "--steps_this_run 3" in pre and "--precompile" in pre
     assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]
