@@ -11,10 +11,12 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.rehearsal.cluster import PID1, launch, namespaces_available
 from tests.training.test_data import make_shards
 from training.shard_format import read_manifest, verify_checksums
 from trainium_eks.dataset_staging import staging_script
@@ -95,3 +97,29 @@ def test_given_no_shards_at_the_source_then_the_job_fails_without_marker(s3):
     assert done.returncode == 1
     assert "no *_training_*.hdf5 shards found" in done.stderr
     assert not (s3 / "data" / "datasets" / "wiki").exists()
+
+
+@pytest.mark.skipif(namespaces_available() is not None, reason=f"{namespaces_available()}")
+def test_given_a_download_in_flight_when_sigterm_then_the_job_exits_143_and_leaves_nothing_on_fsx(s3):
+    # As the container runs it: PID 1 of its own PID namespace, which gets no signal it has no
+    # handler for. bash has one for SIGTERM because the script sets an EXIT trap (the worker
+    # script had none: trainium_job.pid1). The download stalls half-way, as over a broken link.
+    partial = s3 / "bin" / "aws"
+    partial.parent.mkdir(exist_ok=True)
+    partial.write_text(f'#!/bin/sh\nhead -c 30000 "{s3}/s3/bucket/set.tar"\nexec sleep 300\n')
+    partial.chmod(0o755)
+    script = staging_script("s3://bucket/set.tar", PATHS).replace("/data/", f"{s3}/data/")
+    env = [f"PATH={partial.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}", f"PYTHONPATH={REPO}"]
+    pod = launch([*PID1, "env", *env, "bash", "-c", script], s3 / "log.txt", name="stage", hostname="stage")
+    datasets = s3 / "data" / "datasets"
+    try:
+        deadline = time.monotonic() + 30
+        while not any(datasets.glob(".staging-*/download/*")):  # the tar has begun to unpack
+            assert pod.running and time.monotonic() < deadline, pod.output()
+            time.sleep(0.05)
+        pod.terminate()
+        code = pod.wait(10)  # the Job's pod has Kubernetes' default 30 s grace period
+    finally:
+        pod.kill()
+    assert code == 143, pod.output()
+    assert list(datasets.iterdir()) == []  # the EXIT trap removed the partial download
