@@ -4,7 +4,8 @@ which resumes from that checkpoint having lost no step).
 
 Where the signal comes from: Kubernetes sends SIGTERM to the container's PID 1 when a pod is
 deleted, drained, evicted or preempted, and SIGKILL after ``terminationGracePeriodSeconds``.
-PID 1 is torchrun (the worker script ``exec``-s it). Its agent turns SIGTERM into a
+PID 1 is the worker script, which passes the signal on to torchrun and exits 143 once it has
+ended (``trainium_job.worker``). torchrun's agent turns SIGTERM into a
 ``SignalException`` (``_terminate_process_handler`` in
 ``torch/distributed/elastic/multiprocessing/api.py``), and ``SimpleElasticAgent.run``
 (``agent/server/api.py``) calls ``_shutdown(sigval)``, which closes the worker context:

@@ -29,11 +29,14 @@ def worker_script(
        marker, so the next attempt compiles again (reusing what the cache already holds).
     3. With ``fabric_check`` (multi-node jobs): the collective test of
        :mod:`trainium_job.fabric_check`; a failed check ends the script with its exit code.
-    4. ``exec torchrun``: training resumes from the newest checkpoint in ``output_dir``.
+    4. ``torchrun``: training resumes from the newest checkpoint in ``output_dir``.
 
-    Until the ``exec`` the script is the container's PID 1: the checks, the waits and the precompile run
-    in the background (:mod:`trainium_job.pid1`), so a pod deleted while it waits or precompiles
-    stops at once with exit 143, the trial run told, rather than at SIGKILL.
+    The script stays the container's PID 1 and runs each step in the background
+    (:mod:`trainium_job.pid1`): a SIGTERM (the pod deleted, drained, evicted, or the gang
+    restarted by Volcano) is passed on to the step in flight, and once it has ended the pod exits
+    143. So a pod that waits or precompiles stops at once, not at SIGKILL; one that trains stops
+    after torchrun's graceful stop, with 143 where torchrun alone exits 1 (its agent re-raises
+    the signal as an exception). Otherwise the exit code is torchrun's.
     """
     marker = shlex.quote(paths.dataset_marker)
     cache_marker = shlex.quote(paths.cache_marker)
@@ -50,7 +53,7 @@ def worker_script(
         f"  touch {cache_marker}",
         "fi",
         *(check_lines(spec, fabric_check) if fabric_check is not None else []),
-        f"exec {render(torchrun_args(spec))}",
+        background(render(torchrun_args(spec))),
     ]
     return "\n".join(lines) + "\n"
 

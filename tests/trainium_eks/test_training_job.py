@@ -131,7 +131,7 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
     assert "--steps_this_run 3" in pre and "--precompile" in pre
     assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]
     argv = shlex.split(lines[-1])
-    assert argv[:2] == ["exec", "torchrun"]
+    assert argv[0] == "torchrun"
     assert argv[argv.index("--rdzv_endpoint") + 1] == f"{name}-worker-0.{name}:29400"
     assert argv[argv.index("--rdzv_backend") + 1] == "c10d"
     assert argv[argv.index("--max_restarts") + 1] == "3"

@@ -29,6 +29,8 @@ if [ -n "${{BLOCK:-}}" ]; then sleep 300 & wait $!; fi
 """
 TORCHRUN = """#!/bin/sh
 echo "torchrun pid=$$ $*" >> {events}
+trap 'sleep 0.5; echo "torchrun stopped" >> {events}; exit 1' TERM
+if [ -n "${{TRAIN:-}}" ]; then sleep 300 & wait $!; fi
 """
 
 
@@ -110,7 +112,7 @@ def test_given_a_failing_precompile_then_the_pod_exits_with_its_code_and_marks_n
     assert [e.split()[0] for e in events(pod_dir)] == ["compile"]  # and no training
 
 
-def test_given_a_precompile_that_succeeds_then_the_cache_is_marked_and_torchrun_becomes_pid_1(pod_dir):
+def test_given_a_precompile_that_succeeds_then_the_cache_is_marked_and_the_pod_ends_as_torchrun_does(pod_dir):
     (pod_dir / "data").mkdir()
     (pod_dir / "data" / ".staged").write_text("4 shards\n")
     pod = start(pod_dir)
@@ -118,5 +120,18 @@ def test_given_a_precompile_that_succeeds_then_the_cache_is_marked_and_torchrun_
     pod.kill()
     assert Path(paths(pod_dir).cache_marker).exists()
     compile_line, torchrun_line = events(pod_dir)
-    assert compile_line != "compile pid=1"  # a step runs as a child of the script ...
-    assert torchrun_line.startswith("torchrun pid=1 --nnodes 1")  # ... training replaces it
+    assert compile_line.startswith("compile pid=") and compile_line != "compile pid=1"
+    assert torchrun_line.startswith("torchrun pid=") and " --nnodes 1 " in torchrun_line
+
+
+def test_given_a_pod_training_when_sigterm_then_torchrun_gets_it_and_the_pod_exits_143_after_it(pod_dir):
+    (pod_dir / "data").mkdir()
+    (pod_dir / "data" / ".staged").write_text("4 shards\n")
+    (pod_dir / "cache").mkdir()
+    Path(paths(pod_dir).cache_marker).touch()
+    pod = start(pod_dir, TRAIN="1")
+    until(lambda: bool(events(pod_dir)), pod)
+    code, _ = stop(pod)
+    # torchrun ends with 1 after its graceful stop; the pod reports the SIGTERM that stopped it.
+    assert code == 143, pod.output()
+    assert events(pod_dir)[1:] == ["torchrun stopped"]  # waited for, not cut short
