@@ -10,6 +10,7 @@ command is the pod's PID 1, as under the kubelet. What differs from a cluster an
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -32,7 +33,6 @@ from tests.rehearsal.substitutions import (
     WORKER_ADDRESS_BASE,
 )
 from tests.support import REPO
-from trainium_job.instances import instance_facts
 
 POD_ROOT = Path(__file__).with_name("pod_root.sh")
 VENV_BIN = Path(sys.executable).parent
@@ -59,6 +59,13 @@ fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
 print("ready", flush=True)
 sys.stdin.read()
 """
+
+
+def die_with_test() -> None:
+    """``preexec_fn``: SIGKILL the child when the test process dies, however it dies (prctl
+    PR_SET_PDEATHSIG, kept across ``exec``); with ``unshare --kill-child`` a killed test run
+    leaves no pod behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def namespaces_available() -> str | None:
@@ -97,6 +104,7 @@ class Network:
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=die_with_test,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
@@ -176,7 +184,12 @@ def launch(command: list[str], log: Path, *, name: str, hostname: str) -> Pod:
     stdout and stderr to ``log``, in a session of its own."""
     log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
     proc = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_test,
     )
     return Pod(name, hostname, proc, log, log_file)
 
@@ -202,16 +215,10 @@ class Cluster:
         for url, path in s3_objects.items():
             shutil.copy(path, self.state / path.name)
             objects[url] = str(standins.MOUNT / path.name)
-        facts = instance_facts(self.workload.worker.instance_type or "trn1.32xlarge")
         config = {
             "s3_objects": objects,
             "sleep_scale": SLEEP_SCALE,
-            "instance": {
-                "name": facts.name,
-                "neuron_devices": facts.neuron_devices,
-                "neuron_cores": facts.neuron_cores,
-                "accelerator_memory_gib": facts.accelerator_memory_gib,
-            },
+            "instance_type": self.workload.worker.instance_type,
         }
         (self.state / standins.CONFIG).write_text(json.dumps(config))
         for tool in standins.TOOLS:

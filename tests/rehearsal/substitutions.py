@@ -1,7 +1,7 @@
 """Everything the offline rehearsal runs differently from the cluster, in one place, each with
 its reason. Anything not listed here runs as synthesized: the container commands and their
 environment come verbatim from the training stack's template (docs/operations.md, "Offline
-rehearsal").
+rehearsal of the workload").
 
 The values the harness uses for these substitutions are defined here too, next to their entry.
 """
@@ -92,7 +92,8 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "neuron-ls (Neuron tools)",
-        "tests/rehearsal/standins.py: the recorded output layout, rows from the instance facts",
+        "tests/rehearsal/standins.py: a trn1.32xlarge's devices as the Neuron documentation "
+        "lists them, laid out as a recorded neuron-ls output",
         "needs the Neuron driver",
     ),
     Substitution(

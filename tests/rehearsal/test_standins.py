@@ -13,40 +13,36 @@ from trainium_job.instances import instance_facts
 
 @pytest.fixture()
 def root(tmp_path):
-    facts = instance_facts("trn1.32xlarge")
     source = tmp_path / "source.tar"
     source.write_bytes(b"shards" * 1000)
     config = {
         "s3_objects": {"s3://bucket/set.tar": str(source)},
         "sleep_scale": 0.001,
-        "instance": {
-            "name": facts.name,
-            "neuron_devices": facts.neuron_devices,
-            "neuron_cores": facts.neuron_cores,
-            "accelerator_memory_gib": facts.accelerator_memory_gib,
-        },
+        "instance_type": "trn1.32xlarge",
     }
     (tmp_path / standins.CONFIG).write_text(json.dumps(config))
     return tmp_path
 
 
-def test_given_a_trn1_32xlarge_then_neuron_ls_prints_the_recorded_layout_with_16_devices(root, capsys):
+def test_given_a_trn1_32xlarge_then_neuron_ls_prints_its_16_devices_and_32_cores(root, capsys):
     assert standins.neuron_ls([], root) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "instance-type: trn1.32xlarge" and lines[1].startswith("instance-id: i-")
     header = [c.strip() for c in lines[3].strip("|").split("|")]
-    # The columns of the recorded output (research notes, section 9).
-    assert header == [
-        "NEURON DEVICE",
-        "NEURON CORES",
-        "NEURON CORE IDS",
-        "NEURON MEMORY",
-        "PCI BDF",
-        "CPU AFFINITY",
-        "NUMA NODE",
-    ]
+    assert header[:4] == ["NEURON DEVICE", "NEURON CORES", "NEURON CORE IDS", "NEURON MEMORY"]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[5:-1]]
-    assert len(rows) == 16 and rows[0][:4] == ["0", "2", "0-1", "32 GB"] and rows[15][2] == "30-31"
+    facts = instance_facts("trn1.32xlarge")
+    assert len(rows) == facts.neuron_devices and sum(int(r[1]) for r in rows) == facts.neuron_cores
+    # The Neuron documentation's row of device 0 (runtime-performance-tips.rst, trn1.32xlarge).
+    assert rows[0] == ["0", "2", "0-1", "32 GB", "12, 3, 4, 1", "0000:10:1c.0", "0-31,64-95", "0"]
+    assert rows[15][2] == "30-31"
+
+
+def test_given_an_instance_type_without_a_recording_then_neuron_ls_says_so_and_exits_1(root, capsys):
+    config = json.loads((root / standins.CONFIG).read_text())
+    (root / standins.CONFIG).write_text(json.dumps({**config, "instance_type": "trn1n.32xlarge"}))
+    assert standins.neuron_ls([], root) == 1
+    assert "no recorded layout for trn1n.32xlarge" in capsys.readouterr().err
 
 
 def test_given_the_configured_source_then_aws_streams_its_stand_in(root, capsysbinary):
