@@ -122,6 +122,25 @@ class Network:
         self.proc.wait()
 
 
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (``/proc/<pid>/task/<pid>/children``, else a scan of /proc
+    where the kernel lacks that file)."""
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # the field after the state: the parent's PID
+                found.append(int(stat.parent.name))
+        return found
+    except OSError:
+        return []
+
+
 @dataclass
 class Pod:
     """One started pod: its process, its log, and the Kubernetes-style controls."""
@@ -134,15 +153,11 @@ class Pod:
 
     def pid1(self, timeout: float = 10) -> int:
         """The host PID of the pod's PID 1 (the child of ``unshare``)."""
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                found = children.read_text().split()
-            except OSError:
-                found = []
+            found = _children(self.proc.pid)
             if found:
-                return int(found[0])
+                return found[0]
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)

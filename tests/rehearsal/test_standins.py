@@ -56,7 +56,7 @@ def test_given_the_configured_source_then_aws_streams_its_stand_in(root, capsysb
     [
         ["s3", "cp", "s3://bucket/other.tar", "-"],
         ["s3", "sync", "s3://bucket/prefix/", "/data/x"],
-        ["s3", "cp", "s3://bucket/set.tar", "/tmp/set.tar"],
+        ["s3", "cp", "s3://bucket/set.tar", "/data/set.tar"],
     ],
 )
 def test_given_anything_else_then_aws_refuses_with_exit_2(root, capsys, argv):
