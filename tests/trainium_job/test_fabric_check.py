@@ -51,13 +51,16 @@ def test_given_the_lines_then_the_verdict_gets_the_floor_nodes_and_duration():
     assert verdict.startswith(
         f"python -m training.fabric_check verdict {RESULT_FILE} --min_busbw_gbps 25 --nodes 2"
     )
-    assert verdict.endswith("--seconds $(( $(date +%s) - fabric_start ))")
+    # In the background and waited for (trainium_job.pid1): a SIGTERM reaches the script at once.
+    assert verdict.endswith("--seconds $(( $(date +%s) - fabric_start )) & wait $!")
 
 
 def test_given_the_default_job_then_the_check_runs_after_precompile_and_before_training():
     script = _script()
     assert script.index("touch /data/neuron-cache") < script.index("training.fabric_check measure")
-    assert script.index("training.fabric_check verdict") < script.index("exec torchrun")
+    training = script.rstrip("\n").rsplit("\n", 1)[1]  # the script's last line
+    assert training.startswith("torchrun ") and "-m training.pretrain" in training
+    assert script.index("training.fabric_check verdict") < script.index(training)
     assert "--min_busbw_gbps 10 --nodes 2" in script
 
 
