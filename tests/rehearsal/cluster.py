@@ -1,11 +1,12 @@
-"""The rehearsal's "cluster": pods as process trees in their own namespaces, one shared network
-namespace, one folder as the FSx claim, and the stand-ins on every pod's PATH.
+"""The rehearsal's "cluster": pods as process trees in their own namespaces, plugged into one
+bridge, one folder as the FSx claim, a node per gang pod (its Neuron driver version and EFA
+device in sysfs), and the stand-ins on every pod's PATH.
 
-A pod is ``nsenter`` (into the cluster's user and network namespaces) -> ``unshare`` (new mount,
-UTS and PID namespaces; ``--kill-child`` so the pod ends with it) -> ``pod_root.sh`` (the pod's
-root file system, then ``exec chroot ... env -i ... <container command>``): the container
-command is the pod's PID 1, as under the kubelet. What differs from a cluster and why:
-:mod:`tests.rehearsal.substitutions`.
+A pod is ``nsenter`` (into the cluster's user namespace) -> ``unshare`` (new network, mount, UTS
+and PID namespaces; ``--kill-child`` so the pod ends with it) -> ``pod_root.sh`` (the pod's root
+file system; once the harness has plugged its eth0 into the bridge, ``exec chroot ... env -i
+... <container command>``): the container command is the pod's PID 1, as under the kubelet.
+What differs from a cluster and why: :mod:`tests.rehearsal.substitutions`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,14 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tests.rehearsal import standins
+from tests.rehearsal import efa, standins
 from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image
 from tests.rehearsal.substitutions import (
     CLUSTER_DOMAIN,
     EXTRA_ENV,
+    NODE_NAME,
     OTHER_ADDRESS_BASE,
+    POD_MTU,
+    POD_NETWORK,
     SLEEP_SCALE,
+    SYSTEM_NODE_NAME,
     WORKER_ADDRESS_BASE,
+    rehearsed_command,
 )
 from tests.support import REPO
 
@@ -49,13 +56,19 @@ _KUBELET_HOSTS = (
     "fe00::1\tip6-allnodes",
     "fe00::2\tip6-allrouters",
 )
-# Held by the network namespace's process: loopback up (SIOCGIFFLAGS/SIOCSIFFLAGS, IFF_UP),
-# "ready", then wait for stdin to close (the test's end, however it ends).
-_NETWORK_HOLDER = """
-import fcntl, socket, struct, sys
-s = socket.socket()
-flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
-fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
+#: The bridge every pod's eth0 is plugged into, in the network namespace of :class:`Network`.
+BRIDGE = "pods"
+# Held by the network namespace's process: the bridge up with its address, "ready", then wait for
+# stdin to close (the test's end, however it ends).
+_NETWORK_HOLDER = f"""
+import subprocess, sys
+for command in (
+    "ip link set lo up",
+    "ip link add name {BRIDGE} type bridge",
+    "ip link set {BRIDGE} mtu {POD_MTU} up",
+    "ip addr add {POD_NETWORK}.1/24 dev {BRIDGE}",
+):
+    subprocess.run(command.split(), check=True)
 print("ready", flush=True)
 sys.stdin.read()
 """
@@ -68,14 +81,27 @@ def die_with_test() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+_PROBE = ("unshare", "--user", "--map-root-user", "--net", "--mount", "--uts", "--pid", "--fork")
+
+
 def namespaces_available() -> str | None:
     """None when this machine can run the rehearsal's pods, else why not (one line)."""
     if sys.platform != "linux" or not all(shutil.which(t) for t in ("unshare", "nsenter", "chroot")):
         return "needs Linux with util-linux's unshare and nsenter and coreutils' chroot"
-    probe = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--uts", "--pid", "--fork"]
-    done = subprocess.run([*probe, "--", "true"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run([*_PROBE, "--", "true"], capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         return f"unprivileged user namespaces unavailable here: {done.stderr.strip()[:200]}"
+    return None
+
+
+def pod_network_available() -> str | None:
+    """None when this machine can also plug pods into a bridge (:class:`Network`), else why not."""
+    if shutil.which("ip") is None:
+        return "needs iproute2's ip"
+    links = "ip link add name probe0 type bridge && ip link add name probe1 type veth peer name probe2"
+    done = subprocess.run([*_PROBE, "--", "sh", "-c", links], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return f"cannot make bridge and veth links in a network namespace here: {done.stderr.strip()[:200]}"
     return None
 
 
@@ -85,7 +111,8 @@ def container_exit_code(returncode: int) -> int:
 
 
 class Network:
-    """One network namespace (only loopback) in its own user namespace, shared by every pod."""
+    """The rehearsal's user namespace, and in it the network namespace of the bridge that every
+    pod's eth0 is plugged into (the test reaches the pods from there)."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -113,8 +140,29 @@ class Network:
             raise RuntimeError(f"the network namespace did not come up: {line!r}")
 
     def enter(self) -> list[str]:
-        """Command prefix that runs a program in this network (and its user namespace)."""
+        """Command prefix that runs a program on the bridge's side (and in the user namespace)."""
         return ["nsenter", f"--target={self.proc.pid}", "--user", "--net", "--preserve-credentials", "--"]
+
+    def user(self) -> list[str]:
+        """Command prefix that runs a program in the rehearsal's user namespace (the pods' owner)."""
+        return ["nsenter", f"--target={self.proc.pid}", "--user", "--preserve-credentials", "--"]
+
+    def plug(self, pid: int, link: str, address: str) -> None:
+        """The CNI's part: a veth pair, ``link`` on the bridge and ``eth0`` with ``address`` in the
+        network namespace of process ``pid``; that namespace's loopback up."""
+        inside = f"nsenter --target={pid} --net -- sh -c " + shlex.quote(
+            f"ip addr add {address}/24 dev eth0 && ip link set eth0 up && ip link set lo up"
+        )
+        script = " && ".join(
+            (
+                f"ip link add name {link} mtu {POD_MTU} type veth peer name eth0 netns {pid}",
+                f"ip link set {link} master {BRIDGE} up",
+                inside,
+            )
+        )
+        done = subprocess.run([*self.enter(), "sh", "-c", script], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"could not plug pod {pid} into the bridge: {done.stderr.strip()}")
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -147,6 +195,8 @@ class Pod:
 
     name: str
     hostname: str
+    address: str
+    node: str
     proc: subprocess.Popen
     log: Path
     _log_file: IO[bytes] = field(repr=False)
@@ -194,7 +244,9 @@ class Pod:
 PID1 = ("unshare", "--user", "--map-root-user", "--pid", "--kill-child=SIGKILL", "--")
 
 
-def launch(command: list[str], log: Path, *, name: str, hostname: str) -> Pod:
+def launch(
+    command: list[str], log: Path, *, name: str, hostname: str, address: str = "", node: str = ""
+) -> Pod:
     """Start ``command`` (an ``unshare ... --kill-child`` line, e.g. :data:`PID1` + argv) as a pod,
     stdout and stderr to ``log``, in a session of its own."""
     log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
@@ -206,24 +258,49 @@ def launch(command: list[str], log: Path, *, name: str, hostname: str) -> Pod:
         start_new_session=True,
         preexec_fn=die_with_test,
     )
-    return Pod(name, hostname, proc, log, log_file)
+    return Pod(name, hostname, address, node, proc, log, log_file)
+
+
+@dataclass(frozen=True)
+class Node:
+    """What a gang pod sees of its node: folders bound over /sys/module and /sys/class."""
+
+    name: str
+    sys_module: Path  # holds neuron/version
+    sys_class: Path  # holds infiniband/<the stand-in EFA device>
+    efa_counters: Path  # the device's hw_counters folder
 
 
 class Cluster:
-    """The pods of one :class:`~tests.rehearsal.manifests.Workload`, the FSx folder, the stand-ins."""
+    """The pods of one :class:`~tests.rehearsal.manifests.Workload`, the FSx folder, the nodes of
+    the gang (their Neuron driver version, their EFA devices) and the stand-ins.
 
-    def __init__(self, root: Path, workload: Workload, *, s3_objects: Mapping[str, Path]) -> None:
+    ``driver_version``: what each node's /sys/module/neuron/version holds (written at each gang
+    pod's start); ``fabric.follow``: whether the nodes' EFA counters follow the pods' traffic.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        workload: Workload,
+        *,
+        s3_objects: Mapping[str, Path],
+        dpkg_versions: Mapping[str, str],
+        driver_version: str,
+    ) -> None:
         self.root = root
         self.workload = workload
         self.fsx = root / "fsx"
         self.state = root / "rehearsal"
+        self.driver_version = driver_version
         self.pods: list[Pod] = []
         self._started = 0
         self.fsx.mkdir(parents=True)
-        self._install_standins(s3_objects)
+        self._install_standins(s3_objects, dpkg_versions)
+        self.fabric = efa.FabricCounters()
         self.network = Network()
 
-    def _install_standins(self, s3_objects: Mapping[str, Path]) -> None:
+    def _install_standins(self, s3_objects: Mapping[str, Path], dpkg_versions: Mapping[str, str]) -> None:
         (self.state / "bin").mkdir(parents=True)
         shutil.copy(standins.__file__, self.state / "standins.py")
         objects = {}
@@ -234,6 +311,7 @@ class Cluster:
             "s3_objects": objects,
             "sleep_scale": SLEEP_SCALE,
             "instance_type": self.workload.worker.instance_type,
+            "dpkg_versions": dict(dpkg_versions),
         }
         (self.state / standins.CONFIG).write_text(json.dumps(config))
         for tool in standins.TOOLS:
@@ -241,7 +319,7 @@ class Cluster:
             script.write_text(standins.wrapper(tool, sys.executable))
             script.chmod(0o755)
 
-    # --- names and addresses ------------------------------------------------------------------
+    # --- names, addresses, nodes ------------------------------------------------------------
     def worker_host(self, index: int) -> str:
         """The svc plugin's host name of gang pod ``index``: ``<job>-<task>-<index>``."""
         return f"{self.workload.job_name}-{self.workload.task}-{index}"
@@ -254,47 +332,70 @@ class Cluster:
         lines = list(_KUBELET_HOSTS)
         for i in range(self.workload.replicas):
             host = self.worker_host(i)
-            address = f"127.0.0.{WORKER_ADDRESS_BASE + i}"
+            address = f"{POD_NETWORK}.{WORKER_ADDRESS_BASE + i}"
             lines.append(f"{address}\t{host}.{job}.{ns}.svc.{CLUSTER_DOMAIN}\t{host}.{job}\t{host}")
         if own is not None:
             lines.append(f"{own[0]}\t{own[1]}")
         path.write_text("\n".join(lines) + "\n")
         return path
 
+    def node(self, index: int) -> Node:
+        """Node ``index`` of the gang (created on first use; it keeps its EFA counters)."""
+        name = NODE_NAME.format(index)
+        folder = self.root / "nodes" / name
+        node = Node(name, folder / "sys-module", folder / "sys-class", efa.make_device(folder / "sys-class"))
+        (node.sys_module / "neuron").mkdir(parents=True, exist_ok=True)
+        return node
+
     # --- pods -------------------------------------------------------------------------------
     def start_worker(self, index: int) -> Pod:
-        return self._start(self.workload.worker, self.worker_host(index), own_address=None)
+        node = self.node(index)
+        # Linux prints a module's version attribute as "%s\n" (kernel/params.c).
+        (node.sys_module / "neuron" / "version").write_text(self.driver_version.strip() + "\n")
+        address = f"{POD_NETWORK}.{WORKER_ADDRESS_BASE + index}"
+        pod = self._start(self.workload.worker, self.worker_host(index), address, node=node)
+        self.fabric.watch(pod.pid1(), node.efa_counters)
+        return pod
 
     def start_staging(self) -> Pod:
-        return self._start(self.workload.staging, "stage-dataset", own_address=self._other_address())
+        return self._start(self.workload.staging, "stage-dataset", self._other_address(), own=True)
 
     def start_tensorboard(self) -> Pod:
-        return self._start(self.workload.tensorboard, "tensorboard", own_address=self._other_address())
+        return self._start(self.workload.tensorboard, "tensorboard", self._other_address(), own=True)
 
     def _other_address(self) -> str:
-        return f"127.0.0.{OTHER_ADDRESS_BASE + self._started}"
+        return f"{POD_NETWORK}.{OTHER_ADDRESS_BASE + self._started}"
 
-    def environment(self, spec: PodSpec) -> tuple[str, dict[str, str]]:
+    def environment(self, spec: PodSpec, node: str) -> tuple[str, dict[str, str]]:
         """(working directory, environment) of a pod: its image's (the checkout as WORKDIR), the
-        venv and the stand-ins on PATH, then the pod's own variables, then ``EXTRA_ENV``."""
+        venv and the stand-ins on PATH, then the pod's own variables (the downward API's as the
+        kubelet resolves them), then ``EXTRA_ENV``."""
         built = image(DOCKERFILES[spec.container])
         workdir = built.workdir
 
         def local(value: str) -> str:
             return value.replace(workdir, str(REPO)) if workdir else value
 
+        fields = {"spec.nodeName": node}
+        unknown = sorted(set(spec.field_env.values()) - set(fields))
+        if unknown:
+            raise ValueError(f"pod {spec.container}: the rehearsal has no stand-in for the fields {unknown}")
         env = {
             "PATH": f"{standins.MOUNT / 'bin'}:{VENV_BIN}:{SYSTEM_PATH}",
             "HOME": "/root",
             **{k: local(v) for k, v in built.env.items()},
             **spec.env,
+            **{name: fields[path] for name, path in spec.field_env.items()},
             **EXTRA_ENV,
         }
         return (str(REPO) if workdir else "/"), env
 
-    def _mounts(self, spec: PodSpec, pod_dir: Path, hosts: Path) -> list[str]:
+    def _mounts(self, spec: PodSpec, pod_dir: Path, hosts: Path, node: Node | None) -> list[str]:
         args = ["bind", str(hosts), "/etc/hosts", "ro", "bind", str(self.state), str(standins.MOUNT), "rw"]
-        shadowed: list[tuple[Path, str]] = []  # (emptyDir folder, its mount path)
+        if node is not None:
+            args += ["bind", str(node.sys_module), "/sys/module", "ro"]
+            args += ["bind", str(node.sys_class), "/sys/class", "ro"]
+        shadowed: list[tuple[Path, str]] = []  # (pod folder, its mount path)
         for n, mount in enumerate(spec.mounts):
             mode = "ro" if mount.read_only else "rw"
             if mount.kind == "claim":
@@ -306,8 +407,14 @@ class Cluster:
                 folder.mkdir()
                 args += ["bind", str(folder), mount.path, mode]
                 shadowed.append((folder, mount.path))
-        # An emptyDir mounted over a folder that holds the image's software (say the checkout
-        # under /tmp): bind that software again on top, as the image would still have it.
+        if not any(m.path == "/tmp" for m in spec.mounts):  # the container's own /tmp
+            folder = pod_dir / "tmp"
+            folder.mkdir()
+            folder.chmod(0o1777)
+            args += ["bind", str(folder), "/tmp", "rw"]
+            shadowed.append((folder, "/tmp"))
+        # A pod folder mounted over one that holds the image's software (say the checkout under
+        # /tmp): bind that software again on top, as the image would still have it.
         for software in (REPO, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
             for folder, mount_path in shadowed:
                 if software.is_relative_to(mount_path):
@@ -315,16 +422,21 @@ class Cluster:
                     args += ["bind", str(software), str(software), "ro"]
         return args
 
-    def _start(self, spec: PodSpec, hostname: str, *, own_address: str | None) -> Pod:
+    def _start(
+        self, spec: PodSpec, hostname: str, address: str, *, node: Node | None = None, own: bool = False
+    ) -> Pod:
         self._started += 1
         name = f"{self._started:02d}-{hostname}"
         pod_dir = self.root / "pods" / name
         (pod_dir / "root").mkdir(parents=True)
-        hosts = self.hosts_file(pod_dir / "hosts", (own_address, hostname) if own_address else None)
-        workdir, env = self.environment(spec)
+        hosts = self.hosts_file(pod_dir / "hosts", (address, hostname) if own else None)
+        node_name = node.name if node is not None else SYSTEM_NODE_NAME
+        workdir, env = self.environment(spec, node_name)
+        plugged = pod_dir / "network-ready"
         command = [
-            *self.network.enter(),
+            *self.network.user(),
             "unshare",
+            "--net",
             "--mount",
             "--uts",
             "--pid",
@@ -334,17 +446,26 @@ class Cluster:
             str(POD_ROOT),
             str(pod_dir / "root"),
             hostname,
-            *self._mounts(spec, pod_dir, hosts),
+            str(plugged),
+            *self._mounts(spec, pod_dir, hosts, node),
             "--",
             "/usr/bin/env",
             "-i",
             "-C",
             workdir,
             *(f"{k}={v}" for k, v in sorted(env.items())),
-            *spec.command,
+            *rehearsed_command(spec.command),
         ]
-        pod = launch(command, pod_dir / "log.txt", name=name, hostname=hostname)
+        pod = launch(
+            command, pod_dir / "log.txt", name=name, hostname=hostname, address=address, node=node_name
+        )
         self.pods.append(pod)
+        try:
+            self.network.plug(pod.pid1(), f"veth{self._started}", address)
+        except Exception:
+            pod.kill()
+            raise
+        plugged.touch()
         return pod
 
     def stop(self, pod: Pod, grace_period_s: float) -> int:
@@ -365,7 +486,7 @@ class Cluster:
         return [c for c in found if tool is None or c["tool"] == tool]
 
     def http_get(self, url: str, timeout: float = 5) -> tuple[int, str]:
-        """GET ``url`` from inside the cluster network: (status or 0 when unreachable, body)."""
+        """GET ``url`` from the bridge's side: (status or 0 when unreachable, body)."""
         code = (
             "import sys, urllib.request\n"
             "try:\n"
@@ -384,7 +505,9 @@ class Cluster:
         return (int(status) if status.isdigit() else 0), body
 
     def close(self) -> None:
-        """Kill every pod still running (each takes its whole PID namespace along) and the network."""
+        """Kill every pod still running (each takes its whole PID namespace along), the counters'
+        thread and the network."""
         for pod in self.pods:
             pod.kill()
+        self.fabric.close()
         self.network.close()

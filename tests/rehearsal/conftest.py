@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.rehearsal.cluster import namespaces_available
+from tests.rehearsal.cluster import namespaces_available, pod_network_available
 from tests.rehearsal.manifests import Workload, workload
 from tests.rehearsal.scenario import Observations, play, source_tar, variant_context
 from tests.support import synth_training
@@ -30,7 +30,7 @@ def rehearsal(
 ) -> Observations:
     """The whole story (``tests.rehearsal.scenario``); every pod it started is killed when it
     returns or fails, each with its PID namespace (nothing outlives the fixture)."""
-    why = namespaces_available()
+    why = namespaces_available() or pod_network_available()
     if why is not None:
         pytest.skip(f"the rehearsal's pods {why}")
     return play(tmp_path_factory.mktemp("rehearsal"), variant, rehearsal_tar[0])

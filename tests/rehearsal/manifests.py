@@ -40,6 +40,8 @@ class PodSpec:
     container: str
     command: tuple[str, ...]
     env: Mapping[str, str]
+    #: Variables from the downward API: name -> the pod field (``fieldRef.fieldPath``).
+    field_env: Mapping[str, str]
     mounts: tuple[Mount, ...]
     grace_period_s: int
     instance_type: str | None
@@ -53,6 +55,15 @@ class PodSpec:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """One Volcano Job lifecycle policy: an event or an exit code, and the action."""
+
+    action: str
+    event: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
 class Workload:
     """The pods of the training stack."""
 
@@ -60,10 +71,20 @@ class Workload:
     job_name: str  # the Volcano Job's name (the svc plugin's subdomain)
     task: str  # its task's name (host names ``<job>-<task>-<index>``)
     replicas: int
-    policies: Mapping[str, str]  # the Volcano Job's lifecycle policies: event -> action
+    policies: tuple[Policy, ...]  # the Volcano Job's lifecycle policies, in order
     worker: PodSpec
     staging: PodSpec
     tensorboard: PodSpec
+
+    def action_for_failure(self, exit_code: int) -> str | None:
+        """What Volcano does when a pod of the job fails with ``exit_code``: the first policy
+        whose event is ``PodFailed`` or whose exit code is that one, in the Job's order
+        (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go
+        ``applyPolicies``); None without one."""
+        for policy in self.policies:
+            if policy.event == "PodFailed" or policy.exit_code == exit_code:
+                return policy.action
+        return None
 
 
 def pod_spec(template: Mapping[str, Any]) -> PodSpec:
@@ -82,12 +103,23 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
             mounts.append(Mount(m["mountPath"], "emptyDir", m.get("readOnly", False), memory))
         else:
             raise ValueError(f"volume {m['name']}: the rehearsal has no stand-in for {sorted(volume)}")
+    env, field_env = {}, {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "fieldRef" in e.get("valueFrom", {}):
+            field_env[e["name"]] = e["valueFrom"]["fieldRef"]["fieldPath"]
+        else:
+            raise ValueError(
+                f"env {e['name']}: the rehearsal has no stand-in for {sorted(e.get('valueFrom', e))}"
+            )
     probe = container.get("readinessProbe", {}).get("httpGet")
     ports = container.get("ports", [])
     return PodSpec(
         container=container["name"],
         command=tuple(container["command"]),
-        env={e["name"]: e["value"] for e in container.get("env", [])},
+        env=env,
+        field_env=field_env,
         mounts=tuple(mounts),
         grace_period_s=spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S),
         instance_type=spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type"),
@@ -117,7 +149,10 @@ def workload(template: Mapping[str, Any]) -> Workload:
         job_name=volcano["metadata"]["name"],
         task=task["name"],
         replicas=task["replicas"],
-        policies={p["event"]: p["action"] for p in volcano["spec"].get("policies", [])},
+        policies=tuple(
+            Policy(p["action"], p.get("event"), p.get("exitCode"))
+            for p in volcano["spec"].get("policies", [])
+        ),
         worker=pod_spec(task["template"]),
         staging=pod_spec(one("Job", "batch/", "dataset-staging")["spec"]["template"]),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),

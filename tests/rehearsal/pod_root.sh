@@ -1,12 +1,14 @@
 #!/bin/sh
-# PID 1 of a rehearsal pod, inside the pod's own user, mount, UTS and PID namespaces
-# (tests/rehearsal/cluster.py): builds the pod's root file system on a tmpfs, then execs the
-# container command in it, so the command stays PID 1.
-# Usage: pod_root.sh ROOT HOSTNAME {bind SOURCE TARGET ro|rw | tmpfs - TARGET rw}... -- COMMAND...
+# PID 1 of a rehearsal pod, inside the pod's own network, mount, UTS and PID namespaces
+# (tests/rehearsal/cluster.py): builds the pod's root file system on a tmpfs, waits until the
+# harness has plugged the pod's eth0 in (it then creates READY), then execs the container command
+# in that root, so the command stays PID 1.
+# Usage: pod_root.sh ROOT HOSTNAME READY {bind SOURCE TARGET ro|rw | tmpfs - TARGET rw}... -- COMMAND...
 set -eu
 root=$1
 name=$2
-shift 2
+ready=$3
+shift 3
 mount -t tmpfs -o mode=0755 pod-root "$root"
 # The image: every top-level folder of this machine, bound as it is (mounts below it included).
 for path in /*; do
@@ -45,4 +47,11 @@ while [ "$1" != -- ]; do
   fi
 done
 shift
+# As under the kubelet, the container starts once the CNI has set up the pod's network.
+tries=0
+until [ -e "$ready" ]; do
+  tries=$((tries + 1))
+  if [ "$tries" -gt 600 ]; then echo "pod_root: no network after 30 s" >&2; exit 1; fi
+  sleep 0.05
+done
 exec chroot "$root" "$@"

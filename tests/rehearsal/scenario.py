@@ -1,7 +1,10 @@
-"""The rehearsal's story, played once: the gang waits for the dataset, staging publishes it, the
-gang precompiles and trains, one pod is stopped as Kubernetes stops it, Volcano's policy ends
-the rest, the gang is started again and resumes, the staging Job runs again, TensorBoard serves
-the run. Each phase records what it saw in :class:`Observations`; the tests assert on them.
+"""The rehearsal's story, played once: the gang on nodes with a driver the image refuses stops
+at once; on good nodes it waits for the dataset, staging publishes it, the gang precompiles,
+checks the fabric and trains (its metrics scraped), one pod is stopped as Kubernetes stops it,
+Volcano's policy ends the rest, the gang is started again and resumes, the staging Job runs
+again, TensorBoard serves the run; last, the gang meets nodes whose EFA counters stand still and
+the job is aborted. Each phase records what it saw in :class:`Observations`; the tests assert on
+them.
 """
 
 from __future__ import annotations
@@ -17,10 +20,15 @@ from urllib.parse import quote
 
 from tests.rehearsal.cluster import Cluster, Pod, container_exit_code
 from tests.rehearsal.manifests import Workload
+from tests.support import REPO
 from training import checkpoint as ckpt
+from training.driver_check import RUNTIME_PACKAGE
+from training.neuron_stack import NEURON_STACK
 from training.synthetic import SMALL_SET_FLAGS, make_shards
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release, neuron_ami_release
 from trainium_job.paths import JobPaths, job_paths
+from trainium_job.telemetry import METRICS_PORT
 
 #: The small variant's names, so the test knows where the job keeps its files (``job_paths``).
 DATASET, CACHE_SET, RUN = "rehearsal-shards", "rehearsal-cache", "rehearsal-run"
@@ -35,13 +43,41 @@ VICTIM = 1
 POLLS_BEFORE_STAGING = 2
 #: Seconds a phase may take on 2 busy cores before the rehearsal gives up.
 PHASE_TIMEOUT_S = 240
+#: Seconds the other gang pods get to end by themselves after the first one failed, before the
+#: harness applies the Job's policy to them.
+SAME_FAILURE_S = 30
+#: The Neuron version strings the pods read, as recorded (each file says where it comes from).
+RECORDED_VERSIONS = REPO / "tests" / "training" / "recorded" / "neuron_versions"
+#: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
+#: "requires Neuron Runtime Library 2.33 or later" (training/neuron_stack.py).
+REFUSED_DRIVER_AMI = "v20260714"
+
+
+def driver_version(ami_tag: str) -> str:
+    """``/sys/module/neuron/version`` on a node of the EKS Neuron AMI release ``ami_tag``."""
+    return (RECORDED_VERSIONS / f"sys_module_neuron_version.ami-{ami_tag}").read_text()
+
+
+def default_ami_tag() -> str:
+    """The tag of the AMI release the platform pins by default (its default Kubernetes version)."""
+    release = neuron_ami_release(default_neuron_ami_release(DEFAULT_KUBERNETES_VERSION))
+    assert release is not None
+    return release.tag
+
+
+def image_packages() -> dict[str, str]:
+    """What ``dpkg-query`` answers in the training image: its Neuron runtime package's version."""
+    recorded = RECORDED_VERSIONS / f"dpkg_query_runtime_lib.dlc-{NEURON_STACK.neuron_sdk}"
+    return {RUNTIME_PACKAGE: recorded.read_text()}
 
 
 def variant_context(vocab_size: int) -> dict[str, str]:
     """Context of the small variant: tiny BERT, 2 nodes x ``NPROC_PER_NODE`` workers, 1
     micro-batch of 2 per optimizer step, ``MAX_STEPS`` steps, a checkpoint every
-    ``CHECKPOINT_EVERY``."""
+    ``CHECKPOINT_EVERY``; the fabric check's floor 0 GB/s (gloo between the pods reaches ~0.1
+    GB/s on 2 busy cores, and the key takes whole numbers: 0 checks the EFA path only)."""
     return {
+        "training_fabric_check_min_busbw_gbps": "0",
         "training_model": "tiny",
         "training_nproc_per_node": str(NPROC_PER_NODE),
         "training_batch_size": "2",
@@ -80,10 +116,25 @@ class Stop:
 
 
 @dataclass
+class Ended:
+    """A gang that ended by itself: each pod's exit code, how it ended, its log; the Job's action."""
+
+    codes: dict[str, int] = field(default_factory=dict)
+    ended_by: dict[str, str] = field(default_factory=dict)  # "itself" or the policy's action
+    logs: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)  # host name -> node name
+    action: str | None = None  # the Volcano Job's action for the first failed pod
+    started: float = 0.0  # time.time() at the gang's start
+    seconds: float = 0.0  # from the start until every pod had ended
+
+
+@dataclass
 class Observations:
     paths: JobPaths
     fsx: Path
     claim_path: str  # where the gang mounts the claim (/data)
+    #: The gang on nodes whose Neuron driver the image's runtime does not run.
+    refused_driver: Ended = field(default_factory=Ended)
     waiting_stop: Stop | None = None
     polls_before_staging: dict[str, int] = field(default_factory=dict)
     files_before_staging: list[str] = field(default_factory=list)
@@ -97,6 +148,12 @@ class Observations:
     relaunch_time: float = 0.0
     #: Host name -> log, of the first gang and of the relaunched one.
     gang_logs: list[dict[str, str]] = field(default_factory=list)
+    #: Host name -> node name of the gang's pods.
+    gang_nodes: dict[str, str] = field(default_factory=dict)
+    #: Host name -> the /metrics bodies scraped from its pod while training, in order.
+    metrics: dict[str, list[str]] = field(default_factory=dict)
+    #: The gang on nodes whose EFA counters stand still (a TCP fallback).
+    fabric_fallback: Ended = field(default_factory=Ended)
     restage_code: int | None = None
     restage_log: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)  # every stand-in call, at the end
@@ -130,6 +187,7 @@ class Rehearsal:
         self.started = 0.0  # when the gang started
 
     def play(self) -> Observations:
+        self.refuse_driver()
         self.stop_while_waiting()
         self.start_gang()
         self.wait_until_polling()
@@ -138,10 +196,20 @@ class Rehearsal:
         self.relaunch()
         self.restage()
         self.tensorboard()
+        self.fabric_fallback()
         self.seen.calls = self.cluster.calls()
         return self.seen
 
     # --- phases -----------------------------------------------------------------------------
+    def refuse_driver(self) -> None:
+        """The gang on nodes of an AMI release whose Neuron driver the image's runtime does not
+        run (a ``trainium_ami_release_version`` pinned by hand); the dataset is not there yet."""
+        good, self.cluster.driver_version = self.cluster.driver_version, driver_version(REFUSED_DRIVER_AMI)
+        try:
+            self.seen.refused_driver = self._run_until_ended()
+        finally:
+            self.cluster.driver_version = good
+
     def stop_while_waiting(self) -> None:
         """A gang pod deleted before the dataset is there (``kubectl delete``, a re-deploy)."""
         pod = self.cluster.start_worker(0)
@@ -157,6 +225,7 @@ class Rehearsal:
         """Volcano's gang start: every replica at once."""
         self.started = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        self.seen.gang_nodes = {p.hostname: p.node for p in self.gang}
 
     def wait_until_polling(self) -> None:
         """Until every gang pod has polled the (absent) dataset marker a few times."""
@@ -181,14 +250,18 @@ class Rehearsal:
             raise self._failed("staging")
 
     def train_until_stopped(self) -> None:
-        """Precompile and training, then the victim's SIGTERM; Volcano's policy for the others."""
+        """Precompile, the fabric check and training (each pod's metrics scraped after the first
+        logged step and again later), then the victim's SIGTERM; Volcano's policy for the others."""
+        self._until(lambda: len(self.seen.records()) >= 1, "training logs its first step")
+        self._scrape_metrics()
         self._until(lambda: len(self.seen.records()) >= STEPS_BEFORE_STOP, "training logs its first steps")
+        self._scrape_metrics()
         victim, grace = self.gang[VICTIM], self.workload.worker.grace_period_s
         t0 = time.monotonic()
         code = self.cluster.stop(victim, grace)
         self.seen.stops[victim.hostname] = Stop(code, "SIGTERM", time.monotonic() - t0, grace)
-        # The victim failed: Volcano applies the Job's policy for PodFailed to the others.
-        action = self.workload.policies.get("PodFailed" if code != 0 else "", "")
+        # The victim failed: Volcano applies the Job's policy for that failure to the others.
+        action = self.workload.action_for_failure(code) if code != 0 else None
         for pod in self.gang:
             if pod is victim:
                 continue
@@ -230,7 +303,7 @@ class Rehearsal:
         """TensorBoard's command: ready on its probe, then its run list and the loss scalars."""
         spec = self.workload.tensorboard
         pod = self.cluster.start_tensorboard()
-        base = f"http://127.0.0.1:{spec.port}"
+        base = f"http://{pod.address}:{spec.port}"
         tb: dict[str, Any] = {"runs": [], "loss_steps": []}
         try:
             probe = base + (spec.readiness_path or "/")
@@ -254,7 +327,47 @@ class Rehearsal:
             self.seen.logs[pod.name] = pod.output()
         self.seen.tensorboard = tb
 
+    def fabric_fallback(self) -> None:
+        """The gang again on nodes whose EFA counters stand still while the all-reduce's bytes
+        cross between the pods: what a node shows when the collectives fell back to TCP sockets.
+        The dataset and cache markers are there, so the fabric check is the first long step."""
+        self.cluster.fabric.follow = False
+        try:
+            self.seen.fabric_fallback = self._run_until_ended()
+        finally:
+            self.cluster.fabric.follow = True
+
     # --- helpers -------------------------------------------------------------------------------
+    def _run_until_ended(self) -> Ended:
+        """Start the gang and wait until a pod fails; then give the others :data:`SAME_FAILURE_S`
+        to end by themselves before Volcano's action for that failure (RestartJob, AbortJob:
+        both delete the pods first) reaches them. What the harness does not play is a restart."""
+        seen = Ended(started=time.time())
+        gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        seen.nodes = {p.hostname: p.node for p in gang}
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while all(p.running for p in gang):
+            if time.monotonic() > deadline:
+                raise self._failed("timed out: a gang pod ends")
+            time.sleep(0.05)
+        first = next(p for p in gang if not p.running)
+        code = container_exit_code(first.proc.wait())
+        seen.action = self.workload.action_for_failure(code) if code != 0 else None
+        for pod in gang:
+            ended = pod.wait(SAME_FAILURE_S)
+            seen.ended_by[pod.hostname] = "itself" if ended is not None else str(seen.action)
+            grace = self.workload.worker.grace_period_s
+            seen.codes[pod.hostname] = ended if ended is not None else self.cluster.stop(pod, grace)
+            seen.logs[pod.hostname] = pod.output()
+        seen.seconds = time.time() - seen.started
+        return seen
+
+    def _scrape_metrics(self) -> None:
+        """GET /metrics on every gang pod's metrics port, as the PodMonitor does."""
+        for pod in self.gang:
+            status, body = self.cluster.http_get(f"http://{pod.address}:{METRICS_PORT}/metrics")
+            self.seen.metrics.setdefault(pod.hostname, []).append(body if status == 200 else "")
+
     def _until(self, condition: Callable[[], bool], what: str, *, gang: bool = True) -> None:
         """Poll ``condition``; fail on the timeout, or (``gang``) when a gang pod ends first."""
         deadline = time.monotonic() + PHASE_TIMEOUT_S
@@ -276,8 +389,15 @@ class Rehearsal:
 
 
 def play(root: Path, workload: Workload, tar: Path) -> Observations:
-    """The whole story on a fresh cluster under ``root``; every pod is gone when it returns."""
-    cluster = Cluster(root, workload, s3_objects={PUBLIC_BERT_SHARDS: tar})
+    """The whole story on a fresh cluster under ``root`` (nodes of the AMI release the platform
+    pins by default); every pod is gone when it returns."""
+    cluster = Cluster(
+        root,
+        workload,
+        s3_objects={PUBLIC_BERT_SHARDS: tar},
+        dpkg_versions=image_packages(),
+        driver_version=driver_version(default_ami_tag()),
+    )
     try:
         return Rehearsal(cluster, workload).play()
     finally:

@@ -160,6 +160,22 @@ def aws(argv: Sequence[str], root: Path = MOUNT) -> int:
     return 0
 
 
+def dpkg_query(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """``dpkg-query -W -f '${Version}' PACKAGE``: the recorded version of a package of the image
+    (``dpkg_versions`` in the config), printed as dpkg prints that format (no newline). Anything
+    else: exit 2."""
+    versions = config(root)["dpkg_versions"]
+    if len(argv) != 4 or list(argv[:3]) != ["-W", "-f", "${Version}"] or argv[3] not in versions:
+        print(
+            f"dpkg-query (rehearsal): only -W -f '${{Version}}' <{' | '.join(versions)}> is rehearsed, "
+            f"not {list(argv)}",
+            file=sys.stderr,
+        )
+        return 2
+    sys.stdout.write(versions[argv[3]])
+    return 0
+
+
 def sleep(argv: Sequence[str], root: Path = MOUNT) -> int:
     """``sleep SECONDS``, shortened by the config's ``sleep_scale`` (the pods poll every 30 s)."""
     seconds = float(argv[0]) if len(argv) == 1 else None
@@ -174,6 +190,7 @@ TOOLS: dict[str, Callable[[Sequence[str], Path], int]] = {
     "neuron_parallel_compile": neuron_parallel_compile,
     "neuron-ls": neuron_ls,
     "aws": aws,
+    "dpkg-query": dpkg_query,
     "sleep": sleep,
 }
 

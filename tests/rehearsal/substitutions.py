@@ -8,6 +8,8 @@ The values the harness uses for these substitutions are defined here too, next t
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -24,12 +26,30 @@ class Substitution:
 EXTRA_ENV = {"OMP_NUM_THREADS": "1"}
 #: The ``sleep`` stand-in sleeps this share of what it is asked (30 s polls become 0.5 s).
 SLEEP_SCALE = 1 / 60
-#: Loopback address of gang pod ``i`` is ``127.0.0.<WORKER_ADDRESS_BASE + i>``; other pods
-#: (staging, TensorBoard) get addresses from ``OTHER_ADDRESS_BASE`` on.
+#: The pods' network: gang pod ``i`` has ``<POD_NETWORK>.<WORKER_ADDRESS_BASE + i>``, other pods
+#: (staging, TensorBoard) addresses from ``OTHER_ADDRESS_BASE`` on; the bridge they plug into has
+#: ``<POD_NETWORK>.1``, where the test reaches them from.
+POD_NETWORK = "10.244.0"
 WORKER_ADDRESS_BASE = 10
 OTHER_ADDRESS_BASE = 100
+#: MTU of the pods' eth0: the VPC's jumbo frames (EC2 User Guide, "Network maximum
+#: transmission unit (MTU) for your EC2 instance": 9001 within a VPC).
+POD_MTU = 9001
 #: The cluster DNS domain the kubelet writes into each pod's /etc/hosts line.
 CLUSTER_DOMAIN = "cluster.local"
+#: ``spec.nodeName`` of gang pod ``i`` (each on a node of its own), and of the other pods.
+NODE_NAME = "rehearsal-node-{}"
+SYSTEM_NODE_NAME = "rehearsal-system-node"
+#: The fabric check's all-reduce buffer per worker in the rehearsal (the job's is 128 MiB).
+FABRIC_CHECK_SIZE_MIB = 8
+_FABRIC_SIZE = re.compile(r"(-m training\.fabric_check measure .*?--size_mib )(\d+)")
+
+
+def rehearsed_command(command: Sequence[str]) -> tuple[str, ...]:
+    """A container command as the rehearsal runs it: verbatim, but for the fabric check's
+    all-reduce buffer (``--size_mib``), set to :data:`FABRIC_CHECK_SIZE_MIB`."""
+    return tuple(_FABRIC_SIZE.sub(rf"\g<1>{FABRIC_CHECK_SIZE_MIB}", arg) for arg in command)
+
 
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(
@@ -58,10 +78,14 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "4 workers and 2 agents share 2 cores; torch's default thread pools would oversubscribe them",
     ),
     Substitution(
-        "the cluster network (VPC CNI, EFA)",
-        "one network namespace with only loopback, shared by every pod; pods get 127.0.0.x addresses",
-        "the synthesized ports (rendezvous 29400, TensorBoard 6006) are fixed: in their own "
-        "namespace they meet nothing else on this machine",
+        "the cluster network (VPC CNI) and the ports of each pod",
+        f"a network namespace per pod, its eth0 a veth (MTU {POD_MTU}) on one bridge in the "
+        f"rehearsal's own user and network namespaces; pods get {POD_NETWORK}.x addresses",
+        "each pod has its own ports, as on the cluster: every gang pod's LOCAL_RANK 0 serves "
+        "metrics on 9400, which one shared namespace could not hold twice; the synthesized ports "
+        "(rendezvous 29400, metrics 9400, TensorBoard 6006) meet nothing else on this machine; "
+        "traffic between a pod's own workers stays on its loopback, so eth0 carries exactly "
+        "what crosses between pods",
     ),
     Substitution(
         "Volcano's svc plugin and the cluster DNS (hostname `<job>-worker-<i>`, subdomain `<job>`)",
@@ -69,6 +93,18 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "with the kubelet's line for each gang pod (FQDN, `<job>-worker-<i>.<job>`, short name)",
         "the rendezvous endpoint `<job>-worker-0.<job>:29400` must resolve to pod 0, and torch "
         "decides which agent hosts the store by comparing that name's address with its own",
+    ),
+    Substitution(
+        "the downward API's `spec.nodeName` (NODE_NAME, which the fabric check names)",
+        f"set by the harness as the kubelet would: gang pod i is on node `{NODE_NAME.format('i')}`",
+        "no nodes; one gang pod per node, as the gang's resources force on the cluster",
+    ),
+    Substitution(
+        "the container's writable layer",
+        "a fresh folder per pod at /tmp (unless a volume is mounted there); the rest of the "
+        "image's file system is this machine's",
+        "pods write their own files there (the fabric check's result, torchrun's logs); one "
+        "shared /tmp would let one pod read the other's result",
     ),
     Substitution(
         "the FSx claim (PersistentVolumeClaim)",
@@ -91,6 +127,38 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "the rehearsal checks",
     ),
     Substitution(
+        "the node's Neuron driver version (`/sys/module/neuron/version`, which "
+        "`training.driver_check` reads first in every gang pod)",
+        "a folder bound over /sys/module in each gang pod holding only `neuron/version`, with a "
+        "recorded string (tests/training/recorded/neuron_versions: that of the EKS Neuron AMI "
+        "release the platform pins by default, or of a release with a driver the runtime refuses)",
+        "no Neuron driver here; the recordings say where each string comes from",
+    ),
+    Substitution(
+        "dpkg-query (the image's dpkg, for the version of aws-neuronx-runtime-lib)",
+        "tests/rehearsal/standins.py: prints the recorded version of the Neuron DLC's runtime "
+        "package (tests/training/recorded/neuron_versions) for exactly that query; refuses others",
+        "the image's packages are not on this machine",
+    ),
+    Substitution(
+        "the node's EFA devices (`/sys/class/infiniband`, which the fabric check reads)",
+        "tests/rehearsal/efa.py: a folder bound over /sys/class in each gang pod holding one EFA "
+        "device with one port, whose tx_bytes and rx_bytes a harness thread raises every "
+        "0.1 s by the bytes the pod's eth0 sent and received (frozen to play a TCP fallback)",
+        "no EFA here; the counters move with the bytes that really cross between the pods, so "
+        "the check's 'bytes crossed EFA' test judges real traffic; a frozen device is what a "
+        "node whose collectives fell back to sockets shows",
+    ),
+    Substitution(
+        "the fabric check's all-reduce of 128 MiB per worker",
+        f"{FABRIC_CHECK_SIZE_MIB} MiB (`--size_mib` in the synthesized worker script, the one "
+        "edit of a container command: `rehearsed_command`); the variant's floor "
+        "(training_fabric_check_min_busbw_gbps) is 0",
+        "128 MiB takes ~40 s per check on 2 busy cores through gloo, which reaches ~0.2 GB/s "
+        "there: below the smallest whole-number floor (1), so the check's bandwidth test is "
+        "left to the unit tests on recorded results",
+    ),
+    Substitution(
         "neuron-ls (Neuron tools)",
         "tests/rehearsal/standins.py: a trn1.32xlarge's devices as the Neuron documentation "
         "lists them, laid out as a recorded neuron-ls output",
@@ -108,14 +176,17 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "the workers poll for the dataset marker every 30 s",
     ),
     Substitution(
-        "Volcano and the kubelet (gang start, pod deletion, RestartJob)",
+        "Volcano and the kubelet (gang start, pod deletion, the Job's policies)",
         "the test: starts the gang's pods together, sends SIGTERM to a pod's PID 1 and SIGKILL "
-        "after its terminationGracePeriodSeconds, starts the same commands again as the restart",
+        "after its terminationGracePeriodSeconds, applies the Job's first policy that matches a "
+        "failed pod (an exit code, else PodFailed): RestartJob starts the same commands again, "
+        "AbortJob stops the others and starts nothing",
         "no cluster; the rehearsal is about what the commands do with those events",
     ),
     Substitution(
         "security contexts, resources, node selectors, tolerations, devices",
-        "not applied (pods run as this machine's user, unlimited, without Neuron or EFA devices)",
+        "not applied (pods run as this machine's user, unlimited, without Neuron or EFA device "
+        "files: only the sysfs stand-ins above)",
         "checked on the manifests by the other tests (tests/trainium_eks/test_pod_security.py, "
         "test_training_job.py); FI_* and NEURON_* variables pass through to code that ignores them",
     ),

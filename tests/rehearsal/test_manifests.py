@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.rehearsal.manifests import DOCKERFILES, Mount, image, pod_spec, workload
+from tests.rehearsal.manifests import DOCKERFILES, Mount, Policy, image, pod_spec, workload
+from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, rehearsed_command
+from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.stop_budget import termination_grace_period_s
 
 
 def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_are_read(training_json):
     w = workload(training_json)
     assert w.namespace == "training" and w.replicas == 2 and w.task == "worker"
-    assert w.policies == {"PodEvicted": "RestartJob", "PodFailed": "RestartJob"}
+    assert w.policies == (
+        Policy("AbortJob", exit_code=FABRIC_EXIT_CODE),
+        Policy("RestartJob", event="PodEvicted"),
+        Policy("RestartJob", event="PodFailed"),
+    )
+    assert w.action_for_failure(FABRIC_EXIT_CODE) == "AbortJob" and w.action_for_failure(143) == "RestartJob"
+    assert w.worker.field_env == {"NODE_NAME": "spec.nodeName"} and "NODE_NAME" not in w.worker.env
     assert w.worker.container == "trainer" and w.worker.command[:2] == ("bash", "-c")
     assert w.worker.mounts == (Mount("/data", "claim"), Mount("/dev/shm", "emptyDir", memory=True))
     assert w.worker.grace_period_s == termination_grace_period_s()
@@ -32,6 +40,22 @@ def test_given_the_small_variant_then_its_pods_have_the_default_pods_shape(train
     assert variant.tensorboard == default.tensorboard
 
 
+def test_given_the_worker_command_then_the_rehearsal_changes_only_the_fabric_checks_buffer(variant):
+    (script,) = (arg for arg in variant.worker.command if "training.fabric_check measure" in arg)
+    rehearsed = rehearsed_command(variant.worker.command)
+    assert rehearsed[:2] == variant.worker.command[:2]
+    assert script.count("--size_mib 128 ") == 1
+    assert rehearsed[2] == script.replace("--size_mib 128 ", f"--size_mib {FABRIC_CHECK_SIZE_MIB} ")
+    assert rehearsed_command(variant.staging.command) == variant.staging.command
+
+
+def test_given_an_env_value_from_elsewhere_than_a_pod_field_then_reading_the_pod_fails_naming_it():
+    secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    template = {"spec": {"containers": [{"name": "c", "command": ["true"], "env": [secret]}]}}
+    with pytest.raises(ValueError, match="env TOKEN: the rehearsal has no stand-in for \\['secretKeyRef'\\]"):
+        pod_spec(template)
+
+
 def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it():
     template = {
         "spec": {
@@ -47,11 +71,12 @@ def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it(
         pod_spec(template)
 
 
-def test_given_the_training_dockerfile_then_its_workdir_and_env_are_read():
+def test_given_the_dockerfiles_then_their_workdir_and_env_are_read():
     built = image(DOCKERFILES["trainer"])
     assert built.workdir == "/opt/trainium-bert"
     assert built.env == {"PYTHONPATH": "/opt/trainium-bert", "PYTHONUNBUFFERED": "1"}
-    assert image(DOCKERFILES["tensorboard"]).env == {}
+    # The tools image (TensorBoard, the exporters) holds the same package folders.
+    assert image(DOCKERFILES["tensorboard"]) == built
 
 
 def test_given_an_env_line_without_a_value_then_the_dockerfile_reader_refuses_it(tmp_path):

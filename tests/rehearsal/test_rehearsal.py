@@ -10,14 +10,87 @@ from __future__ import annotations
 import re
 
 from tests.rehearsal import standins
-from tests.rehearsal.scenario import CHECKPOINT_EVERY, MAX_STEPS, NPROC_PER_NODE, VICTIM, Observations
+from tests.rehearsal.scenario import (
+    CHECKPOINT_EVERY,
+    MAX_STEPS,
+    NPROC_PER_NODE,
+    REFUSED_DRIVER_AMI,
+    VICTIM,
+    Observations,
+    default_ami_tag,
+    driver_version,
+    image_packages,
+)
 from training import checkpoint as ckpt
+from training.driver_check import MISMATCH_EXIT_CODE, RUNTIME_PACKAGE
 from training.shard_format import verify_checksums
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.telemetry import TRAINING_METRICS
+
+#: The fabric check's lines (trainium_job/fabric_check.py, training/fabric_check.py ``judge``).
+FABRIC_START = "fabric check: all-reduce across 2 nodes, floor 0 GB/s"
+FABRIC_PASSED = re.compile(
+    r"fabric check passed on node (\S+) in (\d+) s: all-reduce bus bandwidth [\d.]+ GB/s \(floor 0\), "
+    r"([\d.]+) GB over 1 EFA devices"
+)
+#: The first line of the training run on rank 0 (training.pretrain ``log_start``), not the
+#: precompile's trial run (which trains 3 steps from 0).
+TRAINING_START = re.compile(r"training\.pretrain: device cpu, .* steps (\d+) -> 40 of 40")
 
 
 def step_of(checkpoint) -> int:
     return int(checkpoint.name.removeprefix("step_"))
+
+
+def samples(body: str) -> dict[str, float]:
+    """Name -> value of the unlabelled samples of a Prometheus text exposition."""
+    found = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.split()
+            found[name] = float(value)
+    return found
+
+
+def all_gang_logs(rehearsal: Observations) -> dict[str, str]:
+    """Every log of a gang pod on good nodes: the first gang, the relaunch, the fallback's."""
+    logs = {}
+    for n, gang in enumerate([*rehearsal.gang_logs, rehearsal.fabric_fallback.logs]):
+        logs.update({f"{n}:{host}": log for host, log in gang.items()})
+    return logs
+
+
+def test_given_nodes_of_the_platforms_default_ami_then_every_gang_pod_first_says_the_driver_pair_is_supported(
+    rehearsal: Observations,
+):
+    runtime = image_packages()[RUNTIME_PACKAGE]
+    driver = driver_version(default_ami_tag()).strip()
+    logs = all_gang_logs(rehearsal)
+    assert len(logs) == 6
+    for log in logs.values():
+        assert log.split("\n", 1)[0] == f"Neuron driver {driver} and runtime {runtime}: a supported pair", log
+    queries = [c["argv"] for c in rehearsal.calls if c["tool"] == "dpkg-query"]
+    assert queries and all(q == ["-W", "-f", "${Version}", RUNTIME_PACKAGE] for q in queries)
+
+
+def test_given_nodes_whose_driver_the_runtime_refuses_then_each_pod_stops_with_one_line_before_the_dataset_wait(
+    rehearsal: Observations, variant
+):
+    refused = rehearsal.refused_driver
+    driver = driver_version(REFUSED_DRIVER_AMI).strip()
+    assert sorted(refused.codes) == sorted(rehearsal.gang_logs[0]) and len(refused.codes) == variant.replicas
+    for host, code in refused.codes.items():
+        assert code == MISMATCH_EXIT_CODE and refused.ended_by[host] == "itself"
+        (line,) = refused.logs[host].splitlines()  # one line: no dataset wait, nothing else
+        assert line.startswith(
+            f"error: the node's Neuron driver {driver} does not run the image's Neuron runtime"
+        )
+    ended = refused.started + refused.seconds
+    assert not [c for c in rehearsal.calls if c["tool"] == "sleep" and c["time"] < ended]
+    # The Job has no policy for this exit code: Volcano restarts the gang (maxRetry times), and
+    # each attempt stops again within seconds.
+    assert refused.action == "RestartJob" and refused.seconds < 60
 
 
 def test_given_a_gang_pod_deleted_while_it_waits_for_the_dataset_then_it_ends_at_once_with_143(
@@ -34,7 +107,7 @@ def test_given_the_gang_started_before_staging_then_every_pod_waits_for_the_mark
     assert len(first) == variant.replicas
     for host, log in first.items():
         assert rehearsal.polls_before_staging[host] >= 2
-        waiting = log.split("\n", 1)[0]  # the first thing a pod says names the marker it waits for
+        waiting = log.split("\n")[1]  # after the driver check, a pod names the marker it waits for
         assert rehearsal.paths.dataset_marker in waiting, log[:2000]
     assert rehearsal.files_before_staging == []  # no cache set, no run directory, no data yet
     after_marker = [c for c in rehearsal.calls if c["tool"] == "neuron_parallel_compile"]
@@ -95,7 +168,7 @@ def test_given_sigterm_to_one_pod_then_the_gang_ends_in_its_grace_period_with_at
         assert stop.code == 143 and stop.seconds < stop.grace_period_s, (host, stop)
     # The other pod does not end by itself: its torchrun restarts the worker group and waits
     # for the lost node in a new rendezvous; the Job's PodFailed -> RestartJob policy ends it.
-    assert variant.policies["PodFailed"] == "RestartJob"
+    assert variant.action_for_failure(143) == "RestartJob"
     assert {rehearsal.stops[h].ended_by for h in hosts if h != hosts[VICTIM]} == {"RestartJob"}
     newest = rehearsal.newest_after_stop
     assert newest is not None
@@ -119,6 +192,62 @@ def test_given_the_gang_started_again_then_it_resumes_from_the_newest_checkpoint
     assert rerun[0]["step"] == step_of(newest) + 1 and rerun[-1]["step"] == MAX_STEPS
     rank0 = next(iter(rehearsal.gang_logs[1].values()))
     assert newest.name in rank0  # it says which checkpoint it resumed from
+
+
+def test_given_the_gang_after_precompile_then_each_pod_checks_the_fabric_and_passes_naming_its_node_before_training(
+    rehearsal: Observations,
+):
+    for gang in rehearsal.gang_logs:  # the first start and the relaunch
+        for host, log in gang.items():
+            lines = log.splitlines()
+            assert lines.count(FABRIC_START) == 1, log
+            (passed,) = [(n, m) for n, line in enumerate(lines) if (m := FABRIC_PASSED.search(line))]
+            at, match = passed
+            node, seconds, gigabytes = match.group(1), int(match.group(2)), float(match.group(3))
+            assert node == rehearsal.gang_nodes[host]
+            assert lines.index(FABRIC_START) < at and seconds < 120 and gigabytes > 0
+            assert not any(TRAINING_START.search(line) for line in lines[:at])
+    rank0 = next(iter(rehearsal.gang_logs[0].values())).splitlines()
+    starts = [n for n, line in enumerate(rank0) if TRAINING_START.search(line)]
+    assert len(starts) == 1 and any(FABRIC_PASSED.search(line) for line in rank0[: starts[0]])
+    assert "precompiling into an empty cache set" in rank0[: rank0.index(FABRIC_START)]
+
+
+def test_given_training_then_each_pods_metrics_port_serves_the_runs_series_and_they_move(
+    rehearsal: Observations, variant
+):
+    rank0, other = list(rehearsal.gang_logs[0])
+    first, later = (samples(body) for body in rehearsal.metrics[rank0])
+    assert first["bert_train_max_steps"] == MAX_STEPS and first["bert_train_step"] >= 1
+    assert later["bert_train_step"] > first["bert_train_step"]
+    assert later["bert_train_last_step_timestamp_seconds"] > first["bert_train_last_step_timestamp_seconds"]
+    rank0_only = {name for name, (_, only) in TRAINING_METRICS.items() if only} - {"bert_train_mfu_ratio"}
+    assert rank0_only <= set(later)  # loss, learning rate, seq/s...: MFU only where the peak is known
+    assert "bert_train_mfu_ratio" not in later  # CPU: no device peak
+    # Every node's LOCAL_RANK 0 serves the progress series (its own port, in its own pod).
+    for body in rehearsal.metrics[other]:
+        served = samples(body)
+        assert served["bert_train_max_steps"] == MAX_STEPS and not rank0_only & set(served)
+
+
+def test_given_efa_counters_that_stand_still_then_every_pod_exits_69_with_one_line_naming_its_node_and_the_job_aborts(
+    rehearsal: Observations, variant
+):
+    fallback = rehearsal.fabric_fallback
+    assert len(fallback.codes) == variant.replicas
+    for host, code in fallback.codes.items():
+        assert code == FABRIC_EXIT_CODE and fallback.ended_by[host] == "itself", (host, fallback.logs[host])
+        failed = [line for line in fallback.logs[host].splitlines() if "fabric check FAILED" in line]
+        assert len(failed) == 1 and fallback.logs[host].rstrip("\n").endswith(failed[0])  # its last word
+        assert re.fullmatch(
+            rf"fabric check FAILED on node {fallback.nodes[host]} after \d+ s: 0 bytes crossed EFA during an "
+            r"all-reduce that moves at least [\d,]+ between nodes: the collectives are not on EFA \(TCP fallback\?\)",
+            failed[0],
+        ), failed[0]
+        assert not TRAINING_START.search(fallback.logs[host])
+    assert not [r for r in rehearsal.records() if r["time"] > fallback.started]  # no training step
+    # The synthesized Job aborts on that exit code (a restart would meet the same fabric).
+    assert fallback.action == "AbortJob"
 
 
 def test_given_the_staging_command_again_then_it_leaves_the_published_set_alone(rehearsal: Observations):

@@ -19,6 +19,7 @@ def root(tmp_path):
         "s3_objects": {"s3://bucket/set.tar": str(source)},
         "sleep_scale": 0.001,
         "instance_type": "trn1.32xlarge",
+        "dpkg_versions": {"aws-neuronx-runtime-lib": "2.31.24.0-0b044f4ce"},
     }
     (tmp_path / standins.CONFIG).write_text(json.dumps(config))
     return tmp_path
@@ -62,6 +63,21 @@ def test_given_the_configured_source_then_aws_streams_its_stand_in(root, capsysb
 def test_given_anything_else_then_aws_refuses_with_exit_2(root, capsys, argv):
     assert standins.aws(argv, root) == 2
     assert "only 's3 cp <s3://bucket/set.tar> -'" in capsys.readouterr().err
+
+
+def test_given_the_driver_checks_query_then_dpkg_query_prints_the_recorded_version_without_newline(
+    root, capsys
+):
+    assert standins.dpkg_query(["-W", "-f", "${Version}", "aws-neuronx-runtime-lib"], root) == 0
+    assert capsys.readouterr().out == "2.31.24.0-0b044f4ce"
+
+
+@pytest.mark.parametrize(
+    "argv", [["-W", "-f", "${Version}", "aws-neuronx-tools"], ["-l", "aws-neuronx-runtime-lib"], []]
+)
+def test_given_another_query_then_dpkg_query_refuses_with_exit_2(root, capsys, argv):
+    assert standins.dpkg_query(argv, root) == 2
+    assert "only -W -f '${Version}' <aws-neuronx-runtime-lib> is rehearsed" in capsys.readouterr().err
 
 
 def test_given_sleep_then_it_sleeps_the_configured_share(root, monkeypatch):
