@@ -13,12 +13,12 @@ gibibytes per second (NCCOM-TEST User Guide, aws-neuron-sdk tools/neuron-sys-too
 L58-61 and "Bus Bandwidth Calculation" L69-120), so the floor compares with its figures.
 
 ``verdict`` reads the result and prints one line naming the node: exit 0, or
-``trainium_job.fabric_check.EXIT_CODE`` when the check could not run, libfabric is not told to
-use ``efa``, no EFA device is visible, fewer bytes crossed EFA than the all-reduce must move
-between nodes (the collectives fell back to TCP sockets: "if they are constant, messages are
-not sent over EFA", aws-samples/awsome-distributed-training
-4.validation_and_observability/3.efa-node-exporter README), or the bus bandwidth is below the
-floor.
+``trainium_job.fabric_check.EXIT_CODE`` when libfabric is not told to use ``efa``, no EFA device
+is visible, fewer bytes crossed EFA than the all-reduce must move between nodes (the collectives
+fell back to TCP sockets: "if they are constant, messages are not sent over EFA",
+aws-samples/awsome-distributed-training 4.validation_and_observability/3.efa-node-exporter
+README), or the bus bandwidth is below the floor; ``NOT_MEASURED_EXIT_CODE`` when otherwise the
+measurement did not run or broke off (no verdict on the fabric: the job restarts).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from training.efa_counters import SYSFS_ROOT, bytes_moved, devices
-from trainium_job.fabric_check import EXIT_CODE
+from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE
 
 #: Keys of a node's result (``measure`` writes them; ``verdict`` and the recorded results in
 #: tests/training/data/fabric_check/ use them).
@@ -116,44 +116,53 @@ def measure(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Verdict:
-    passed: bool
+    """The one line about a node's result, and the exit code that goes with it."""
+
     line: str
+    exit_code: int  # 0, EXIT_CODE (the fabric failed) or NOT_MEASURED_EXIT_CODE
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
 
 
 def judge(result: dict[str, Any] | None, *, min_busbw_gbps: float, nodes: int, seconds: float) -> Verdict:
-    """The one line about a node's result (None: no result was written)."""
+    """The verdict on a node's result (None: no result was written). What the node's
+    configuration shows (the provider, the EFA devices) is judged even when the measurement broke
+    off; a measurement that did not run or broke off is no verdict on the fabric."""
     if result is None:
         return Verdict(
-            False, f"fabric check FAILED on node {_node()} after {seconds:.0f} s: it wrote no result"
+            f"fabric check FAILED on node {_node()} after {seconds:.0f} s: it wrote no result",
+            NOT_MEASURED_EXIT_CODE,
         )
     node = result.get("node") or _node()
     failed = f"fabric check FAILED on node {node} after {seconds:.0f} s:"
-    if result.get("error"):
-        return Verdict(False, f"{failed} could not measure ({result['error']})")
     if result.get("provider") != "efa":
-        return Verdict(False, f"{failed} FI_PROVIDER is {result.get('provider')!r}, not 'efa'")
+        return Verdict(f"{failed} FI_PROVIDER is {result.get('provider')!r}, not 'efa'", EXIT_CODE)
     if not result.get("efa_devices"):
         return Verdict(
-            False, f"{failed} no EFA device under {SYSFS_ROOT} (is the EFA device plugin running?)"
+            f"{failed} no EFA device under {SYSFS_ROOT} (is the EFA device plugin running?)", EXIT_CODE
         )
+    if result.get("error"):
+        return Verdict(f"{failed} could not measure ({result['error']})", NOT_MEASURED_EXIT_CODE)
     must_cross = result["iters"] * result["size_bytes"] * (nodes - 1) / nodes
     if result["efa_bytes"] < MIN_EFA_SHARE * must_cross:
         return Verdict(
-            False,
             f"{failed} {result['efa_bytes']:,} bytes crossed EFA during an all-reduce that moves at least "
             f"{must_cross:,.0f} between nodes: the collectives are not on EFA (TCP fallback?)",
+            EXIT_CODE,
         )
     busbw = result["busbw_gbps"]
     if busbw < min_busbw_gbps:
         return Verdict(
-            False,
             f"{failed} all-reduce bus bandwidth {busbw:.1f} GB/s is below the floor of {min_busbw_gbps:g} GB/s "
             "(training_fabric_check_min_busbw_gbps)",
+            EXIT_CODE,
         )
     return Verdict(
-        True,
         f"fabric check passed on node {node} in {seconds:.0f} s: all-reduce bus bandwidth {busbw:.1f} GB/s "
         f"(floor {min_busbw_gbps:g}), {result['efa_bytes'] / 1e9:.2f} GB over {result['efa_devices']} EFA devices",
+        0,
     )
 
 
@@ -162,7 +171,7 @@ def verdict(args: argparse.Namespace) -> int:
     result = json.loads(path.read_text()) if path.is_file() else None
     outcome = judge(result, min_busbw_gbps=args.min_busbw_gbps, nodes=args.nodes, seconds=args.seconds)
     print(outcome.line, file=sys.stdout if outcome.passed else sys.stderr, flush=True)
-    return 0 if outcome.passed else EXIT_CODE
+    return outcome.exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,10 +7,11 @@ Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for
    node's EFA byte counters before and after it; each node's ``LOCAL_RANK`` 0 writes one JSON
    result to :data:`RESULT_FILE` in its pod.
 2. ``python -m training.fabric_check verdict``: reads that result and prints one line naming the
-   node; it exits :data:`EXIT_CODE` when the bus bandwidth is below the floor, no byte crossed
-   EFA, libfabric is told to use another provider, or the measurement did not run. The Volcano
-   Job maps that exit code to ``AbortJob`` (``trainium_job.pod``), so a bad fabric stops the job
-   instead of restarting it.
+   node; it exits :data:`EXIT_CODE` when the bus bandwidth is below the floor, too few bytes
+   crossed EFA, libfabric is told to use another provider, or no EFA device is visible. The
+   Volcano Job maps that exit code to ``AbortJob`` (``trainium_job.pod``), so a bad fabric stops
+   the job instead of restarting it. A measurement that did not run is no verdict on the fabric:
+   it exits :data:`NOT_MEASURED_EXIT_CODE`, which the Job restarts like any failed pod.
 
 Why not Neuron's ``nccom-test``: across nodes it runs through MPI over SSH (``--hosts`` with
 ``NEURON_RT_ROOT_COMM_ID``; NCCOM-TEST User Guide, "Multi-node with MPI", aws-neuron-sdk
@@ -31,8 +32,15 @@ from .launch import LaunchSpec, render, torchrun_args
 from .pid1 import background
 
 #: Exit code of a failed check: EX_UNAVAILABLE of sysexits(3) ("a service is unavailable"),
-#: used by nothing else in the worker script (pretrain: 0, 2, 143; torchrun: 1; bash: 126/127).
+#: used by nothing else in the worker script (pretrain: 0, 2, 143; torchrun: 1; bash: 126/127;
+#: the driver check: 78).
 EXIT_CODE: Final = 69
+#: Exit code of a check whose measurement did not run or broke off: EX_TEMPFAIL of sysexits(3)
+#: ("the user is invited to retry"). The commonest cause is a pod of the gang deleted (drained,
+#: evicted, restarted) during the all-reduce, which breaks it off on every other pod within a
+#: second; with :data:`EXIT_CODE` those pods made the Job abort where Volcano was restarting it
+#: (found by the offline rehearsal). No Job policy names it, so PodFailed's RestartJob applies.
+NOT_MEASURED_EXIT_CODE: Final = 75
 #: Module of both steps (in the training image).
 MODULE: Final = "training.fabric_check"
 #: Where the measurement leaves its result, inside the pod (not on FSx: one per node).

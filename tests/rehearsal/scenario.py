@@ -46,6 +46,9 @@ PHASE_TIMEOUT_S = 240
 #: Seconds the other gang pods get to end by themselves after the first one failed, before the
 #: harness applies the Job's policy to them.
 SAME_FAILURE_S = 30
+#: Bytes the stopped pod's node must have sent since the gang's start before the SIGTERM that
+#: breaks the fabric check off: two of its all-reduces (each sends 3/2 of the 8 MiB buffer).
+FABRIC_BYTES_BEFORE_STOP = 2 * 12 * 2**20
 #: The Neuron version strings the pods read, as recorded (each file says where it comes from).
 RECORDED_VERSIONS = REPO / "tests" / "training" / "recorded" / "neuron_versions"
 #: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
@@ -124,6 +127,8 @@ class Ended:
     logs: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)  # host name -> node name
     action: str | None = None  # the Volcano Job's action for the first failed pod
+    #: The Job's action had each pod's failure been the first Volcano saw (None: it succeeded).
+    actions: dict[str, str | None] = field(default_factory=dict)
     started: float = 0.0  # time.time() at the gang's start
     seconds: float = 0.0  # from the start until every pod had ended
 
@@ -154,6 +159,8 @@ class Observations:
     metrics: dict[str, list[str]] = field(default_factory=dict)
     #: The gang on nodes whose EFA counters stand still (a TCP fallback).
     fabric_fallback: Ended = field(default_factory=Ended)
+    #: The gang with one pod deleted while the fabric check's all-reduce runs.
+    stopped_in_check: Ended = field(default_factory=Ended)
     restage_code: int | None = None
     restage_log: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)  # every stand-in call, at the end
@@ -197,6 +204,7 @@ class Rehearsal:
         self.restage()
         self.tensorboard()
         self.fabric_fallback()
+        self.stop_in_fabric_check()
         self.seen.calls = self.cluster.calls()
         return self.seen
 
@@ -337,14 +345,35 @@ class Rehearsal:
         finally:
             self.cluster.fabric.follow = True
 
+    def stop_in_fabric_check(self) -> None:
+        """The gang again, one pod deleted (drained, evicted) while the fabric check's all-reduce
+        runs, once its node has sent :data:`FABRIC_BYTES_BEFORE_STOP`: Volcano's policy for that
+        pod's failure must reach the other pod before any abort of the job does."""
+        counters = self.cluster.node(VICTIM).efa_counters / "tx_bytes"
+        sent = int(counters.read_text())
+        victim = VICTIM
+
+        def stop(gang: list[Pod]) -> Pod:
+            self._until(
+                lambda: int(counters.read_text()) - sent >= FABRIC_BYTES_BEFORE_STOP,
+                "the fabric check's all-reduce runs",
+                pods=gang,
+            )
+            gang[victim].terminate()
+            return gang[victim]
+
+        self.seen.stopped_in_check = self._run_until_ended(stop=stop)
+
     # --- helpers -------------------------------------------------------------------------------
-    def _run_until_ended(self) -> Ended:
-        """Start the gang and wait until a pod fails; then give the others :data:`SAME_FAILURE_S`
-        to end by themselves before Volcano's action for that failure (RestartJob, AbortJob:
-        both delete the pods first) reaches them. What the harness does not play is a restart."""
+    def _run_until_ended(self, stop: Callable[[list[Pod]], Pod] | None = None) -> Ended:
+        """Start the gang and wait until a pod fails (``stop`` may pick one and send it SIGTERM);
+        then give the others :data:`SAME_FAILURE_S` to end by themselves before Volcano's action
+        for that failure (RestartJob, AbortJob: both delete the pods first) reaches them. What
+        the harness does not play is a restart."""
         seen = Ended(started=time.time())
         gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
         seen.nodes = {p.hostname: p.node for p in gang}
+        stopped = stop(gang) if stop is not None else None
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while all(p.running for p in gang):
             if time.monotonic() > deadline:
@@ -355,10 +384,14 @@ class Rehearsal:
         seen.action = self.workload.action_for_failure(code) if code != 0 else None
         for pod in gang:
             ended = pod.wait(SAME_FAILURE_S)
-            seen.ended_by[pod.hostname] = "itself" if ended is not None else str(seen.action)
+            seen.ended_by[pod.hostname] = (
+                "SIGTERM" if pod is stopped else "itself" if ended is not None else str(seen.action)
+            )
             grace = self.workload.worker.grace_period_s
             seen.codes[pod.hostname] = ended if ended is not None else self.cluster.stop(pod, grace)
             seen.logs[pod.hostname] = pod.output()
+            code_of_pod = seen.codes[pod.hostname]
+            seen.actions[pod.hostname] = self.workload.action_for_failure(code_of_pod) if code_of_pod else None
         seen.seconds = time.time() - seen.started
         return seen
 
@@ -368,13 +401,16 @@ class Rehearsal:
             status, body = self.cluster.http_get(f"http://{pod.address}:{METRICS_PORT}/metrics")
             self.seen.metrics.setdefault(pod.hostname, []).append(body if status == 200 else "")
 
-    def _until(self, condition: Callable[[], bool], what: str, *, gang: bool = True) -> None:
-        """Poll ``condition``; fail on the timeout, or (``gang``) when a gang pod ends first."""
+    def _until(
+        self, condition: Callable[[], bool], what: str, *, gang: bool = True, pods: list[Pod] | None = None
+    ) -> None:
+        """Poll ``condition``; fail on the timeout, or (``gang``) when a pod of the gang (or of
+        ``pods``) ends first."""
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while not condition():
             if time.monotonic() > deadline:
                 raise self._failed(f"timed out: {what}")
-            if gang and any(not p.running for p in self.gang):
+            if gang and any(not p.running for p in (self.gang if pods is None else pods)):
                 raise self._failed(f"a gang pod ended before: {what}")
             time.sleep(0.1)
 

@@ -26,6 +26,7 @@ from training.driver_check import MISMATCH_EXIT_CODE, RUNTIME_PACKAGE
 from training.shard_format import verify_checksums
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
 from trainium_job.telemetry import TRAINING_METRICS
 
 #: The fabric check's lines (trainium_job/fabric_check.py, training/fabric_check.py ``judge``).
@@ -264,3 +265,23 @@ def test_given_the_tensorboard_command_then_it_serves_the_runs_loss_once_per_ste
     # Both attempts' events, the interrupted one cut at the resume step (purge_step).
     assert tb["loss_steps"] == list(range(1, MAX_STEPS + 1))
     assert tb["code"] != 137  # it stopped on SIGTERM
+
+
+def test_given_a_pod_deleted_during_the_fabric_check_then_the_other_restarts_the_job_rather_than_abort_it(
+    rehearsal: Observations, variant
+):
+    stopped = rehearsal.stopped_in_check
+    assert len(stopped.codes) == variant.replicas
+    (victim,) = [host for host, by in stopped.ended_by.items() if by == "SIGTERM"]
+    assert stopped.codes[victim] == 143, stopped.logs[victim]
+    for host, code in stopped.codes.items():
+        if host == victim:
+            continue
+        # The all-reduce broke off under it: no verdict on the fabric, one line, the Job restarts.
+        assert code == FABRIC_NOT_MEASURED, (host, stopped.logs[host])
+        failed = [line for line in stopped.logs[host].splitlines() if "fabric check FAILED" in line]
+        assert len(failed) == 1 and "could not measure" in failed[0], stopped.logs[host]
+    assert stopped.action == "RestartJob"
+    # Whichever failure Volcano sees first, none of them aborts the job.
+    assert set(stopped.actions.values()) == {"RestartJob"}
+    assert not [r for r in rehearsal.records() if r["time"] > stopped.started]  # no training step

@@ -12,7 +12,7 @@ import pytest
 from tests.training.conftest import PYTHON, REPO, child_env, free_port
 from tests.training.test_efa_exporter import fake_efa
 from training.fabric_check import bus_bandwidth_gbps, judge
-from trainium_job.fabric_check import EXIT_CODE, FabricCheck, check_lines
+from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, check_lines
 from trainium_job.launch import LaunchSpec
 
 RECORDED = Path(__file__).parent / "data" / "fabric_check"
@@ -32,26 +32,55 @@ def test_given_the_recorded_success_then_it_passes_naming_node_bandwidth_and_dur
 
 
 @pytest.mark.parametrize(
-    "name, expected",
+    "name, expected, code",
     [
         (
             "low_bandwidth",
             "ip-10-0-1-57.us-west-2.compute.internal after 38 s: all-reduce bus bandwidth 3.2 GB/s is below "
             "the floor of 10 GB/s",
+            EXIT_CODE,
         ),
         (
             "tcp_fallback",
             "0 bytes crossed EFA during an all-reduce that moves at least 1,342,177,280 between nodes",
+            EXIT_CODE,
         ),
-        ("tool_missing", "could not measure (ModuleNotFoundError: No module named 'torch_xla')"),
+        (
+            "tool_missing",
+            "could not measure (ModuleNotFoundError: No module named 'torch_xla')",
+            NOT_MEASURED_EXIT_CODE,
+        ),
     ],
 )
-def test_given_a_recorded_failure_then_one_line_names_the_node_and_the_cause(name, expected):
+def test_given_a_recorded_failure_then_one_line_names_the_node_and_the_cause(name, expected, code):
     v = judge(recorded(name), min_busbw_gbps=10, nodes=2, seconds=38)
-    assert not v.passed
+    assert not v.passed and v.exit_code == code
     assert v.line.startswith("fabric check FAILED on node ip-10-0-1-")
     assert expected in v.line
     assert "\n" not in v.line
+
+
+def test_given_a_measurement_broken_off_by_a_lost_pod_then_no_abort_but_a_restart():
+    """What the offline rehearsal saw on the pod that stayed when the other was deleted during the
+    all-reduce (gloo's error, one second later): the Job must restart, not abort."""
+    lost_peer = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+        "closed by peer [10.244.0.11]:63166. This is typically caused by a remote worker crashing."
+    )
+    v = judge({**recorded("success"), "error": lost_peer}, min_busbw_gbps=10, nodes=2, seconds=13)
+    assert v.exit_code == NOT_MEASURED_EXIT_CODE != EXIT_CODE
+    assert v.line.startswith(
+        "fabric check FAILED on node ip-10-0-1-23.us-west-2.compute.internal after 13 s: "
+    )
+    assert "could not measure (RuntimeError:" in v.line
+
+
+def test_given_a_broken_off_measurement_on_a_node_without_efa_then_the_fabric_verdict_stands():
+    broken = {**recorded("tool_missing"), "efa_devices": 0}
+    v = judge(broken, min_busbw_gbps=10, nodes=2, seconds=1)
+    assert v.exit_code == EXIT_CODE and "no EFA device" in v.line
+    v = judge({**recorded("tool_missing"), "provider": "tcp"}, min_busbw_gbps=10, nodes=2, seconds=1)
+    assert v.exit_code == EXIT_CODE and "FI_PROVIDER is 'tcp'" in v.line
 
 
 def test_given_another_provider_or_no_efa_device_then_it_fails():
@@ -73,7 +102,8 @@ def test_given_a_zero_floor_then_only_the_efa_path_is_checked():
 def test_given_no_result_then_it_fails_naming_this_node(monkeypatch):
     monkeypatch.setenv("NODE_NAME", "ip-10-0-1-99")
     v = judge(None, min_busbw_gbps=10, nodes=2, seconds=3)
-    assert not v.passed and v.line == "fabric check FAILED on node ip-10-0-1-99 after 3 s: it wrote no result"
+    assert v.line == "fabric check FAILED on node ip-10-0-1-99 after 3 s: it wrote no result"
+    assert v.exit_code == NOT_MEASURED_EXIT_CODE
 
 
 def test_given_nccom_test_figures_then_the_bus_bandwidth_formula_matches():
@@ -110,6 +140,9 @@ def test_given_the_verdict_command_then_its_exit_code_is_the_jobs_abort_code():
     bad = _verdict(RECORDED / "tcp_fallback.json")
     assert bad.returncode == EXIT_CODE == 69
     assert bad.stderr.count("\n") == 1 and "TCP fallback" in bad.stderr
+    unmeasured = _verdict(RECORDED / "tool_missing.json")
+    assert unmeasured.returncode == NOT_MEASURED_EXIT_CODE == 75
+    assert unmeasured.stderr.count("\n") == 1 and "could not measure" in unmeasured.stderr
 
 
 def test_given_two_cpu_workers_with_flat_efa_counters_then_measure_records_and_verdict_refuses(tmp_path):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from trainium_job.errors import ConfigError
-from trainium_job.fabric_check import EXIT_CODE, RESULT_FILE, FabricCheck, check_lines, measure_args
+from trainium_job.fabric_check import (
+    EXIT_CODE,
+    NOT_MEASURED_EXIT_CODE,
+    RESULT_FILE,
+    FabricCheck,
+    check_lines,
+    measure_args,
+)
 from trainium_job.instances import instance_facts
 from trainium_job.job import render_job
 from trainium_job.launch import LaunchSpec, torchrun_args
@@ -92,5 +99,24 @@ def test_given_a_negative_floor_then_one_error_names_the_key():
         BertJobSpec(fabric_check_min_busbw_gbps=-1)
 
 
-def test_given_the_exit_code_then_it_is_no_code_the_worker_uses_otherwise():
-    assert EXIT_CODE not in (0, 1, 2, 126, 127, 137, 143)
+def test_given_the_exit_codes_then_they_are_no_code_the_worker_uses_otherwise():
+    from training.driver_check import MISMATCH_EXIT_CODE
+
+    for code in (EXIT_CODE, NOT_MEASURED_EXIT_CODE):
+        assert code not in (0, 1, 2, 126, 127, 137, 143, MISMATCH_EXIT_CODE)
+    assert EXIT_CODE != NOT_MEASURED_EXIT_CODE
+
+
+def test_given_the_job_then_a_failed_fabric_aborts_it_and_an_unmeasured_check_restarts_it():
+    """Volcano takes the first policy matching a failed pod, its event or exit code in order
+    (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go applyPolicies)."""
+    from trainium_job.pod import ABORT_POLICY, RESTART_POLICIES
+
+    def action(code: int) -> str:
+        for policy in (ABORT_POLICY, *RESTART_POLICIES):
+            if policy.get("event") == "PodFailed" or policy.get("exitCode") == code:
+                return str(policy["action"])
+        raise AssertionError(code)
+
+    assert action(EXIT_CODE) == "AbortJob"
+    assert action(NOT_MEASURED_EXIT_CODE) == "RestartJob"
