@@ -391,7 +391,9 @@ class Rehearsal:
             seen.codes[pod.hostname] = ended if ended is not None else self.cluster.stop(pod, grace)
             seen.logs[pod.hostname] = pod.output()
             code_of_pod = seen.codes[pod.hostname]
-            seen.actions[pod.hostname] = self.workload.action_for_failure(code_of_pod) if code_of_pod else None
+            seen.actions[pod.hostname] = (
+                self.workload.action_for_failure(code_of_pod) if code_of_pod else None
+            )
         seen.seconds = time.time() - seen.started
         return seen
 
