@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from trainium_job.allocatable import Resources
 from trainium_job.instances import InstanceFacts
@@ -36,9 +36,6 @@ from .monitoring.exporters import efa_exporter_daemonset
 from .monitoring.neuron_monitor import neuron_monitor_daemonset
 from .monitoring.stack_values import stack_values
 from .versions import ADDON_PINS, AddonPin
-
-if TYPE_CHECKING:
-    from .config.schema import PlatformSettings
 
 
 @dataclass(frozen=True)
@@ -572,7 +569,32 @@ def trainium_node_daemons(
     return tuple(daemons)
 
 
-def configured_node_daemons(c: PlatformSettings) -> tuple[NodeDaemon, ...]:
+class DaemonSettings(Protocol):
+    """The settings that decide which DaemonSets run on a Trainium node (what
+    :class:`~trainium_eks.config.PlatformSettings` has; a Protocol so this module does not
+    import the configuration, which imports it)."""
+
+    @property
+    def facts(self) -> InstanceFacts: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def neuron_node_problem_detector(self) -> bool: ...
+    @property
+    def container_insights(self) -> bool: ...
+    @property
+    def etcd_enabled(self) -> bool: ...
+    @property
+    def monitoring_enabled(self) -> bool: ...
+    @property
+    def monitoring_neuron_monitor(self) -> bool: ...
+    @property
+    def monitoring_exporters(self) -> bool: ...
+    @property
+    def training_enabled(self) -> bool: ...
+
+
+def configured_node_daemons(c: DaemonSettings) -> tuple[NodeDaemon, ...]:
     """:func:`trainium_node_daemons` for the platform settings ``c``."""
     return trainium_node_daemons(
         facts=c.facts,

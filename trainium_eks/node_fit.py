@@ -11,7 +11,7 @@ while the gang holds the nodes) must fit next to it, or the job waits forever.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from trainium_job.allocatable import (
     NODE_MARGIN,
@@ -26,10 +26,7 @@ from trainium_job.instances import InstanceFacts
 
 from .dataset_preparation import pod_resources, pods_per_node
 from .dataset_staging import STAGING_RESOURCES
-from .node_daemons import NodeDaemon, configured_node_daemons, total
-
-if TYPE_CHECKING:
-    from .config.schema import PlatformSettings
+from .node_daemons import DaemonSettings, NodeDaemon, configured_node_daemons, total
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,23 @@ class NodeFit:
         return lines
 
 
-def dataset_pods(c: PlatformSettings) -> tuple[tuple[str, Resources], ...]:
+class FitSettings(DaemonSettings, Protocol):
+    """The settings that decide how a Trainium node is shared (what
+    :class:`~trainium_eks.config.PlatformSettings` has)."""
+
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def desired_nodes(self) -> int: ...
+    @property
+    def preparation_enabled(self) -> bool: ...
+    @property
+    def preparation_pods(self) -> int: ...
+    @property
+    def preparation_cpus_per_pod(self) -> int: ...
+
+
+def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
     """The dataset pods that may share a node with the training pod, with their requests."""
     if not c.training_enabled:
         return ()
@@ -96,14 +109,14 @@ def dataset_pods(c: PlatformSettings) -> tuple[tuple[str, Resources], ...]:
     return (("staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
 
 
-def node_fit(c: PlatformSettings) -> NodeFit:
+def node_fit(c: FitSettings) -> NodeFit:
     """The sharing of one Trainium node under configuration ``c``."""
     facts = c.facts
     daemons = configured_node_daemons(c)
     return NodeFit(facts=facts, node=node_allocatable(facts), daemons=daemons, dataset=dataset_pods(c))
 
 
-def check_node_fit(c: PlatformSettings) -> None:
+def check_node_fit(c: FitSettings) -> None:
     """ConfigError (naming ``instance_type``) when the training pod would get too little of a
     node beside the DaemonSets and the staging pod; the preparation pods' own check
     (:func:`~trainium_eks.dataset_preparation.check_pods`) names the preparation keys."""

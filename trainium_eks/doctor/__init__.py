@@ -12,8 +12,8 @@ Run it as ``make doctor ARGS="-c desired_nodes=4"`` or ``python -m trainium_eks.
 """
 
 from .aws import IAM_ACTIONS, BotoClients, Clients
-from .bootstrap import BootstrapRequirement, bootstrap_requirement
 from .findings import Finding, Status, Verdict
+from .requirement import BootstrapRequirement, bootstrap_requirement
 from .runner import CHECKS, Check, main, run_checks
 
 __all__ = [

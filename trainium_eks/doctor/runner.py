@@ -17,9 +17,10 @@ from trainium_job.errors import ConfigError
 from ..config import PlatformConfig
 from . import account, capacity, sources
 from .aws import BotoClients, Clients, finding_from_error
-from .bootstrap import BootstrapRequirement, bootstrap_requirement, bootstrap_stack
+from .bootstrap import bootstrap_stack
 from .findings import Finding, Status, Verdict, blockers, summary
 from .registry import Http, urllib_http
+from .requirement import BootstrapRequirement, bootstrap_requirement
 from .settings import load_config, parse_overrides, read_context
 from .target import Target
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from ..config import PlatformConfig
 from .aws import Clients
-from .bootstrap import BootstrapRequirement
 from .registry import Http
+from .requirement import BootstrapRequirement
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from botocore.config import Config
 from botocore.stub import Stubber
 
 from trainium_eks.config import PlatformConfig, config_from_context
-from trainium_eks.doctor.bootstrap import BootstrapRequirement
 from trainium_eks.doctor.registry import HttpAnswer
+from trainium_eks.doctor.requirement import BootstrapRequirement
 from trainium_eks.doctor.target import Target
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 

@@ -6,8 +6,9 @@ import json
 
 from tests.support import Synth
 from tests.trainium_eks.doctor.stubs import REQUIREMENT, aws_with, bootstrap_call, target
-from trainium_eks.doctor.bootstrap import bootstrap_requirement, bootstrap_stack
+from trainium_eks.doctor.bootstrap import bootstrap_stack
 from trainium_eks.doctor.findings import Status
+from trainium_eks.doctor.requirement import bootstrap_requirement
 
 
 def test_given_the_app_when_its_requirement_is_probed_then_it_is_what_its_cloud_assembly_asks(
