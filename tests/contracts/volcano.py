@@ -7,6 +7,10 @@ Version: v1.15.0 (chart 1.15.0; its source is installer/helm/chart/volcano of th
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from .model import Contract, Entry
 
 VERSION = "v1.15.0"
@@ -165,3 +169,28 @@ PLUGIN_ENV = Contract(
 #: ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM`` (task name upper-cased, '-' as '_'): set by svc.
 PLUGIN_ENV_FORMATS = (("VC_", "_HOSTS"), ("VC_", "_NUM"))
 PLUGIN_ENV_FORMATS_SOURCE = f"{_REPO}:pkg/controllers/job/plugins/svc/const.go:23,25"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One Job lifecycle policy (``spec.policies[]``): an event or an exit code, and the action."""
+
+    action: str
+    event: str | None = None
+    exit_code: int | None = None
+
+
+def policies(raw: Iterable[Mapping[str, Any]]) -> tuple[Policy, ...]:
+    """The policies of a Job's ``spec.policies``, in order."""
+    return tuple(Policy(p["action"], p.get("event"), p.get("exitCode")) for p in raw)
+
+
+def action_for_failure(job_policies: Iterable[Policy], exit_code: int) -> str | None:
+    """What the job controller does when a pod fails with ``exit_code``: the first policy whose
+    event is ``PodFailed`` or whose exit code is that one, in the Job's order; None without one
+    (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go ``applyPolicies``
+    L257-281, read at v1.15.1, the newest tag of the v1.15 line in the snapshot)."""
+    for policy in job_policies:
+        if policy.event == "PodFailed" or policy.exit_code == exit_code:
+            return policy.action
+    return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.contracts.volcano import Policy, action_for_failure, policies
 from tests.support import REPO, k8s_manifests
 
 #: Kubernetes' default terminationGracePeriodSeconds.
@@ -55,15 +56,6 @@ class PodSpec:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """One Volcano Job lifecycle policy: an event or an exit code, and the action."""
-
-    action: str
-    event: str | None = None
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True)
 class Workload:
     """The pods of the training stack."""
 
@@ -77,14 +69,8 @@ class Workload:
     tensorboard: PodSpec
 
     def action_for_failure(self, exit_code: int) -> str | None:
-        """What Volcano does when a pod of the job fails with ``exit_code``: the first policy
-        whose event is ``PodFailed`` or whose exit code is that one, in the Job's order
-        (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go
-        ``applyPolicies``); None without one."""
-        for policy in self.policies:
-            if policy.event == "PodFailed" or policy.exit_code == exit_code:
-                return policy.action
-        return None
+        """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
+        return action_for_failure(self.policies, exit_code)
 
 
 def pod_spec(template: Mapping[str, Any]) -> PodSpec:
@@ -149,10 +135,7 @@ def workload(template: Mapping[str, Any]) -> Workload:
         job_name=volcano["metadata"]["name"],
         task=task["name"],
         replicas=task["replicas"],
-        policies=tuple(
-            Policy(p["action"], p.get("event"), p.get("exitCode"))
-            for p in volcano["spec"].get("policies", [])
-        ),
+        policies=policies(volcano["spec"].get("policies", [])),
         worker=pod_spec(task["template"]),
         staging=pod_spec(one("Job", "batch/", "dataset-staging")["spec"]["template"]),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),

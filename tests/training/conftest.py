@@ -27,6 +27,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout_s: float) -> None:
+    """Poll ``url`` until it answers 200; RuntimeError with the log's tail when the server process
+    ends first or ``timeout_s`` passes (also used outside pytest: ``make panels``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{log.stem} did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, **CHILD_ENV, **extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -117,17 +133,7 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{endpoint}/v2/keys/", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"etcd did not start: {(data_dir / 'etcd.log').read_text()[-2000:]}")
-            time.sleep(0.2)
+        wait_for_http(f"http://{endpoint}/v2/keys/", proc, data_dir / "etcd.log", timeout_s=30)
         yield endpoint
     finally:
         proc.terminate()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.contracts.volcano import action_for_failure, policies
+from tests.trainium_job.rendered import worker_container
 from trainium_job.errors import ConfigError
 from trainium_job.fabric_check import (
     EXIT_CODE,
@@ -13,30 +15,14 @@ from trainium_job.fabric_check import (
     check_lines,
     measure_args,
 )
-from trainium_job.instances import instance_facts
-from trainium_job.job import render_job
 from trainium_job.launch import LaunchSpec, torchrun_args
-from trainium_job.plan import plan_training
 from trainium_job.spec import BertJobSpec
 
 SPEC = LaunchSpec(nnodes=2, nproc_per_node=32, rdzv_endpoint="job-worker-0.job:29400", rdzv_id="job")
 
 
 def _script(spec: BertJobSpec | None = None, instance_type: str = "trn1.32xlarge", nodes: int = 2) -> str:
-    spec = spec or BertJobSpec()
-    facts = instance_facts(instance_type)
-    rendered = render_job(
-        spec,
-        plan=plan_training(spec, facts=facts, nodes=nodes, max_nodes=nodes),
-        facts=facts,
-        image="img",
-        image_key="img",
-        name_prefix="trn-bert",
-        namespace="training",
-        queue="training",
-        claim_name="fsx-claim",
-    )
-    return rendered.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][2]
+    return str(worker_container(spec, instance_type=instance_type, nodes=nodes)["command"][2])
 
 
 def test_given_the_job_launch_then_the_measurement_runs_through_the_same_torchrun():
@@ -108,15 +94,8 @@ def test_given_the_exit_codes_then_they_are_no_code_the_worker_uses_otherwise():
 
 
 def test_given_the_job_then_a_failed_fabric_aborts_it_and_an_unmeasured_check_restarts_it():
-    """Volcano takes the first policy matching a failed pod, its event or exit code in order
-    (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go applyPolicies)."""
     from trainium_job.pod import ABORT_POLICY, RESTART_POLICIES
 
-    def action(code: int) -> str:
-        for policy in (ABORT_POLICY, *RESTART_POLICIES):
-            if policy.get("event") == "PodFailed" or policy.get("exitCode") == code:
-                return str(policy["action"])
-        raise AssertionError(code)
-
-    assert action(EXIT_CODE) == "AbortJob"
-    assert action(NOT_MEASURED_EXIT_CODE) == "RestartJob"
+    job = policies([ABORT_POLICY, *RESTART_POLICIES])
+    assert action_for_failure(job, EXIT_CODE) == "AbortJob"
+    assert action_for_failure(job, NOT_MEASURED_EXIT_CODE) == "RestartJob"

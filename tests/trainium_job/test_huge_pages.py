@@ -10,13 +10,10 @@ stays Pending: the decision is documented in trainium_job/huge_pages.py.
 
 from __future__ import annotations
 
+from tests.trainium_job.rendered import worker_container
 from trainium_job.environment import neuron_env
 from trainium_job.huge_pages import HUGE_PAGE_ENV
-from trainium_job.instances import instance_facts
-from trainium_job.job import render_job
 from trainium_job.paths import job_paths
-from trainium_job.plan import plan_training
-from trainium_job.spec import BertJobSpec
 
 #: libfabric's false spellings of an FI_PARAM_BOOL (src/fabric.c fi_param_get_bool).
 LIBFABRIC_FALSE = ("0", "false", "no", "off")
@@ -29,21 +26,8 @@ def test_given_the_training_env_then_libfabric_is_told_not_to_use_huge_pages():
 
 
 def test_given_every_instance_type_then_the_training_pod_requests_no_huge_pages():
-    spec = BertJobSpec()
     for name in ("trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge"):
-        facts = instance_facts(name)
-        job = render_job(
-            spec,
-            plan=plan_training(spec, facts=facts, nodes=2, max_nodes=2),
-            facts=facts,
-            image="img",
-            image_key="img",
-            name_prefix="trn-bert",
-            namespace="training",
-            queue="training",
-            claim_name="fsx-claim",
-        )
-        (container,) = job.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
+        container = worker_container(instance_type=name)
         resources = container["resources"]
         assert not [k for part in resources.values() for k in part if k.startswith("hugepages-")]
         env = {e["name"]: e.get("value") for e in container["env"]}

@@ -18,6 +18,9 @@ from trainium_job.spec import BertJobSpec
 from ..addons.monitoring import MonitoringOptions
 from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 
+#: The monitoring add-on's own defaults, which the ``monitoring_*`` keys take.
+_MONITORING = MonitoringOptions()
+
 
 @dataclass(frozen=True)
 class PlatformSettings:
@@ -119,26 +122,26 @@ class PlatformSettings:
     #: endpoint: ``kubectl port-forward``. Prometheus's volume brings the EBS CSI driver.
     monitoring_enabled: bool = True
     #: Grafana with the training dashboard (admin password generated into a Secret).
-    monitoring_grafana: bool = True
+    monitoring_grafana: bool = _MONITORING.grafana
     #: Alertmanager. Off: no receiver is configured, so it would deliver nothing; Prometheus
     #: evaluates the alerts either way (its Alerts page, Grafana).
-    monitoring_alertmanager: bool = False
+    monitoring_alertmanager: bool = _MONITORING.alertmanager
     #: neuron-monitor on the Trainium nodes (NeuronCore utilization, device memory, errors).
-    monitoring_neuron_monitor: bool = True
+    monitoring_neuron_monitor: bool = _MONITORING.neuron_monitor
     #: The training workload's EFA and FSx exporters (its tools image).
     monitoring_exporters: bool = True
     #: Prometheus's gp3 volume in GiB (10-16384); retention by size keeps at most 80% of it.
-    monitoring_volume_gib: int = 50
+    monitoring_volume_gib: int = _MONITORING.volume_gib
     #: Days of metrics Prometheus keeps (less once 80% of the volume is used).
-    monitoring_retention_days: int = 30
+    monitoring_retention_days: int = _MONITORING.retention_days
     #: Also remote-write every sample to an Amazon Managed Service for Prometheus workspace
     #: (created; Prometheus writes with an EKS Pod Identity role).
-    monitoring_amp_remote_write: bool = False
+    monitoring_amp_remote_write: bool = _MONITORING.amp_remote_write
     #: Minutes without an optimizer step before the TrainingStalled alert fires.
-    monitoring_stall_minutes: int = 15
+    monitoring_stall_minutes: int = _MONITORING.stall_minutes
     #: Percent of FSx free below which the CloudWatch alarm (AWS/FSx FreeDataStorageCapacity) and
     #: the FsxFreeCapacityLow alert fire (1-99).
-    monitoring_fsx_free_percent: int = 10
+    monitoring_fsx_free_percent: int = _MONITORING.fsx_free_percent
     #: Deploy the BERT pretraining job (image, dataset staging, Volcano Job, TensorBoard).
     training_enabled: bool = True
     #: The job: model, batch, schedule, launcher, names (context keys ``training_<field>``,

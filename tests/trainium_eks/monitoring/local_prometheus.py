@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args
+from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args, wait_for_http
 from tests.trainium_eks.monitoring.promtool import tool
 from training.synthetic import SyntheticShards
 
@@ -71,19 +71,7 @@ def local_prometheus(tmp: Path, target: str, job: str = "bert-training") -> Iter
     )
     server = LocalPrometheus(f"http://{address}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"prometheus did not start: {(tmp / 'prometheus.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.2)
+        wait_for_http(f"{server.url}/-/ready", proc, tmp / "prometheus.log", timeout_s=60)
         yield server
     finally:
         proc.terminate()

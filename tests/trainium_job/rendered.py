@@ -1,0 +1,32 @@
+"""The worker container of a Volcano Job rendered by :func:`trainium_job.job.render_job`, for the
+tests that read one value of it (its script, its environment, its resources)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainium_job.instances import instance_facts
+from trainium_job.job import render_job
+from trainium_job.plan import plan_training
+from trainium_job.spec import BertJobSpec
+
+
+def worker_container(
+    spec: BertJobSpec | None = None, *, instance_type: str = "trn1.32xlarge", nodes: int = 2
+) -> dict[str, Any]:
+    """The one container of the Job's worker task, rendered with placeholder names."""
+    spec = spec or BertJobSpec()
+    facts = instance_facts(instance_type)
+    rendered = render_job(
+        spec,
+        plan=plan_training(spec, facts=facts, nodes=nodes, max_nodes=nodes),
+        facts=facts,
+        image="img",
+        image_key="img",
+        name_prefix="trn-bert",
+        namespace="training",
+        queue="training",
+        claim_name="fsx-claim",
+    )
+    (container,) = rendered.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    return dict(container)
