@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+, network to PyPI/npm/Debian):
-#   make synth   - pinned environment, then synthesize the default platform into cdk.out/
+#   make synth   - pinned runtime environment only, then synthesize the default platform into cdk.out/
 #   make test    - the same environment plus test dependencies, then the whole test suite
 #   make test-xla - a second environment (.venv-xla: torch + torch-xla), then tests/xla on PJRT CPU
+#   make test-package - the wheel in an empty venv with only its declared dependencies
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 .DEFAULT_GOAL := synth
@@ -100,7 +101,7 @@ test: lint $(VENV)/.dev node_modules/.installed etcd prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The XLA path (what Trainium runs) on torch-xla's CPU runtime, in its own environment: torch-xla
-# needs its own torch build (training/neuron_stack.py), ~7 GB with the CUDA libraries it imports.
+# needs its own torch build (trainium_job/neuron_stack.py), ~7 GB with the CUDA libraries it imports.
 # pyproject's addopts leave tests/xla out of `make test`; named here, it is collected.
 # --confcutdir: tests/conftest.py needs aws-cdk-lib, which this environment does not have.
 VENV_XLA := .venv-xla
@@ -165,6 +166,25 @@ bench-xla: $(VENV_XLA)/.installed
 	XLA_FLAGS=--xla_backend_optimization_level=0 PJRT_DEVICE=CPU $(PY_XLA) -m bench.bench_xla \
 	  --models base tiny --rounds 1
 
+# The construct library as another CDK app installs it: `make wheel` builds dist/trainium_eks-<v>.whl;
+# `make test-package` installs that wheel into an empty venv with only its declared dependencies
+# (from the package index, pinned by constraints.txt), synthesizes tests/package/external_app.py
+# there with the project's Node 24, and runs the doctor without credentials (tests/package/verify.py).
+DIST := dist
+VENV_PKG := .venv-package
+.PHONY: wheel
+wheel: $(VENV)/.runtime
+	rm -rf $(DIST) build
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(DIST) . $(QUIET_PIP)
+
+.PHONY: test-package
+test-package: wheel node_modules/.installed
+	rm -rf $(VENV_PKG)
+	$(PYTHON) -m venv $(VENV_PKG)
+	$(VENV_PKG)/bin/python -m pip install --quiet --disable-pip-version-check $(DIST)/trainium_eks-*.whl \
+	  -c constraints.txt $(QUIET_PIP)
+	cd $(VENV_PKG) && PATH="$(abspath $(VENV))/node/bin:/usr/bin:/bin" bin/python $(abspath tests/package/verify.py)
+
 .PHONY: clean
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache $(DIST) build

@@ -8,7 +8,7 @@ The state is BERT-large's (bert-large-uncased config, ``BertForPreTraining``: th
 from the model built on the meta device, the values are random): fp32 weights plus AdamW's two
 fp32 moments, the largest checkpoint the script writes (fp32 training, or bf16 with
 ``--fp32_master_weights``; plain bf16 is half of it). It is saved the way ``state.pt`` is:
-``training.checkpoint.write_file_durably`` (temp file, fsync, rename), which hashes the bytes on
+``training.trainer.checkpoint.write_file_durably`` (temp file, fsync, rename), which hashes the bytes on
 their way to the file; ``none`` writes the same bytes without hashing. Also printed: each hash
 over the serialized bytes in memory, and ``verify`` (read back and hash, as loading does).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from training import checkpoint as ckpt
+from training.trainer import checkpoint as ckpt
 
 HASHES = {
     "sha256": lambda b: hashlib.sha256(b).hexdigest(),
@@ -44,7 +44,7 @@ HASHES = {
 
 def bert_large_state() -> dict:
     """Weights + AdamW moments, fp32, BERT-large shapes (tied embeddings counted once)."""
-    from training.model import build_model
+    from training.trainer.model import build_model
 
     with torch.device("meta"):
         module = build_model("large")

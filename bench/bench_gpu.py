@@ -3,10 +3,10 @@
     python -m bench.bench_gpu                   # on a machine with a CUDA GPU
     python -m bench.bench_gpu --dry-run         # anywhere: tiny model on CPU, checks the script
 
-Times ``training.step.optimizer_step`` — the loop pretrain.py runs — with the CUDA backend
+Times ``training.trainer.step.optimizer_step`` — the loop pretrain.py runs — with the CUDA backend
 (bf16 autocast, fp32 weights, AdamW) on random shard-format batches already on the GPU, so
 the number is the model step alone. MFU uses 12*L*H*S*(6H+S) FLOPs per sequence and the
-GPU's dense BF16 peak (``training.metrics``). Published reference: NVIDIA's BERT on A100 80GB,
+GPU's dense BF16 peak (``training.trainer.metrics``). Published reference: NVIDIA's BERT on A100 80GB,
 mixed precision, phase 1: 580 seq/s per GPU.
 """
 
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 
 from bench.bench_step import random_shard
-from training.data import make_batch
-from training.device import make_backend, select_device
-from training.metrics import mfu, model_flops_per_seq
-from training.model import build_model
-from training.step import make_step_state, optimizer_step
+from training.trainer.data import make_batch
+from training.trainer.device import make_backend, select_device
+from training.trainer.metrics import mfu, model_flops_per_seq
+from training.trainer.model import build_model
+from training.trainer.step import make_step_state, optimizer_step
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -33,7 +33,7 @@ def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> d
     """Runs in the child process: time ``batches`` batches after the first one."""
     import torch
 
-    from training.data import ShardStream, list_shards, make_loader
+    from training.trainer.data import ShardStream, list_shards, make_loader
 
     torch.set_num_threads(1)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -67,7 +67,7 @@ def measure(data_dir: str, num_workers: int, batch_size: int, batches: int) -> d
 
 def synthetic_shards(root: Path, docs: int, shards: int) -> str:
     # Imported here: a --child measures its memory after imports, without the vocab trainer's.
-    from training.synthetic import make_shards
+    from training.dataprep.synthetic import make_shards
 
     flags = {"num_shards": shards, "dupe_factor": 5}
     return str(make_shards(root, n_docs=docs, flags=flags, corpus_seed=1, vocab_size=2000).dir)
@@ -90,7 +90,7 @@ def main() -> None:
         data_dir = args.data_dir or synthetic_shards(Path(tmp), args.docs, args.shards)
         import h5py
 
-        from training.data import list_shards
+        from training.trainer.data import list_shards
 
         files = list_shards(data_dir)
         sizes = []

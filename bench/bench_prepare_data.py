@@ -1,4 +1,4 @@
-"""Benchmark of training.prepare_data (and training.vocab) on a real public-domain corpus.
+"""Benchmark of training.dataprep.prepare_data (and training.dataprep.vocab) on a real public-domain corpus.
 
     python -m bench.bench_prepare_data [--workers 1 2] [--dupe_factor 5]
     python -m bench.bench_prepare_data --reference PATH/create_pretraining_data.py [--seeds 1 2 3]
@@ -37,14 +37,14 @@ a lower-case letter, quote or bracket, when whitespace and a capital letter (or 
 come next; "Ver. 2." stays whole, abbreviations such as "Mr. Smith" are split. The converted
 corpus is cached under ``--cache_dir``.
 
-What is measured, each configuration in a fresh ``python -m training.prepare_data`` process
+What is measured, each configuration in a fresh ``python -m training.dataprep.prepare_data`` process
 (so start-up, imports and the spawn of workers are included):
 * wall time (best of --repeat runs, all listed: the machine may be shared), samples (sequences)
   per second, input MB per second (MB = 10^6 bytes), and CPU time (user + system, from
   getrusage(RUSAGE_CHILDREN), workers included), which other load disturbs less;
 * peak memory: the largest sum of resident set sizes (VmRSS) over the process tree, sampled
   from /proc every 0.1 s, and the largest single-process high-water mark (VmHWM) seen;
-* the vocabulary build (``training.vocab``) on the same corpus;
+* the vocabulary build (``training.dataprep.vocab``) on the same corpus;
 * tokenization alone: the ``tokenizers`` batch encoder used here, against transformers'
   pure-Python ``BertTokenizerLegacy`` (the same algorithm as the reference tool's tokenizer);
 * how many cores were actually free, before and after (the machine may be shared): CPU-bound
@@ -67,8 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from training.bert_samples import PrepConfig
-from training.synthetic import prepare_data_command
+from training.dataprep.bert_samples import PrepConfig
+from training.dataprep.synthetic import prepare_data_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ VERSE = re.compile(r"^\s*((?:(?:I{1,3}|[1-3]) )?[A-Z][a-z]+(?: (?:of )?[A-Z][a-z
 SENTENCE_END = re.compile(r"([a-z)\]\"'”’][.!?][\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z])")
 
 
-#: Seed of every timed run: training.prepare_data's own default (--seed).
+#: Seed of every timed run: training.dataprep.prepare_data's own default (--seed).
 DEFAULT_SEED = PrepConfig().seed
 
 
@@ -279,7 +279,7 @@ def samples_written(stdout: str) -> int:
 def tokenizer_comparison(corpus: Path, vocab: Path, sample_bytes: int) -> list[str]:
     from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
-    from training.vocab import bert_tokenizer, read_vocab
+    from training.dataprep.vocab import bert_tokenizer, read_vocab
 
     text = corpus.read_bytes()[:sample_bytes].decode("utf-8", errors="ignore")
     lines = [line for line in text.splitlines() if line.strip()]
@@ -396,7 +396,7 @@ def ours_command(corpus: Path, vocab: Path, out: Path, dupe: int, seed: int, wor
 def compare_tokenizers(corpus: Path, vocab: Path) -> None:
     """The data tool's WordPiece (flash-tokenizer for most lines) against ``tokenizers``' on
     every line of the corpus."""
-    from training.vocab import WordPieceEncoder
+    from training.dataprep.vocab import WordPieceEncoder
 
     encoder = WordPieceEncoder(vocab)
     lines = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -524,7 +524,7 @@ def vocab_command(corpus: Path, vocab: Path, vocab_size: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "training.vocab",
+        "training.dataprep.vocab",
         "--input",
         str(corpus),
         "--output",

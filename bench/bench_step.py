@@ -3,10 +3,10 @@
     .venv/bin/python -m bench.bench_step                      # tiny and base
     .venv/bin/python -m bench.bench_step --models base --rounds 3
 
-Three loops over identical batches (built with ``training.data.make_batch`` from random
+Three loops over identical batches (built with ``training.trainer.data.make_batch`` from random
 shard-format arrays), interleaved round by round so machine noise hits all alike:
 
-* ``ours``: ``training.step.optimizer_step`` (the code pretrain.py runs), sparse MLM head;
+* ``ours``: ``training.trainer.step.optimizer_step`` (the code pretrain.py runs), sparse MLM head;
 * ``ours-dense``: the same loop with Hugging Face's dense MLM head (loop overhead alone);
 * ``plain-hf``: ``BertForPreTraining(**inputs, labels=...)``, backward, clip, AdamW step.
 
@@ -25,11 +25,11 @@ import time
 import numpy as np
 import torch
 
-from training.data import Shard, make_batch
-from training.device import make_backend
-from training.model import build_model
-from training.shard_format import SHARD_FIELDS
-from training.step import make_step_state, optimizer_step
+from training.dataprep.shard_format import SHARD_FIELDS
+from training.trainer.data import Shard, make_batch
+from training.trainer.device import make_backend
+from training.trainer.model import build_model
+from training.trainer.step import make_step_state, optimizer_step
 
 SEQ, PRED = 128, 20
 

@@ -4,8 +4,8 @@
     PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.bench_xla --models tiny --rounds 3
 
 For each model, ``rounds`` times in turn (XLA, then eager CPU, so machine noise hits both
-alike), ``training.pretrain`` runs in a fresh process under ``python -m bench.xla_graph_probe`` on
-shards made by ``training.prepare_data`` from a synthetic corpus (``training.synthetic``).
+alike), ``training.trainer.pretrain`` runs in a fresh process under ``python -m bench.xla_graph_probe`` on
+shards made by ``training.dataprep.prepare_data`` from a synthetic corpus (``training.dataprep.synthetic``).
 It prints, per model:
 
 * graphs compiled in the run and XLA:CPU compile seconds per graph (Neuron's neuronx-cc is
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.synthetic import SMALL_SET_FLAGS, make_shards
+from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,9 +1,9 @@
-"""Run ``training.pretrain`` on XLA and record torch-xla's counters around every optimizer step.
+"""Run ``training.trainer.pretrain`` on XLA and record torch-xla's counters around every optimizer step.
 
     PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.xla_graph_probe OUT.json -- <pretrain flags>
 
 Writes ``OUT.json``: the run's summary (``train``'s return value) and, per optimizer step,
-the counters just before and just after ``training.step.optimizer_step``:
+the counters just before and just after ``training.trainer.step.optimizer_step``:
 
 * ``compiles``: CompileTime samples (one per graph compiled: a new graph, or a cache miss);
 * ``compile_s``: CompileTime seconds so far;
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch_xla.debug.metrics as met
 
-import training.pretrain as pretrain
-from training.cli import parse_args
+import training.trainer.pretrain as pretrain
+from training.trainer.cli import parse_args
 
 
 def counters() -> dict[str, float]:

@@ -1,6 +1,6 @@
 # The tools image: TensorBoard for the runs on FSx, and the EFA and FSx exporters of the platform's
-# Prometheus (training/efa_exporter.py, training/fsx_exporter.py). Small and non-root: it runs on
-# the system nodes (which cannot hold the multi-GB Neuron training image) and, as the EFA
+# Prometheus (training/node/efa_exporter.py, training/node/fsx_exporter.py). Small and non-root: it
+# runs on the system nodes (which cannot hold the multi-GB Neuron training image) and, as the EFA
 # exporter, on every Trainium node within seconds of it joining. Same pins as
 # training/requirements.txt.
 FROM public.ecr.aws/docker/library/python:3.12-slim-bookworm
@@ -14,7 +14,9 @@ RUN grep -E '^(tensorboard|prometheus-client)==' /tmp/requirements.txt > /tmp/to
 WORKDIR /opt/trainium-bert
 # The exporters read their ports from the job contract (standard library only).
 COPY trainium_job/ trainium_job/
-COPY training/__init__.py training/efa_counters.py training/efa_exporter.py training/exporter.py training/fsx_exporter.py training/
+COPY training/__init__.py training/
+COPY training/node/__init__.py training/node/efa_counters.py training/node/efa_exporter.py training/node/exporter.py \
+     training/node/fsx_exporter.py training/node/
 ENV PYTHONPATH=/opt/trainium-bert \
     PYTHONUNBUFFERED=1
 

@@ -3,6 +3,7 @@
 The public API is what this module re-exports; submodules are implementation detail.
 """
 
+from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
 
 from .addons.monitoring import MonitoringOptions, PlatformMonitoring
@@ -14,7 +15,6 @@ from .dataset_preparation import DatasetPreparation
 from .dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
 from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
-from .instance_types import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .nag import (

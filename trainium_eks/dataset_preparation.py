@@ -1,10 +1,10 @@
 """Dataset preparation on the cluster: your own text corpus on FSx -> a shard set, as an Indexed Job.
 
-The Job runs ``python -m training.prepare_indexed`` (the training image has it) on ``pods`` pods
+The Job runs ``python -m training.dataprep.prepare_indexed`` (the training image has it) on ``pods`` pods
 at once, spread over the Trainium nodes; each tokenizes and masks its share of the corpus with
 ``cpus_per_pod`` processes, and pod 0 shuffles, writes and publishes the shard set into the
 training job's dataset directory, then writes the marker the training pods wait for. The set is
-the one ``python -m training.prepare_data`` makes on one machine with the same seed and settings,
+the one ``python -m training.dataprep.prepare_data`` makes on one machine with the same seed and settings,
 bit for bit, whatever the pod count (tested with local processes).
 
 The corpus and the vocabulary are paths on FSx (``fsx:/dataset/...`` with ``fsx_s3_import_uri``
@@ -25,11 +25,12 @@ from typing import Any, NoReturn
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.prep_settings import build_parser, prep_config, run_settings
-from training.prep_settings import check_settings as check_tool_settings
-from training.text_input import UsageError
+from training.dataprep.prep_settings import build_parser, prep_config, run_settings
+from training.dataprep.prep_settings import check_settings as check_tool_settings
+from training.dataprep.text_input import UsageError
 from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources, share_problem
+from trainium_job.entry_points import PREPARE_INDEXED
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import spec_digest
@@ -39,7 +40,7 @@ from trainium_job.security import pod_security_context
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
 from .node_daemons import configured_node_daemons, total
 
-#: ``python -m training.prepare_data`` settings a deployment may give (``preparation_args``):
+#: ``python -m training.dataprep.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
 #: progress) the construct sets itself. tests/trainium_eks check these against the tool's parser.
 SETTING_FLAGS: dict[str, bool] = {
@@ -89,7 +90,7 @@ def _raise(message: str) -> NoReturn:
 
 def parse_settings(args: Mapping[str, Any]) -> tuple[list[str], argparse.Namespace]:
     """``prepare_data`` flags from ``{"dupe_factor": "5", "whole_word_mask": "true"}``, and what the
-    tool's own parser (``training.prepare_data.build_parser``) and settings checks make of them,
+    tool's own parser (``training.dataprep.prepare_data.build_parser``) and settings checks make of them,
     so a value the Indexed Job would refuse (``{"dupe_factor": "many"}``) stops synth."""
     flags: list[str] = []
     for key, value in sorted(args.items()):
@@ -97,7 +98,7 @@ def parse_settings(args: Mapping[str, Any]) -> tuple[list[str], argparse.Namespa
             raise ConfigError(
                 "args",
                 {key: value},
-                f"not a setting of training.prepare_data; use {', '.join(SETTING_FLAGS)}",
+                f"not a setting of training.dataprep.prepare_data; use {', '.join(SETTING_FLAGS)}",
             )
         text = str(value).strip()
         if not SETTING_FLAGS[key]:
@@ -127,7 +128,7 @@ def parse_settings(args: Mapping[str, Any]) -> tuple[list[str], argparse.Namespa
         raise ConfigError(
             "args",
             {named: args[named]} if named else dict(args),
-            f"training.prepare_data refuses it: {message}",
+            f"training.dataprep.prepare_data refuses it: {message}",
         ) from None
     return flags, parsed
 
@@ -195,7 +196,7 @@ def preparation_command(
     return [
         "python",
         "-m",
-        "training.prepare_indexed",
+        PREPARE_INDEXED,
         "--completions",
         str(pods),
         "--work_dir",

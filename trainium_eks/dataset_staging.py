@@ -7,7 +7,7 @@ Sources:
 - ``fsx:/<path>``: already on the file system (e.g. the FSx S3 data repository association's
   ``/dataset``); the job only checks the shards are there and writes the marker.
 
-The shards are gathered in a temporary directory, given a manifest (``training.shard_format``:
+The shards are gathered in a temporary directory, given a manifest (``training.dataprep.shard_format``:
 counts, shapes, SHA-256; the trainer takes a directory only with one), and renamed into the
 dataset directory as a whole. Idempotent: a marker file (``<data_dir>/.staged``) is written last;
 a job that finds it exits at once, so a re-deploy or a second job on the same dataset downloads
@@ -27,9 +27,8 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.shard_format import SHARD_PATTERN
 from trainium_job.errors import ConfigError
-from trainium_job.paths import DATA_MOUNT, JobPaths
+from trainium_job.paths import DATA_MOUNT, SHARD_PATTERN, JobPaths
 from trainium_job.security import pod_security_context
 
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
@@ -93,7 +92,7 @@ def staging_script(source: str, paths: JobPaths) -> str:
         f'count=$(find "$tmp/set" -maxdepth 1 -name {pattern} | wc -l)',
         f"if [ \"$count\" -eq 0 ]; then echo 'no {SHARD_PATTERN} shards found' >&2; exit 1; fi",
         # The public shards come without a manifest: make one (counts, shapes, SHA-256).
-        f'python -m training.shard_format write "$tmp/set" --source {src}',
+        f'python -m training.dataprep.shard_format write "$tmp/set" --source {src}',
         # An interrupted earlier attempt may have left a directory without the marker.
         f'if [ -e {dest} ]; then mv {dest} "$tmp/replaced"; fi',
         f'mv "$tmp/set" {dest}',

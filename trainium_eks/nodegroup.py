@@ -13,11 +13,11 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from training.neuron_stack import NEURON_STACK
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX
+from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 from .cluster import node_role
@@ -71,7 +71,8 @@ def check_release_version(
             release_version,
             f"its Neuron driver {release.neuron_driver} does not run the training image's Neuron runtime "
             f"{NEURON_STACK.runtime_lib} (needs a driver {NEURON_STACK.driver_range}, "
-            f"training/neuron_stack.py): use {default} or another release of NEURON_AMI_RELEASES with such a driver",
+            f"trainium_job/neuron_stack.py): use {default} or another release of NEURON_AMI_RELEASES "
+            "with such a driver",
         )
 
 

@@ -13,12 +13,12 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from trainium_job.errors import ConfigError
 from trainium_job.naming import repository_name
 
 from .cluster import TrainiumCluster
 from .cluster_addons import TrainiumAddons
 from .config import PlatformConfig
-from .errors import ConfigError
 from .escape_hatch import as_icluster
 from .fsx import TrainingFileSystem
 from .fsx_csi import FsxCsiVolume

@@ -16,7 +16,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda
 from constructs import Construct
 
-from training.neuron_stack import NEURON_STACK
+from trainium_job.neuron_stack import NEURON_STACK
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,7 @@ def neuron_ami_release(release_version: str) -> NeuronAmiRelease | None:
 
 def default_neuron_ami_release(kubernetes_version: str) -> str:
     """The newest known ``releaseVersion`` for ``kubernetes_version`` whose Neuron driver runs the
-    training image's runtime (``training.neuron_stack.NEURON_STACK``)."""
+    training image's runtime (``trainium_job.neuron_stack.NEURON_STACK``)."""
     for release in NEURON_AMI_RELEASES:
         if kubernetes_version in release.release_versions and NEURON_STACK.supports_driver(
             release.neuron_driver

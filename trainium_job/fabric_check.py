@@ -2,11 +2,11 @@
 
 Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for a stand-in):
 
-1. ``torchrun ... -m training.fabric_check measure``: the job's own launch (same nodes, workers,
+1. ``torchrun ... -m training.node.fabric_check measure``: the job's own launch (same nodes, workers,
    rendezvous endpoint and environment) times an all-reduce across every worker and reads the
    node's EFA byte counters before and after it; each node's ``LOCAL_RANK`` 0 writes one JSON
    result to :data:`RESULT_FILE` in its pod.
-2. ``python -m training.fabric_check verdict``: reads that result and prints one line naming the
+2. ``python -m training.node.fabric_check verdict``: reads that result and prints one line naming the
    node; it exits :data:`EXIT_CODE` when the bus bandwidth is below the floor, too few bytes
    crossed EFA, libfabric is told to use another provider, or no EFA device is visible. The
    Volcano Job maps that exit code to ``AbortJob`` (``trainium_job.pod``), so a bad fabric stops
@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Final
 
+from .entry_points import FABRIC_CHECK
 from .launch import LaunchSpec, render, torchrun_args
 from .pid1 import background
 
@@ -42,7 +43,7 @@ EXIT_CODE: Final = 69
 #: (found by the offline rehearsal). No Job policy names it, so PodFailed's RestartJob applies.
 NOT_MEASURED_EXIT_CODE: Final = 75
 #: Module of both steps (in the training image).
-MODULE: Final = "training.fabric_check"
+MODULE: Final = FABRIC_CHECK
 #: Where the measurement leaves its result, inside the pod (not on FSx: one per node).
 RESULT_FILE: Final = "/tmp/fabric-check.json"
 #: Bus bandwidth floor of the default job, in the GB/s nccom-test prints (gibibytes per second).
@@ -52,6 +53,28 @@ RESULT_FILE: Final = "/tmp/fabric-check.json"
 #: without tripping on the overhead of timing through torch-xla; raise it to what the first
 #: healthy run logs.
 DEFAULT_MIN_BUSBW_GBPS: Final = 10
+
+
+#: Bits of the instance's network line rate (Gbps, 10^9 bit/s) per GB/s of the check (2^30 byte/s).
+_GBPS_PER_GIBPS: Final = 8 * 2**30 / 1e9
+
+
+def busbw_ceiling_gbps(*, network_gbps: float, nodes: int, workers: int) -> float:
+    """The highest all-reduce bus bandwidth ``nodes`` instances with ``network_gbps`` each can show,
+    in the check's GB/s (2^30 bytes/s); ``workers`` ranks in all.
+
+    Bus bandwidth is the algorithm bandwidth (size / time) times 2(n-1)/n for n ranks (nccl-tests
+    doc/PERFORMANCE.md, "Bus bandwidth", the definition nccom-test's busbw column follows). Whatever
+    the algorithm (ring, or reduce inside each node first), every node must send at least
+    2 x size x (N-1)/N bytes over its network for N nodes, so size / time <= line rate x N/(2(N-1)),
+    and the bus bandwidth <= line rate x N(n-1)/(n(N-1)): about twice the line rate on 2 nodes
+    (where a hierarchical all-reduce does exceed the network: NVIDIA/nccl-tests issue 196), the
+    line rate on many. A floor above it fails on a healthy fabric.
+    """
+    if nodes < 2:
+        raise ValueError("the fabric check spans at least 2 nodes")
+    line = network_gbps / _GBPS_PER_GIBPS
+    return line * nodes * (workers - 1) / (workers * (nodes - 1))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ SERVICE_ACCOUNT = "bert-trainer"
 
 
 def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
-    """The ``training.pretrain`` arguments: the spec's extra flags plus the ones the job sets."""
+    """The ``training.trainer.pretrain`` arguments: the spec's extra flags plus the ones the job sets."""
     paths = spec.paths
     return script_args_from_dict(
         {

@@ -11,7 +11,7 @@ Example::
     torchrun_args(spec)
     # ['torchrun', '--nnodes', '2', '--nproc_per_node', '32', '--rdzv_backend', 'c10d',
     #  '--rdzv_endpoint', 'bert-worker-0:29400', '--rdzv_id', 'bert-pretrain',
-    #  '--max_restarts', '3', '-m', 'training.pretrain',
+    #  '--max_restarts', '3', '-m', 'training.trainer.pretrain',
     #  '--data_dir', '/data/shards', '--output_dir', '/data/run1']
     launch_env(spec)  # {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'}: put it in the container env
 """
@@ -22,6 +22,8 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+
+from .entry_points import PRETRAIN
 
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")
 
@@ -64,7 +66,7 @@ class LaunchSpec:
     rdzv_id: str = "bert-pretrain"
     max_restarts: int = 3
     node_rank: int | None = None
-    module: str = "training.pretrain"
+    module: str = PRETRAIN
     script_args: tuple[str, ...] = ()
     monitor_interval: float | None = None
     rdzv_conf: tuple[tuple[str, str], ...] = field(default=())

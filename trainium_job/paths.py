@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 #: Where the FSx claim is mounted in every pod.
 DATA_MOUNT = "/data"
+#: File names of a shard set (the data tool writes them, the staging job counts them, the trainer
+#: reads them): the public BERT shards follow the same pattern.
+SHARD_PATTERN = "*_training_*.hdf5"
+SHARD_NAME = "{prefix}_training_{index}.hdf5"
+#: The shard set's manifest, beside its shards.
+MANIFEST_NAME = "manifest.json"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from . import checks
 from .errors import ConfigError
+from .fabric_check import busbw_ceiling_gbps
 from .instances import InstanceFacts
 from .spec import BertJobSpec, context_key
 
@@ -62,6 +63,7 @@ def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_no
             f"{facts.name} has no EFA for multi-node training; use 1 node or a 32xlarge/48xlarge type",
         )
     plan = TrainingPlan(nodes, nproc, spec.batch_size, spec.global_batch)
+    _check_fabric_floor(spec, facts, plan)
     if spec.global_batch % (spec.batch_size * plan.workers):
         raise ConfigError(
             context_key("global_batch"),
@@ -70,3 +72,19 @@ def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_no
             f"= {spec.batch_size * plan.workers} (gradient accumulation is a whole number)",
         )
     return plan
+
+
+def _check_fabric_floor(spec: BertJobSpec, facts: InstanceFacts, plan: TrainingPlan) -> None:
+    """A fabric check floor the instances' network cannot carry would abort every job at its start."""
+    if not spec.fabric_check or plan.nodes < 2:
+        return
+    ceiling = busbw_ceiling_gbps(network_gbps=facts.network_gbps, nodes=plan.nodes, workers=plan.workers)
+    if spec.fabric_check_min_busbw_gbps > ceiling:
+        raise ConfigError(
+            context_key("fabric_check_min_busbw_gbps"),
+            spec.fabric_check_min_busbw_gbps,
+            f"{plan.nodes} x {facts.name} ({facts.network_gbps:g} Gbps each) carry an all-reduce bus "
+            f"bandwidth of at most {ceiling:.1f} GB/s, so every job would stop at its fabric check; use at "
+            f"most {int(ceiling)} (a healthy 2-node trn1 run measures about 40: nccom-test's example), "
+            "or 0 to measure without a floor",
+        )

@@ -138,7 +138,7 @@ def pod_template(
             "restartPolicy": "Never",
             "nodeSelector": node_selector(facts),
             "tolerations": [dict(WORKLOAD_TOLERATION)],
-            # SIGTERM -> finish the step, write a checkpoint (training.stop): time derived from
+            # SIGTERM -> finish the step, write a checkpoint (training.trainer.stop): time derived from
             # a BERT-large state and the default FSx's throughput.
             "terminationGracePeriodSeconds": termination_grace_period_s(),
             "containers": [

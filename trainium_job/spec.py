@@ -18,14 +18,14 @@ from .fabric_check import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
 from .paths import JobPaths, job_paths
 
-#: Model configs of ``training/model_configs``.
+#: Model configs of ``training/trainer/model_configs``.
 MODELS: Final = ("large", "base", "tiny")
 #: Prefix of the spec's context keys: field ``global_batch`` is key ``training_global_batch``.
 CONTEXT_PREFIX: Final = "training_"
-#: Value of one extra ``training.pretrain`` flag (``True`` renders a bare switch).
+#: Value of one extra ``training.trainer.pretrain`` flag (``True`` renders a bare switch).
 ScriptArg = str | int | float | bool
 
-#: ``training.pretrain`` flags the job renders itself, and the key that sets each.
+#: ``training.trainer.pretrain`` flags the job renders itself, and the key that sets each.
 JOB_SET_FLAGS: Final = {
     "data_dir": "training_dataset_name",
     "output_dir": "training_run_name",
@@ -55,7 +55,7 @@ class BertJobSpec:
     the spec is hashable and equal settings compare equal.
     """
 
-    #: Model config of training/model_configs.
+    #: Model config of training/trainer/model_configs.
     model: str = "large"
     #: Micro-batch per worker (the reference's 16).
     batch_size: int = 16
@@ -86,7 +86,7 @@ class BertJobSpec:
     #: The check's all-reduce bus bandwidth floor in GB/s as nccom-test prints them (GiB/s); 0:
     #: only check that the bytes cross EFA.
     fabric_check_min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
-    #: More training.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
+    #: More training.trainer.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
     #: against the script's own parser (names, types, rules).
     script_args: tuple[tuple[str, ScriptArg], ...] = ()
 

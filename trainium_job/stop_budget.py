@@ -1,4 +1,4 @@
-"""Graceful stop budget (``training.stop``): the time a worker gets between SIGTERM and SIGKILL,
+"""Graceful stop budget (``training.trainer.stop``): the time a worker gets between SIGTERM and SIGKILL,
 the time it needs, and the pod's grace period.
 
 The window is torchrun's, not ours: on SIGTERM torchrun's agent sends SIGTERM to its workers and

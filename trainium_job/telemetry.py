@@ -1,8 +1,8 @@
 """Where a training pod serves its Prometheus metrics and what it serves: one named port, the same
 on every pod, and the metric names the platform's dashboard and alerts read.
 
-``training.pretrain --metrics_port`` starts the server in the process with ``LOCAL_RANK`` 0 of
-each node (:mod:`training.prom_metrics`), so every pod of a job answers on the port once its
+``training.trainer.pretrain --metrics_port`` starts the server in the process with ``LOCAL_RANK`` 0 of
+each node (:mod:`training.trainer.prom_metrics`), so every pod of a job answers on the port once its
 training process runs; the pod declares the port by name for the PodMonitor that scrapes it.
 """
 

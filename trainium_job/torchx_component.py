@@ -77,12 +77,12 @@ def trn_dist_ddp(
     """BERT pretraining on ``nnodes`` Trainium nodes (one pod per node, all devices of each).
 
     Args:
-        script_args: more training.pretrain flags, e.g. ``--lr 4e-4``.
+        script_args: more training.trainer.pretrain flags, e.g. ``--lr 4e-4``.
         image: the training image (the platform's ECR repository).
         nnodes: nodes (pods). instance_type: the Trainium type (facts table).
         nproc_per_node: workers per node; 0 = the type's NeuronCores.
         batch_size / global_batch: the accumulation is global / (batch x workers).
-        max_steps, model, checkpoint_every: training.pretrain flags.
+        max_steps, model, checkpoint_every: training.trainer.pretrain flags.
         claim: the FSx PersistentVolumeClaim (mounted at /data).
         dataset_name, cache_set, run_name: /data/datasets/<>, /data/neuron-cache/<>, /data/runs/<>.
         max_restarts: torchrun restarts. max_retries: Volcano job restarts (RestartJob).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 
+from .entry_points import DRIVER_CHECK
 from .fabric_check import FabricCheck, check_lines
 from .launch import DEFAULT_PRECOMPILE_STEPS, LaunchSpec, precompile_args, render, torchrun_args
 from .paths import JobPaths
@@ -20,7 +21,7 @@ def worker_script(
 ) -> str:
     """The shell script each training container runs.
 
-    0. Check the node's Neuron driver against the image's runtime (``training.driver_check``):
+    0. Check the node's Neuron driver against the image's runtime (``training.node.driver_check``):
        a known-bad pair stops the pod with one line before anything else.
     1. Wait for the dataset marker (the staging job may still be downloading).
     2. If this cache set has no precompile marker: ``neuron_parallel_compile`` the same torchrun
@@ -43,7 +44,7 @@ def worker_script(
     lines = [
         "set -euo pipefail",
         STOP_ON_SIGTERM,
-        background("python -m training.driver_check"),
+        background(f"python -m {DRIVER_CHECK}"),
         f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; "
         f"{background('sleep 30')}; done",
         f"mkdir -p {shlex.quote(paths.cache_dir)} {shlex.quote(paths.output_dir)}",

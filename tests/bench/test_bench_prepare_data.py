@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench.bench_prepare_data import shard_statistics
-from training.shard_format import SHARD_FIELDS
+from training.dataprep.shard_format import SHARD_FIELDS
 
 MASK = 4
 WIDTH, PRED = 128, 3

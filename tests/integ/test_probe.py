@@ -25,7 +25,7 @@ ENV = {
 RANK0_LOG = (
     "ip-10-0-1-7:12:40 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa (found 8 nics)\n"
     "step 20 | loss 7.912 | lr 0.0001\n"
-    '2026-11-30 10:00:00 [rank 0] INFO training.pretrain: done: {"start_step": 0, "final_loss": 7.912}\n'
+    '2026-11-30 10:00:00 [rank 0] INFO training.trainer.pretrain: done: {"start_step": 0, "final_loss": 7.912}\n'
 )
 RANK1_LOG = "ip-10-0-1-9:12:40 [0] NCCL INFO NET/OFI Selected Provider is efa (found 8 nics)\n"
 PROBE_LOG = "marker: 500 shards\n10.0.1.20@tcp:/abcdefgh /data lustre ro,flock,lazystatfs 0 0\n"

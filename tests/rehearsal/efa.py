@@ -2,7 +2,7 @@
 
 A node's device is a folder laid out as the Linux ``efa`` driver's sysfs entry
 (``<class>/infiniband/<device>/ports/1/hw_counters/``, with the counters
-``training.efa_counters`` sums), bound over ``/sys/class`` in the node's gang pod. Its ``tx_bytes``
+``training.node.efa_counters`` sums), bound over ``/sys/class`` in the node's gang pod. Its ``tx_bytes``
 and ``rx_bytes`` follow the bytes that really left and reached the pod over its ``eth0``: the
 pod's link to the other pods (traffic between its own workers stays on its loopback, as it stays
 on the node on Trainium). So the fabric check's "bytes crossed EFA" test sees the all-reduce's
@@ -17,10 +17,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.efa_counters import SYSFS_ROOT
+from training.node.efa_counters import SYSFS_ROOT
 
 #: The device's name: the EKS AMIs' udev names EFA devices ``rdmap<bus>s<slot>``
-#: (``training.efa_counters``); this is the first of a trn1.32xlarge's eight.
+#: (``training.node.efa_counters``); this is the first of a trn1.32xlarge's eight.
 DEVICE = "rdmap16s27"
 PORT = "1"
 #: The counters kept: the pod's eth0 bytes sent and received.
@@ -58,7 +58,7 @@ def eth0_bytes(pid: int) -> dict[str, int] | None:
 
 def _write(counters: Path, name: str, value: int) -> None:
     """Replace one counter file at once (a reader never sees it half written)."""
-    partial = counters / f".{name}.partial"  # not a counter name: training.efa_counters skips it
+    partial = counters / f".{name}.partial"  # not a counter name: training.node.efa_counters skips it
     partial.write_text(f"{value}\n")
     os.replace(partial, counters / name)
 

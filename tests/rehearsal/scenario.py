@@ -21,12 +21,12 @@ from urllib.parse import quote
 from tests.rehearsal.cluster import Cluster, Pod, container_exit_code
 from tests.rehearsal.manifests import Workload
 from tests.support import REPO
-from training import checkpoint as ckpt
-from training.driver_check import RUNTIME_PACKAGE
-from training.neuron_stack import NEURON_STACK
-from training.synthetic import SMALL_SET_FLAGS, make_shards
+from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
+from training.node.driver_check import RUNTIME_PACKAGE
+from training.trainer import checkpoint as ckpt
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release, neuron_ami_release
+from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.paths import JobPaths, job_paths
 from trainium_job.telemetry import METRICS_PORT
 
@@ -52,7 +52,7 @@ FABRIC_BYTES_BEFORE_STOP = 2 * 12 * 2**20
 #: The Neuron version strings the pods read, as recorded (each file says where it comes from).
 RECORDED_VERSIONS = REPO / "tests" / "training" / "recorded" / "neuron_versions"
 #: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
-#: "requires Neuron Runtime Library 2.33 or later" (training/neuron_stack.py).
+#: "requires Neuron Runtime Library 2.33 or later" (trainium_job/neuron_stack.py).
 REFUSED_DRIVER_AMI = "v20260714"
 
 

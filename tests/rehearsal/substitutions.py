@@ -68,9 +68,9 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "torch-neuronx 2.9 on Trainium (device xla)",
-        "the venv's torch (CPU build): `training.device.select_device('auto')` picks cpu and gloo "
+        "the venv's torch (CPU build): `training.trainer.device.select_device('auto')` picks cpu and gloo "
         "because neither torch-neuronx nor torch-xla is installed; `env -i` keeps PJRT_DEVICE out",
-        "no Trainium here; the device layer is the one place that differs (training/device.py)",
+        "no Trainium here; the device layer is the one place that differs (training/trainer/device.py)",
     ),
     Substitution(
         "the pod's CPUs (124 vCPU requested)",
@@ -128,7 +128,7 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "the node's Neuron driver version (`/sys/module/neuron/version`, which "
-        "`training.driver_check` reads first in every gang pod)",
+        "`training.node.driver_check` reads first in every gang pod)",
         "a folder bound over /sys/module in each gang pod holding only `neuron/version`, with a "
         "recorded string (tests/training/recorded/neuron_versions: that of the EKS Neuron AMI "
         "release the platform pins by default, or of a release with a driver the runtime refuses)",
@@ -167,7 +167,7 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(
         "aws s3 cp of the dataset source (the public BERT tar)",
         "tests/rehearsal/standins.py: streams a local tar of small shards made by "
-        "training.synthetic, for the synthesized source URL only",
+        "training.dataprep.synthetic, for the synthesized source URL only",
         "no network; the public tar is ~50 GB",
     ),
     Substitution(

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.rehearsal import efa
-from training.efa_counters import bytes_moved, devices, port_counters
+from training.node.efa_counters import bytes_moved, devices, port_counters
 
 
 def test_given_a_node_then_its_device_is_what_the_fabric_check_reads_from_sysfs(tmp_path):
@@ -57,6 +57,6 @@ def test_given_the_pod_ended_then_it_is_no_longer_watched_and_its_node_keeps_the
 
 @pytest.mark.parametrize("name", efa.COUNTERS)
 def test_given_the_counters_then_they_are_byte_counters_of_the_fabric_check(name):
-    from training.efa_counters import BYTE_COUNTERS
+    from trainium_job.efa_counters import BYTE_COUNTERS
 
     assert name in BYTE_COUNTERS

@@ -41,7 +41,7 @@ def test_given_the_small_variant_then_its_pods_have_the_default_pods_shape(train
 
 
 def test_given_the_worker_command_then_the_rehearsal_changes_only_the_fabric_checks_buffer(variant):
-    (script,) = (arg for arg in variant.worker.command if "training.fabric_check measure" in arg)
+    (script,) = (arg for arg in variant.worker.command if "training.node.fabric_check measure" in arg)
     rehearsed = rehearsed_command(variant.worker.command)
     assert rehearsed[:2] == variant.worker.command[:2]
     assert script.count("--size_mib 128 ") == 1

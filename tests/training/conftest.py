@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from training.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards
+from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

@@ -1,7 +1,7 @@
 """A sequence shape that contradicts a dataset synth knows is refused, naming the key that set it.
 
-``training.pretrain`` reads only shards whose ``input_ids`` width is its --seq_len and whose
-``masked_lm_positions`` width is its --max_pred_len (training/data.py ``_check_datasets``); its
+``training.trainer.pretrain`` reads only shards whose ``input_ids`` width is its --seq_len and whose
+``masked_lm_positions`` width is its --max_pred_len (training/trainer/data.py ``_check_datasets``); its
 pre-flight stops every pod otherwise, after the image build and the deploy.
 """
 

@@ -51,7 +51,7 @@ def test_given_defaults_then_review_shows_workers_batch_time_and_cost():
             "training_global_batch",
             "",
         ),
-        # training_script_args against training/cli.py's own parser (names, types, choices, rules).
+        # training_script_args against training/trainer/cli.py's own parser (names, types, choices, rules).
         (
             {"training_script_args": '{"warmup_step": "10"}'},
             "training_script_args",

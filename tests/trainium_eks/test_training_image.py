@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from training.neuron_stack import NEURON_STACK
 from trainium_eks.training_image import DOCKER_DIR, build_context
+from trainium_job.neuron_stack import NEURON_STACK
 
 BASE = NEURON_STACK.base_image
 
@@ -39,10 +39,10 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
         "Dockerfile",
         "tensorboard.Dockerfile",
         "training/requirements.txt",
-        "training/pretrain.py",
+        "training/trainer/pretrain.py",
         "training/launch.py",
         "trainium_job/launch.py",
-        "training/model_configs/large.json",
+        "training/trainer/model_configs/large.json",
     } <= names
     assert not any("__pycache__" in n for n in names)
 

@@ -46,7 +46,7 @@ def test_given_bad_props_when_job_built_then_config_error_names_the_key(override
 
 
 def test_given_trn1_2xlarge_on_two_nodes_when_job_built_then_error():
-    from trainium_eks.instance_types import instance_facts
+    from trainium_job.instances import instance_facts
 
     with pytest.raises(ConfigError, match="no EFA"):
         job_stack(facts=instance_facts("trn1.2xlarge"), nodes=2, max_nodes=2, global_batch=64)
@@ -110,7 +110,7 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     # Read by no consumer of this image (AL2023 kernels; undocumented; the runtime default).
     assert not {"FI_EFA_FORK_SAFE", "CCOM_SOCKET_IFNAME", "NEURON_RT_RESET_CORES"} & set(env)
     assert env["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert-large-seq128"
-    # torchrun restarts need a fresh rendezvous store per round (training.launch.launch_env).
+    # torchrun restarts need a fresh rendezvous store per round (trainium_job.launch.launch_env).
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
@@ -125,7 +125,7 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
     # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there), once
     # the SIGTERM trap is set (the script is the container's PID 1).
     assert lines[0] == "set -euo pipefail" and lines[1].startswith("trap ")
-    assert lines[2].startswith("python -m training.driver_check")
+    assert lines[2].startswith("python -m training.node.driver_check")
     assert lines[3].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
     pre = next(line for line in lines if "neuron_parallel_compile" in line)
     assert "--steps_this_run 3" in pre and "--precompile" in pre

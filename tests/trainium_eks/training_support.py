@@ -8,9 +8,9 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 
-from trainium_eks.instance_types import instance_facts
 from trainium_eks.training_job import BertPretrainingJob
 from trainium_eks.versions import KUBERNETES_RELEASES
+from trainium_job.instances import instance_facts
 from trainium_job.spec import SPEC_FIELDS, BertJobSpec
 
 #: Required fields of batch.volcano.sh/v1alpha1 Job, from Volcano's CRD

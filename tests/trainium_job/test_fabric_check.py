@@ -33,7 +33,7 @@ def test_given_the_job_launch_then_the_measurement_runs_through_the_same_torchru
     assert argv[argv.index("--rdzv_id") + 1] == "job-fabric-check"
     assert argv[argv.index("--max_restarts") + 1] == "0"
     assert argv[argv.index("-m") :] == [
-        "-m", "training.fabric_check", "measure", "--result_file", RESULT_FILE,
+        "-m", "training.node.fabric_check", "measure", "--result_file", RESULT_FILE,
         "--size_mib", "128", "--iters", "20", "--warmup", "5",
     ]  # fmt: skip
 
@@ -42,7 +42,7 @@ def test_given_the_lines_then_the_verdict_gets_the_floor_nodes_and_duration():
     *_, measure, verdict = check_lines(SPEC, FabricCheck(min_busbw_gbps=25))
     assert measure.endswith(" || true")  # a failed measurement is the verdict's to report
     assert verdict.startswith(
-        f"python -m training.fabric_check verdict {RESULT_FILE} --min_busbw_gbps 25 --nodes 2"
+        f"python -m training.node.fabric_check verdict {RESULT_FILE} --min_busbw_gbps 25 --nodes 2"
     )
     # In the background and waited for (trainium_job.pid1): a SIGTERM reaches the script at once.
     assert verdict.endswith("--seconds $(( $(date +%s) - fabric_start )) & wait $!")
@@ -50,10 +50,10 @@ def test_given_the_lines_then_the_verdict_gets_the_floor_nodes_and_duration():
 
 def test_given_the_default_job_then_the_check_runs_after_precompile_and_before_training():
     script = _script()
-    assert script.index("touch /data/neuron-cache") < script.index("training.fabric_check measure")
+    assert script.index("touch /data/neuron-cache") < script.index("training.node.fabric_check measure")
     training = script.rstrip("\n").rsplit("\n", 1)[1]  # the script's last line
-    assert training.startswith("torchrun ") and "-m training.pretrain" in training
-    assert script.index("training.fabric_check verdict") < script.index(training)
+    assert training.startswith("torchrun ") and "-m training.trainer.pretrain" in training
+    assert script.index("training.node.fabric_check verdict") < script.index(training)
     assert "--min_busbw_gbps 10 --nodes 2" in script
 
 
@@ -86,7 +86,7 @@ def test_given_a_negative_floor_then_one_error_names_the_key():
 
 
 def test_given_the_exit_codes_then_they_are_no_code_the_worker_uses_otherwise():
-    from training.driver_check import MISMATCH_EXIT_CODE
+    from training.node.driver_check import MISMATCH_EXIT_CODE
 
     for code in (EXIT_CODE, NOT_MEASURED_EXIT_CODE):
         assert code not in (0, 1, 2, 126, 127, 137, 143, MISMATCH_EXIT_CODE)

@@ -2,7 +2,7 @@
 
 These run in ``.venv-xla`` (torch + torch-xla, no aws-cdk-lib), with ``--confcutdir=tests/xla``
 so that ``tests/conftest.py`` (CDK fixtures) is not loaded. The shards come from the same
-fixture as the CPU tests: ``python -m training.prepare_data`` on a synthetic corpus.
+fixture as the CPU tests: ``python -m training.dataprep.prepare_data`` on a synthetic corpus.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from tests.training.conftest import PYTHON, REPO, child_env, free_port, shards  # noqa: F401 (fixture)
 from tests.training.conftest import tiny_args as cpu_tiny_args
-from training.synthetic import SyntheticShards
+from training.dataprep.synthetic import SyntheticShards
 
 # Compile time dominates these tests (XLA:CPU's LLVM backend, ~20 s a graph on a busy 2-core
 # machine). Optimisation level 0 compiles ~3x faster; these tests check graphs, transfers and
@@ -43,9 +43,9 @@ def tiny_args(data: SyntheticShards, out: Path, *extra: str) -> list[str]:
 
 
 def run_pretrain(args: list[str], timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
-    """``python -m training.pretrain ARGS`` in a fresh process; fails with its output's tail."""
+    """``python -m training.trainer.pretrain ARGS`` in a fresh process; fails with its output's tail."""
     proc = subprocess.run(
-        [PYTHON, "-m", "training.pretrain", *args],
+        [PYTHON, "-m", "training.trainer.pretrain", *args],
         cwd=REPO,
         env=child_env(**env),
         capture_output=True,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.xla.conftest import PYTHON, REPO, child_env, run_pretrain, step_log, tiny_args
-from training import checkpoint as ckpt
-from training.pretrain import parse_args, train
+from training.trainer import checkpoint as ckpt
+from training.trainer.pretrain import parse_args, train
 
 STEPS = 9
 FLAGS = ("--max_steps", str(STEPS), "--checkpoint_every", "3", "--log_every", "1", "--param_digest")
@@ -40,7 +40,7 @@ def test_given_xla_run_killed_after_a_checkpoint_when_restarted_then_losses_equa
     shards, tmp_path, straight
 ):
     out = tmp_path / "killed"
-    cmd = [PYTHON, "-m", "training.pretrain", *tiny_args(shards, out, *FLAGS)]
+    cmd = [PYTHON, "-m", "training.trainer.pretrain", *tiny_args(shards, out, *FLAGS)]
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

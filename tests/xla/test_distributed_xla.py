@@ -18,10 +18,10 @@ import torch
 import torch_xla.core.xla_model as xm
 
 from tests.xla.conftest import PYTHON, REPO, child_env, free_port, tiny_args
-from training.data import ShardStream, list_shards, make_loader
-from training.device import XlaBackend
-from training.model import build_model
-from training.step import make_step_state, optimizer_step
+from training.trainer.data import ShardStream, list_shards, make_loader
+from training.trainer.device import XlaBackend
+from training.trainer.model import build_model
+from training.trainer.step import make_step_state, optimizer_step
 
 
 def test_given_two_processes_on_pjrt_cpu_then_the_run_stops_before_training_naming_both_worlds(
@@ -38,7 +38,7 @@ def test_given_two_processes_on_pjrt_cpu_then_the_run_stops_before_training_nami
             "--master_port",
             str(free_port()),
             "-m",
-            "training.pretrain",
+            "training.trainer.pretrain",
             *tiny_args(shards, out),
         ],
         cwd=REPO,

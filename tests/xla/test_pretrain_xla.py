@@ -1,4 +1,4 @@
-"""``training.pretrain --device xla`` on torch-xla's CPU runtime: fp32 losses, precompile mode.
+"""``training.trainer.pretrain --device xla`` on torch-xla's CPU runtime: fp32 losses, precompile mode.
 
 bf16 (the XLA default) training is checked in test_graphs_xla.py, on the graph probe's run.
 """
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import training.model
+import training.trainer.model
 from tests.xla.conftest import run_pretrain, step_log, tiny_args
-from training import checkpoint as ckpt
-from training.pretrain import parse_args, train
+from training.trainer import checkpoint as ckpt
+from training.trainer.pretrain import parse_args, train
 
 # |loss_xla - loss_cpu| over 8 fp32 steps measured here: at most 9.5e-7 (2 ulp at loss ~6.5).
 FP32_LOSS_ATOL = 5e-6
@@ -24,10 +24,10 @@ def no_dropout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny config with dropout off: XLA's and the CPU's random streams differ."""
     configs = tmp_path / "model_configs"
     configs.mkdir()
-    config = json.loads((training.model.CONFIG_DIR / "tiny.json").read_text())
+    config = json.loads((training.trainer.model.CONFIG_DIR / "tiny.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (configs / "tiny.json").write_text(json.dumps(config))
-    monkeypatch.setattr(training.model, "CONFIG_DIR", configs)
+    monkeypatch.setattr(training.trainer.model, "CONFIG_DIR", configs)
 
 
 def test_given_fp32_when_trained_on_xla_then_losses_match_cpu_eager(shards, tmp_path, no_dropout):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch_xla
 
-from training.device import select_device
-from training.neuron_stack import NEURON_STACK
+from training.trainer.device import select_device
+from trainium_job.neuron_stack import NEURON_STACK
 
 
 def test_given_venv_xla_then_torch_and_torch_xla_are_the_tables_versions():

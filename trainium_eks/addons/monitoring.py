@@ -32,12 +32,12 @@ from trainium_job.errors import ConfigError
 from trainium_job.scheduling import TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
 
+from ..monitoring import scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
 from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
 from ..monitoring.rules import prometheus_rule
-from ..monitoring.scrape import training_ingress_policy, training_pod_monitor
 from ..monitoring.stack_values import stack_values
 from ..versions import ADDON_PINS, AddonPin
 
@@ -174,7 +174,7 @@ class PlatformMonitoring(Construct):
                 stall_minutes=options.stall_minutes,
                 fsx_free_percent=options.fsx_free_percent,
             ),
-            training_pod_monitor(training_namespace),
+            scrape.training_pod_monitor(training_namespace),
         ]
         if options.grafana:
             objects.append(dashboard_config_map())
@@ -183,6 +183,9 @@ class PlatformMonitoring(Construct):
         self.manifest = eks.KubernetesManifest(self, "Manifest", cluster=cluster, manifest=objects)
         self.manifest.node.add_dependency(self.chart)
         self.training_manifest = eks.KubernetesManifest(
-            self, "TrainingIngress", cluster=cluster, manifest=[training_ingress_policy(training_namespace)]
+            self,
+            "TrainingIngress",
+            cluster=cluster,
+            manifest=[scrape.training_ingress_policy(training_namespace)],
         )
         self.port_forward = port_forward_commands()

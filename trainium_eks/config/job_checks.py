@@ -1,7 +1,7 @@
 """Deployment checks of the ``training_*`` keys: what the job spec cannot check by itself.
 
 :class:`~trainium_job.spec.BertJobSpec` checks its own fields; here are the rules that need the
-platform (the etcd add-on, the nodegroup's shape) or ``training.pretrain``'s own parser (the
+platform (the etcd add-on, the nodegroup's shape) or ``training.trainer.pretrain``'s own parser (the
 names, types and rules of ``training_script_args``).
 """
 
@@ -12,8 +12,8 @@ import difflib
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from training.cli import build_parser
-from training.cli import check_args as validate_parsed_args
+from training.trainer.cli import build_parser
+from training.trainer.cli import check_args as validate_parsed_args
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.job import check_rendezvous, script_args
@@ -68,7 +68,7 @@ def dataset_shape(c: PlatformSettings) -> tuple[tuple[int, int], str] | None:
 
 
 def check_sequence_shape(c: PlatformSettings) -> None:
-    """``training.pretrain`` reads only shards of its --seq_len / --max_pred_len (pre-flight stops
+    """``training.trainer.pretrain`` reads only shards of its --seq_len / --max_pred_len (pre-flight stops
     every pod otherwise, after the image build and the deploy): refuse a shape that contradicts a
     dataset whose shape synth knows, naming the key that set it."""
     known = dataset_shape(c)
@@ -84,7 +84,7 @@ def check_sequence_shape(c: PlatformSettings) -> None:
     if read == {"seq_len": tokens, "max_pred_len": predictions}:
         return
     why = (
-        f"{what}: {tokens} tokens and {predictions} predictions per sample, but training.pretrain would read "
+        f"{what}: {tokens} tokens and {predictions} predictions per sample, but training.trainer.pretrain would read "
         f"--seq_len {read['seq_len']} --max_pred_len {read['max_pred_len']} and stop at pre-flight"
     )
     given = {k: extra[k] for k in ("seq_len", "max_pred_len") if k in extra}
@@ -110,7 +110,7 @@ def _raise(message: str) -> NoReturn:
 
 
 def _script_flags() -> dict[str, argparse.Action]:
-    """``training.pretrain``'s flags (without ``--``) -> their argparse actions."""
+    """``training.trainer.pretrain``'s flags (without ``--``) -> their argparse actions."""
     return {
         opt[2:]: action
         for action in build_parser()._actions
@@ -135,11 +135,11 @@ def resolve_switches(spec: BertJobSpec) -> BertJobSpec:
 
 
 def script_args_problem(spec: BertJobSpec, plan: TrainingPlan) -> tuple[str, str] | None:
-    """(flag, why) if the spec's ``script_args`` would fail ``training.pretrain``'s own parser,
+    """(flag, why) if the spec's ``script_args`` would fail ``training.trainer.pretrain``'s own parser,
     else None; ``flag`` is a context key instead when only the job's own flags clash.
 
     The argv is the one the job renders (:func:`trainium_job.job.script_args`), parsed and checked
-    by ``training/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error,
+    by ``training/trainer/cli.py`` (torch-free) with abbreviations off: a misspelled flag is an error,
     never a silent prefix match.
     """
     args = spec.extra_args
@@ -150,8 +150,10 @@ def script_args_problem(spec: BertJobSpec, plan: TrainingPlan) -> tuple[str, str
     for key, value in args.items():
         if key not in flags:
             close = difflib.get_close_matches(key, list(flags), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "see `python -m training.pretrain --help`"
-            return key, f"training.pretrain has no --{key}; {hint}"
+            hint = (
+                f"did you mean '{close[0]}'?" if close else "see `python -m training.trainer.pretrain --help`"
+            )
+            return key, f"training.trainer.pretrain has no --{key}; {hint}"
         if flags[key].nargs == 0 and not isinstance(value, bool):
             return key, f"--{key} is a switch: give true or false"
     try:

@@ -163,7 +163,7 @@ class PlatformSettings:
     #: ``desired_nodes``) and CPUs of each (= its worker processes).
     preparation_pods: int = 4
     preparation_cpus_per_pod: int = 16
-    #: More training.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
+    #: More training.dataprep.prepare_data settings, e.g. {"dupe_factor": "5", "seed": "12345"}.
     preparation_args: Mapping[str, str] = field(default_factory=dict)
     #: Tags applied to every taggable resource: keys 1-128 and values 0-256 characters of letters,
     #: digits, spaces and ``_ . : / = + - @``; no ``aws:`` prefix.

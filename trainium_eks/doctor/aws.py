@@ -11,9 +11,16 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import boto3
+import botocore.session
 from botocore import UNSIGNED
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ProfileNotFound,
+)
 
 from .findings import Finding, Status
 
@@ -64,6 +71,10 @@ BAD_CREDENTIALS_CODES = frozenset(
 )
 
 
+class UnknownProfile(Exception):
+    """The AWS profile asked for (``--profile`` or ``AWS_PROFILE``) is not defined: one line for the user."""
+
+
 class Clients(Protocol):
     """Where the checks get their clients (boto3 in use, stubbed clients in tests)."""
 
@@ -90,7 +101,12 @@ class BotoClients:
 
     def __init__(self, *, region: str, profile: str | None = None) -> None:
         self.region = region
-        self.session = boto3.Session(profile_name=profile)
+        try:
+            self.session = boto3.Session(profile_name=profile)
+        except ProfileNotFound as err:
+            raise UnknownProfile(
+                profile_not_found(err.kwargs.get("profile"), given=profile is not None)
+            ) from None
         self._clients: dict[tuple[str, str, bool], Any] = {}
 
     def client(self, service: str, *, region: str | None = None, unsigned: bool = False) -> Any:
@@ -99,6 +115,25 @@ class BotoClients:
             config = self.CONFIG.merge(Config(signature_version=UNSIGNED)) if unsigned else self.CONFIG
             self._clients[key] = self.session.client(service, region_name=key[1], config=config)
         return self._clients[key]
+
+
+def profile_not_found(name: str | None, *, given: bool) -> str:
+    """The one line for a profile that no AWS config or credentials file defines (``given``: it
+    came from ``--profile``, else from ``AWS_PROFILE``)."""
+    source = "--profile" if given else "AWS_PROFILE"
+    known = ", ".join(available_profiles()) or "none"
+    return (
+        f"{source} {name}: no such AWS profile in the AWS config or credentials files (profiles there: "
+        f"{known}); create it with 'aws configure --profile {name}' or 'aws configure sso', or name one "
+        "of those"
+    )
+
+
+def available_profiles() -> list[str]:
+    """Profiles the AWS config and credentials files define (read without resolving any profile)."""
+    session = botocore.session.Session()
+    session.set_config_variable("profile", None)
+    return sorted(session.available_profiles)
 
 
 def error_code(err: ClientError) -> str:

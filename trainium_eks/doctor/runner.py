@@ -16,7 +16,7 @@ from trainium_job.errors import ConfigError
 
 from ..config import PlatformConfig
 from . import account, capacity, sources
-from .aws import BotoClients, Clients, finding_from_error
+from .aws import BotoClients, Clients, UnknownProfile, finding_from_error
 from .bootstrap import bootstrap_stack
 from .findings import Finding, Status, Verdict, blockers, summary
 from .registry import Http, urllib_http
@@ -119,6 +119,11 @@ def main(
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    try:
+        clients = aws or BotoClients(region=config.region, profile=args.profile)
+    except UnknownProfile as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(
         f"Checking {config.region} ({config.trainium_az_id}) for {config.desired_nodes} x "
         f"{config.instance_type}, Kubernetes {config.kubernetes_version} (read-only)",
@@ -126,7 +131,7 @@ def main(
     )
     findings = run_checks(
         config,
-        aws or BotoClients(region=config.region, profile=args.profile),
+        clients,
         bootstrap=bootstrap or (lambda: bootstrap_requirement(config.region, context)),
         http=http,
     )

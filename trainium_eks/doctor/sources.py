@@ -6,7 +6,7 @@ import urllib.error
 
 from botocore.exceptions import ClientError
 
-from training.neuron_stack import NEURON_STACK
+from trainium_job.neuron_stack import NEURON_STACK
 
 from ..versions import KUBERNETES_RELEASES
 from .aws import ACCESS_DENIED_CODES, error_code
@@ -54,7 +54,7 @@ def kubernetes_version(t: Target) -> Verdict:
 
 
 def base_image(t: Target) -> Verdict:
-    """The training image's base (training/neuron_stack.py) exists in its public registry."""
+    """The training image's base (trainium_job/neuron_stack.py) exists in its public registry."""
     image = NEURON_STACK.base_image
     ref = ImageRef.parse(image)
     if ref.registry != PUBLIC_ECR:
@@ -69,7 +69,7 @@ def base_image(t: Target) -> Verdict:
         return Verdict(
             Status.FAIL,
             f"{image} does not exist in the registry",
-            "pick a published tag (AWS deep-learning-containers list) for NEURON_STACK in training/neuron_stack.py",
+            "pick a published tag (AWS deep-learning-containers list) for NEURON_STACK in trainium_job/neuron_stack.py",
         )
     if answer.status == 429:
         return Verdict(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from training.efa_counters import PORT_COUNTERS
+from trainium_job.efa_counters import PORT_COUNTERS
 from trainium_job.telemetry import TRAINING_METRICS
 
 
@@ -39,14 +39,16 @@ _KSM = Source(
     "docs/metrics/workload/pod-metrics.md L8; label keys sanitized by internal/store/utils.go L148",
 )
 _TRAINING = Source(
-    "training.pretrain --metrics_port (training/prom_metrics.py)",
+    "training.trainer.pretrain --metrics_port (training/trainer/prom_metrics.py)",
     "trainium_job/telemetry.py TRAINING_METRICS",
 )
 _EFA = Source(
-    "EFA exporter (training/efa_exporter.py)",
-    "Linux drivers/infiniband/hw/efa/efa_verbs.c EFA_DEFINE_PORT_STATS (training/efa_counters.py)",
+    "EFA exporter (training/node/efa_exporter.py)",
+    "Linux drivers/infiniband/hw/efa/efa_verbs.c EFA_DEFINE_PORT_STATS (training/node/efa_counters.py)",
 )
-_FSX = Source("FSx exporter (training/fsx_exporter.py)", "training/fsx_exporter.py StatvfsCollector")
+_FSX = Source(
+    "FSx exporter (training/node/fsx_exporter.py)", "training/node/fsx_exporter.py StatvfsCollector"
+)
 _PROMETHEUS = Source(
     "Prometheus itself", "Prometheus docs, 'Jobs and instances': the up series of every target"
 )

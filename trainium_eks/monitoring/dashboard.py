@@ -40,7 +40,7 @@ class Panel:
     description: str = ""
 
 
-#: The run's panels: the training script's own metrics (:mod:`training.prom_metrics`).
+#: The run's panels: the training script's own metrics (:mod:`training.trainer.prom_metrics`).
 RUN_PANELS = (
     Panel(
         "Throughput",

@@ -4,13 +4,13 @@ They run the image the workload builds anyway (``docker/tensorboard.Dockerfile``
 TensorBoard and the exporters, non-root and small), so they belong to the workload's stack, next
 to TensorBoard, in the training namespace:
 
-* EFA exporter (:mod:`training.efa_exporter`): a DaemonSet on the Trainium nodes of an instance
+* EFA exporter (:mod:`training.node.efa_exporter`): a DaemonSet on the Trainium nodes of an instance
   type with EFA. node_exporter's infiniband collector exports no EFA byte counters (EFA has
   ``hw_counters`` but no ``counters/`` directory, and procfs v0.21.1 maps only mlx5-style
   ``hw_counters`` names; node_exporter PR #3670, which would map EFA's, is unmerged), and no
   published image of an EFA exporter can be pinned (awsome-distributed-training's must be built
   and pushed by its user). It reads the host's sysfs through a read-only mount of ``/sys``.
-* FSx exporter (:mod:`training.fsx_exporter`): one pod on the system nodes with the FSx claim
+* FSx exporter (:mod:`training.node.fsx_exporter`): one pod on the system nodes with the FSx claim
   mounted read-only; the CSI driver gives the kubelet no volume statistics.
 
 Both run as ``nobody`` with a read-only root file system and no capabilities, and declare
@@ -25,12 +25,12 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.efa_exporter import DEFAULT_PORT as EFA_PORT
-from training.fsx_exporter import DEFAULT_PORT as FSX_PORT
+from trainium_job.entry_points import EFA_EXPORTER, FSX_EXPORTER
 from trainium_job.instances import InstanceFacts
 from trainium_job.paths import DATA_MOUNT
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL, TRAINIUM_NODE_LABEL
 from trainium_job.security import pod_security_context, service_security_context
+from trainium_job.telemetry import EFA_EXPORTER_PORT, FSX_EXPORTER_PORT
 
 from .scrape import pod_monitor
 
@@ -75,7 +75,7 @@ def _pod_spec(
 def efa_exporter_daemonset(*, namespace: str, image: str, facts: InstanceFacts) -> dict[str, Any]:
     """The EFA exporter on every Trainium node of ``facts``' type, the host's /sys read-only."""
     container = _container(
-        EFA_NAME, image, "training.efa_exporter", EFA_PORT, ["--sysfs", f"{HOST_SYS}/class/infiniband"]
+        EFA_NAME, image, EFA_EXPORTER, EFA_EXPORTER_PORT, ["--sysfs", f"{HOST_SYS}/class/infiniband"]
     )
     container["volumeMounts"] = [{"name": "sys", "mountPath": HOST_SYS, "readOnly": True}]
     spec = _pod_spec(
@@ -97,7 +97,7 @@ def efa_exporter_daemonset(*, namespace: str, image: str, facts: InstanceFacts) 
 
 def fsx_exporter_deployment(*, namespace: str, image: str, claim_name: str) -> dict[str, Any]:
     """The FSx exporter on a system node, the claim read-only at /data."""
-    container = _container(FSX_NAME, image, "training.fsx_exporter", FSX_PORT, ["--path", DATA_MOUNT])
+    container = _container(FSX_NAME, image, FSX_EXPORTER, FSX_EXPORTER_PORT, ["--path", DATA_MOUNT])
     container["volumeMounts"] = [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}]
     spec = _pod_spec(
         container,

@@ -16,8 +16,8 @@ from typing import Any
 
 from trainium_job.naming import TASK_NAME
 
+from . import scrape
 from .names import NAMESPACE, RELEASE_LABEL
-from .scrape import training_pod_monitor
 
 #: Seconds since the last optimizer step within which a run counts as running.
 RUNNING_WINDOW_S = 300
@@ -61,7 +61,7 @@ def alerts(*, training_namespace: str, stall_minutes: int = 15, fsx_free_percent
     pods = _training_pods(training_namespace)
     job_nodes = f"max by (node) ({pods})"
     running = f"(time() - max(bert_train_last_step_timestamp_seconds) < {RUNNING_WINDOW_S})"
-    training_job = training_pod_monitor(training_namespace)["metadata"]
+    training_job = scrape.training_pod_monitor(training_namespace)["metadata"]
     training_scrape = f"{training_job['namespace']}/{training_job['name']}"
     return [
         Alert(

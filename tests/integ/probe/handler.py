@@ -8,7 +8,7 @@ accepts, and answers a verdict that equals :func:`expected_verdict` once the run
   as the instance facts say;
 - the FSx claim Bound, and the probe Job's log showing the Lustre mount at /data and the
   dataset marker;
-- the Volcano Job Completed, rank 0's log with its final loss (``training.pretrain`` logs
+- the Volcano Job Completed, rank 0's log with its final loss (``training.trainer.pretrain`` logs
   ``done: {... "final_loss": ...}``), and every worker's log with the libfabric provider line of
   the Neuron collectives' OFI plugin (aws-ofi-nccl ``src/nccl_ofi_net.cpp``: "NET/OFI Selected
   provider is %s, fabric is %s (found %d nics)"; "Selected Provider is %s (found %d nics)" before
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 #: The OFI plugin's provider line, old and new spelling, when the provider is EFA.
 EFA_PROVIDER_LINE = re.compile(r"NET/OFI Selected [Pp]rovider is efa\b")
-#: The summary training.pretrain logs at the end of a run (final_loss null: no step logged).
+#: The summary training.trainer.pretrain logs at the end of a run (final_loss null: no step logged).
 FINAL_LOSS = re.compile(r'done: \{.*"final_loss": (-?[0-9][0-9.eE+-]*)')
 #: What the probe Job prints (see the integ app's probe Job script).
 MARKER_LINE = re.compile(r"^marker: ", re.MULTILINE)

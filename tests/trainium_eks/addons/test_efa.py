@@ -7,8 +7,8 @@ from aws_cdk import aws_eks_v2 as eks
 from tests.support import helm_charts, synth_platform
 from tests.trainium_eks.addons import chart, depends_on, nodegroup_id
 from trainium_eks.addons.efa import EfaDevicePlugin
-from trainium_eks.instance_types import instance_facts
 from trainium_job.errors import ConfigError
+from trainium_job.instances import instance_facts
 
 
 def test_given_default_config_then_the_pinned_eks_chart_is_installed_in_kube_system(platform_json):

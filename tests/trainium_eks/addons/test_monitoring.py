@@ -102,7 +102,7 @@ def test_given_default_config_then_the_workload_runs_its_exporters_with_requests
     efa = _named(training_json, "DaemonSet", "efa-exporter")
     spec = efa["spec"]["template"]["spec"]
     (container,) = spec["containers"]
-    assert container["command"][:3] == ["python", "-m", "training.efa_exporter"]
+    assert container["command"][:3] == ["python", "-m", "training.node.efa_exporter"]
     assert container["volumeMounts"] == [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}]
     assert spec["volumes"][0]["hostPath"]["path"] == "/sys"
     assert container["resources"]["requests"] == {"cpu": "20m", "memory": "48Mi"}

@@ -8,8 +8,8 @@ from tests.support import synth_platform
 from tests.trainium_eks.addons import chart, depends_on, nodegroup_id, objects
 from trainium_eks.addons.volcano import queue_capability
 from trainium_eks.config import PlatformConfig
-from trainium_eks.instance_types import instance_facts
 from trainium_job.errors import ConfigError
+from trainium_job.instances import instance_facts
 
 SYSTEM = {"trainium-eks/pool": "system"}
 

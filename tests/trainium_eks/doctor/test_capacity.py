@@ -18,8 +18,8 @@ from tests.trainium_eks.doctor.stubs import (
 )
 from trainium_eks.doctor import capacity
 from trainium_eks.doctor.findings import Status
-from trainium_eks.instance_types import instance_facts
 from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
+from trainium_job.instances import instance_facts
 
 TRN = ("ec2", "L-2C3B7624", "Running On-Demand Trn instances")
 VCPUS = instance_facts("trn1.32xlarge").vcpus

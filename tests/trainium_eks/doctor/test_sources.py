@@ -17,12 +17,12 @@ from tests.trainium_eks.doctor.stubs import (
     registry_answers,
     target,
 )
-from training.neuron_stack import NEURON_STACK
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.doctor import sources
 from trainium_eks.doctor.findings import Status
 from trainium_eks.doctor.registry import HttpAnswer
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+from trainium_job.neuron_stack import NEURON_STACK
 
 
 def test_given_the_version_in_standard_support_when_checked_then_ok_with_its_end():
@@ -73,7 +73,7 @@ def test_given_the_base_image_in_the_registry_when_checked_then_its_manifest_is_
 def test_given_a_tag_the_registry_does_not_have_when_checked_then_fail_pointing_at_the_stack_table():
     verdict = sources.base_image(target(aws_with([]), http=registry_answers(404)))
     assert verdict.status is Status.FAIL
-    assert "training/neuron_stack.py" in verdict.fix
+    assert "trainium_job/neuron_stack.py" in verdict.fix
 
 
 def test_given_the_registry_throttles_when_checked_then_warn():

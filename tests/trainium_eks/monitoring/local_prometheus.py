@@ -22,7 +22,7 @@ import yaml
 
 from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args, wait_for_http
 from tests.trainium_eks.monitoring.promtool import tool
-from training.synthetic import SyntheticShards
+from training.dataprep.synthetic import SyntheticShards
 
 #: How often the local Prometheus scrapes the run (the cluster's is 30 s; a tiny CPU run is short).
 SCRAPE_INTERVAL_S = 1
@@ -99,7 +99,7 @@ def scraped_training_run(tmp: Path, shards: SyntheticShards, *, steps: int = 60)
     with local_prometheus(tmp, f"127.0.0.1:{port}") as prometheus:
         start = time.time()
         run = subprocess.Popen(
-            [PYTHON, "-m", "training.pretrain", *args],
+            [PYTHON, "-m", "training.trainer.pretrain", *args],
             cwd=REPO,
             env=child_env(),
             stdout=subprocess.DEVNULL,

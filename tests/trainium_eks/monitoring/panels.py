@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.training.conftest import child_env
 from tests.trainium_eks.monitoring.local_prometheus import ScrapedRun, scraped_training_run
 from tests.trainium_eks.monitoring.promtool import GRAFANA_VARIABLES
-from training.synthetic import SMALL_SET_FLAGS, make_shards
+from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
 from trainium_eks.monitoring.dashboard import RUN_PANELS
 
 #: Grafana's unit ids, as the plot titles say them.

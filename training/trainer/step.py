@@ -1,0 +1,124 @@
+"""One optimizer step: accumulate micro-batches, average gradients, clip, update.
+
+Shared by ``training.trainer.pretrain`` and the step benchmarks (``python -m bench.bench_step``,
+``python -m bench.bench_gpu``), so the benchmarks time exactly the training loop's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from training.trainer.device import Backend
+from training.trainer.model import PretrainingModule
+from training.trainer.optim import MasterWeights, build_optimizer, build_scheduler, param_groups
+
+
+@dataclass
+class StepState:
+    """The state an optimizer step reads and updates. ``model`` may be a DDP wrapper of ``module``."""
+
+    backend: Backend
+    module: PretrainingModule
+    model: nn.Module
+    optimizer: Optimizer
+    scheduler: LambdaLR
+    precision: str
+    grad_accum: int
+    max_grad_norm: float
+    model_params: list[torch.Tensor]
+    opt_params: list[torch.Tensor]
+    master: MasterWeights | None = None
+
+
+def make_step_state(
+    backend: Backend,
+    module: PretrainingModule,
+    *,
+    precision: str,
+    optimizer: str,
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    max_steps: int,
+    grad_accum: int,
+    max_grad_norm: float,
+    fp32_master_weights: bool = False,
+) -> StepState:
+    """Optimizer, schedule and (optional) fp32 masters over an already prepared ``module``.
+
+    The model is not wrapped yet (``state.model is module``): load a checkpoint first,
+    then ``state.model = backend.wrap_model(module)``.
+    """
+    groups = param_groups(module, weight_decay)
+    master = MasterWeights(groups) if fp32_master_weights else None
+    opt_groups = master.groups if master else groups
+    opt = build_optimizer(optimizer, opt_groups, lr)
+    return StepState(
+        backend=backend,
+        module=module,
+        model=module,
+        optimizer=opt,
+        scheduler=build_scheduler(opt, warmup_steps, max_steps),
+        precision=precision,
+        grad_accum=grad_accum,
+        max_grad_norm=max_grad_norm,
+        model_params=[p for g in groups for p in g["params"]],
+        opt_params=[p for g in opt_groups for p in g["params"]],
+        master=master,
+    )
+
+
+@dataclass
+class StepResult:
+    loss: torch.Tensor  # mean over ranks and micro-batches, still on the device
+    grad_norm: torch.Tensor  # before clipping
+    lr: float  # the rate this update used
+    position: torch.Tensor | None  # data position after the last micro-batch
+
+
+def optimizer_step(
+    t: StepState,
+    batches: Iterator[dict[str, torch.Tensor]],
+    report: Callable[[StepResult], None] | None = None,
+) -> StepResult:
+    """Run ``grad_accum`` micro-batches and one update; nothing here waits for the device.
+
+    ``report`` gets the result once its tensors are computed: at once on CPU/CUDA, after this
+    step's graph ran on XLA (a step closure, registered before the step is cut).
+    """
+    b = t.backend
+    # Started from the first loss, not a zeros tensor made before the first batch: on XLA that
+    # tensor would be cut into a graph of its own by the loader's sync (one more execution).
+    running: torch.Tensor | None = None
+    position = None
+    for micro in range(t.grad_accum):
+        batch = next(batches)
+        position = batch.pop("data_position", None)
+        # DDP all-reduces gradients only in the last micro-batch's backward.
+        with b.no_sync(t.model, micro == t.grad_accum - 1), b.autocast(t.precision):
+            loss = t.model(batch) / t.grad_accum
+        loss.backward()
+        running = loss.detach().float() if running is None else running + loss.detach().float()
+    assert running is not None  # grad_accum >= 1
+    b.reduce_gradients(t.model_params)  # XLA: one all-reduce after accumulation
+    if t.master:
+        t.master.grads_to_master()
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.opt_params, t.max_grad_norm)
+    lr = float(t.scheduler.get_last_lr()[0])  # LambdaLR over a float base rate: a Python float
+    t.optimizer.step()
+    t.scheduler.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    if t.master:
+        t.module.zero_grad(set_to_none=True)
+        t.master.master_to_model()
+    result = StepResult(b.all_reduce_mean(running), grad_norm, lr, position)
+    if report is not None:
+        b.defer(report, result)
+    b.mark_step()
+    return result

@@ -1,0 +1,42 @@
+"""The training and tools images' entry points: every ``python -m training....`` a pod, a Job, a
+user or the docs run, in one table. Standard library only.
+
+The pods the CDK app renders name their module from here, and a test checks that each is a module
+of ``training/`` with a ``main`` run under ``__main__`` and that the docs name no other.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: BERT pretraining, run by torchrun in each worker pod (training image).
+PRETRAIN: Final = "training.trainer.pretrain"
+#: The data tool: text corpus -> HDF5 shards, on one machine.
+PREPARE_DATA: Final = "training.dataprep.prepare_data"
+#: The data tool as an Indexed Job across pods (the platform's dataset preparation, training image).
+PREPARE_INDEXED: Final = "training.dataprep.prepare_indexed"
+#: A shard set's manifest: write one for shards made elsewhere, or verify checksums.
+SHARD_FORMAT: Final = "training.dataprep.shard_format"
+#: A BERT WordPiece vocabulary for the data tool.
+VOCAB: Final = "training.dataprep.vocab"
+#: The node's Neuron driver against the image's runtime, before training (training image).
+DRIVER_CHECK: Final = "training.node.driver_check"
+#: The EFA all-reduce check across the gang before training (training image).
+FABRIC_CHECK: Final = "training.node.fabric_check"
+#: EFA counters for Prometheus (tools image, a DaemonSet on the Trainium nodes).
+EFA_EXPORTER: Final = "training.node.efa_exporter"
+#: FSx capacity for Prometheus (tools image, one pod on the system nodes).
+FSX_EXPORTER: Final = "training.node.fsx_exporter"
+
+#: Module -> the image it runs in.
+ENTRY_POINTS: Final[dict[str, str]] = {
+    PRETRAIN: "training",
+    PREPARE_DATA: "training",
+    PREPARE_INDEXED: "training",
+    SHARD_FORMAT: "training",
+    VOCAB: "training",
+    DRIVER_CHECK: "training",
+    FABRIC_CHECK: "training",
+    EFA_EXPORTER: "tools",
+    FSX_EXPORTER: "tools",
+}
