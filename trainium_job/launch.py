@@ -136,6 +136,42 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
     return argv + ["-m", spec.module, *spec.script_args]
 
 
+#: torchrun reads ``--rdzv_conf`` from this variable when the flag is absent; a flag on the command
+#: line replaces it whole (torch/distributed/argparse_util.py ``env`` action, L45-46 at v2.9.0 and
+#: v2.13.0; run.py declares ``--rdzv_conf`` with it).
+RDZV_CONF_ENV = "PET_RDZV_CONF"
+
+
+def c10d_host_lines(spec: LaunchSpec) -> list[str]:
+    """Shell lines that tell each pod's torchrun whether it hosts the c10d store (``is_host``).
+
+    Without ``is_host`` the c10d backend guesses, once per torchrun, by resolving the endpoint's
+    host name and comparing the answer with its own host names and addresses
+    (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py ``_create_tcp_store`` and
+    utils.py ``_matches_machine_hostname``, L116-165 at v2.9.0). The name differs from the pod's
+    own (``<pod>.<job>`` against ``<pod>`` and its fully qualified name), so only the address
+    comparison can match: if the pod's DNS record is not yet served when rank 0's torchrun starts,
+    the lookup fails, no pod hosts the store, and every pod fails after ``read_timeout``. Set, the
+    flag decides: the pod whose host name is the endpoint's first label hosts, the others connect
+    (retrying the name until ``read_timeout``). All pods run one script, so the value is decided in
+    it, from bash's ``$HOSTNAME``, and reaches torchrun through :data:`RDZV_CONF_ENV` together with
+    ``spec.rdzv_conf``; the torchrun commands then carry no ``--rdzv_conf`` (:func:`without_conf`).
+    """
+    if spec.rdzv_backend != "c10d":
+        return []
+    host = spec.rdzv_endpoint.rpartition(":")[0].split(".", 1)[0]
+    conf = "".join(f",{k}={v}" for k, v in spec.rdzv_conf)
+    return [
+        f'if [ "${{HOSTNAME%%.*}}" = {shlex.quote(host)} ]; then rdzv_is_host=1; else rdzv_is_host=0; fi',
+        f'export {RDZV_CONF_ENV}="is_host=${{rdzv_is_host}}"{shlex.quote(conf) if conf else ""}',
+    ]
+
+
+def without_conf(spec: LaunchSpec) -> LaunchSpec:
+    """``spec`` whose rendezvous settings come from :data:`RDZV_CONF_ENV` (see :func:`c10d_host_lines`)."""
+    return replace(spec, rdzv_conf=()) if spec.rdzv_backend == "c10d" else spec
+
+
 def launch_env(spec: LaunchSpec) -> dict[str, str]:
     """Environment variables the torchrun process itself needs (set them on the container).
 

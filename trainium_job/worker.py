@@ -7,7 +7,15 @@ import shlex
 
 from .entry_points import DRIVER_CHECK
 from .fabric_check import FabricCheck, check_lines
-from .launch import DEFAULT_PRECOMPILE_STEPS, LaunchSpec, precompile_args, render, torchrun_args
+from .launch import (
+    DEFAULT_PRECOMPILE_STEPS,
+    LaunchSpec,
+    c10d_host_lines,
+    precompile_args,
+    render,
+    torchrun_args,
+    without_conf,
+)
 from .paths import JobPaths
 from .pid1 import STOP_ON_SIGTERM, background
 
@@ -20,6 +28,9 @@ def worker_script(
     fabric_check: FabricCheck | None = None,
 ) -> str:
     """The shell script each training container runs.
+
+    With the c10d rendezvous, the script first decides whether this pod's torchrun hosts the
+    store (:func:`~trainium_job.launch.c10d_host_lines`).
 
     0. Check the node's Neuron driver against the image's runtime (``training.node.driver_check``):
        a known-bad pair stops the pod with one line before anything else.
@@ -41,9 +52,12 @@ def worker_script(
     """
     marker = shlex.quote(paths.dataset_marker)
     cache_marker = shlex.quote(paths.cache_marker)
+    host_lines = c10d_host_lines(spec)
+    spec = without_conf(spec)
     lines = [
         "set -euo pipefail",
         STOP_ON_SIGTERM,
+        *host_lines,
         background(f"python -m {DRIVER_CHECK}"),
         f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; "
         f"{background('sleep 30')}; done",

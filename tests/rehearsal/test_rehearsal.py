@@ -37,7 +37,7 @@ FABRIC_PASSED = re.compile(
 )
 #: The first line of the training run on rank 0 (training.trainer.pretrain ``log_start``), not the
 #: precompile's trial run (which trains 3 steps from 0).
-TRAINING_START = re.compile(r"training\.pretrain: device cpu, .* steps (\d+) -> 40 of 40")
+TRAINING_START = re.compile(r"training\.trainer\.pretrain: device cpu, .* steps (\d+) -> 40 of 40")
 
 
 def step_of(checkpoint) -> int:

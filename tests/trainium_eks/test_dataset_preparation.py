@@ -165,7 +165,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
         (
             {"preparation_args": '{"dupe": "5"}'},
             "preparation_args",
-            r"not a setting of training\.prepare_data",
+            r"not a setting of training\.dataprep\.prepare_data",
         ),
         (
             {"preparation_args": '{"seed": "1; rm -rf /"}'},
@@ -176,7 +176,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
         (
             {"preparation_args": '{"dupe_factor": "many"}'},
             "preparation_args",
-            r"training\.prepare_data refuses it: argument --dupe_factor: invalid int value: 'many'",
+            r"training\.dataprep\.prepare_data refuses it: argument --dupe_factor: invalid int value: 'many'",
         ),
         (
             {"preparation_args": '{"max_seq_len": "128", "max_pred_len": "126"}'},

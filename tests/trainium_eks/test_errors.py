@@ -33,6 +33,8 @@ NOT_PROP_CHECKS = {
     ("chart_facts", "KeyError"),
     ("chart_daemons", "KeyError"),
     ("default_neuron_ami_release", "KeyError"),
+    # The doctor's AWS profile (--profile, AWS_PROFILE) is not configuration: one line, exit 2.
+    ("__init__", "UnknownProfile"),
 }
 
 

@@ -40,42 +40,50 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
         "tensorboard.Dockerfile",
         "training/requirements.txt",
         "training/trainer/pretrain.py",
-        "training/launch.py",
         "trainium_job/launch.py",
+        "trainium_job/entry_points.py",
         "training/trainer/model_configs/large.json",
     } <= names
     assert not any("__pycache__" in n for n in names)
 
 
 def _training_imports(path: Path) -> set[str]:
-    """The ``training.<module>`` names a module imports."""
+    """The ``training....`` modules a module imports (dotted names)."""
     import ast
 
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("training."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "training":
+            found.add(node.module)
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("training.")}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "training"}
     return found
 
 
+def _copied_training_files(dockerfile: str) -> set[str]:
+    """The files of ``training/`` the Dockerfile's ``COPY training/...`` instructions take."""
+    text = (DOCKER_DIR / dockerfile).read_text().replace("\\\n", " ")
+    files = set()
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and words[1].startswith("training/"):
+            files |= {w for w in words[1:-1] if w.endswith(".py")}
+    return files
+
+
 def test_given_the_tools_image_then_the_training_modules_it_copies_import_only_each_other():
-    # Given the modules the tools Dockerfile copies from training/ (its exporters' entry points)
-    (line,) = [
-        line
-        for line in (DOCKER_DIR / "tensorboard.Dockerfile").read_text().splitlines()
-        if line.startswith("COPY training/") and line.split()[-1] == "training/"
-    ]
-    copied = {Path(p).stem for p in line.split()[1:-1]}
-    training_dir = Path(build_context(None)) / "training"
+    # Given the files the tools Dockerfile copies from training/ (its exporters' entry points)
+    copied = _copied_training_files("tensorboard.Dockerfile")
+    context = Path(build_context(None))
     # When each one's imports of the training package are read
-    missing = {
-        f"{module} imports training.{imported}"
-        for module in copied - {"__init__"}
-        for imported in _training_imports(training_dir / f"{module}.py")
-        if imported not in copied
-    }
-    # Then the image holds every one of them (a python -m of an exporter would fail otherwise)
-    assert {"efa_exporter", "fsx_exporter"} <= copied
-    assert not missing
+    needed = set()
+    for file in copied:
+        for module in _training_imports(context / file):
+            parts = module.split(".")
+            needed.add("/".join(parts) + ".py")
+            needed |= {"/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts))}
+    # Then the image holds every one of them (a python -m of an exporter would fail otherwise), and
+    # the package files of each entry point
+    assert {"training/node/efa_exporter.py", "training/node/fsx_exporter.py"} <= copied
+    assert {"training/__init__.py", "training/node/__init__.py"} <= copied
+    assert needed - copied == set()

@@ -31,7 +31,7 @@ from training.dataprep.vocab import train_vocab
 from trainium_job.launch import script_args_from_dict
 
 #: Where ``python -m training...`` finds the package (the repository, or the image's work dir).
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: ``training.dataprep.prepare_data`` flags of the small shard sets the tests and the XLA bench train on:
 #: pretrain's default sample shape, two passes over the corpus (other masks), one worker process.
 SMALL_SET_FLAGS: Mapping[str, int] = {

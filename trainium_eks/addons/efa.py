@@ -12,7 +12,6 @@ toleration is built in, the list given here is appended to it.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -21,6 +20,7 @@ from trainium_job.instances import InstanceFacts
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 
 from ..versions import ADDON_PINS, AddonPin
+from .helm import HELM_TIMEOUT
 
 
 def efa_chart_values(facts: InstanceFacts) -> dict:
@@ -69,5 +69,5 @@ class EfaDevicePlugin(Construct):
             namespace="kube-system",
             create_namespace=False,
             values=efa_chart_values(facts),
-            timeout=Duration.minutes(10),
+            timeout=HELM_TIMEOUT,
         )

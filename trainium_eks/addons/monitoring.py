@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -40,6 +39,7 @@ from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor
 from ..monitoring.rules import prometheus_rule
 from ..monitoring.stack_values import stack_values
 from ..versions import ADDON_PINS, AddonPin
+from .helm import HELM_TIMEOUT
 
 #: node-exporter shares the host's network, PID namespace and root file system, neuron-monitor is
 #: privileged: only the ``privileged`` level admits them ("Pod Security Standards", Baseline).
@@ -163,7 +163,7 @@ class PlatformMonitoring(Construct):
             # The CRDs and the operator's admission webhook must be serving before the rules and
             # PodMonitors below are applied (the webhook validates PrometheusRules).
             wait=True,
-            timeout=Duration.minutes(15),
+            timeout=HELM_TIMEOUT,
         )
         self.chart.node.add_dependency(self.namespace_manifest)
         if self.amp is not None:

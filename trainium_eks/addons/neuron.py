@@ -22,13 +22,13 @@ complete set.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL, TRAINIUM_NODE_LABEL
 
 from ..versions import ADDON_PINS, AddonPin
+from .helm import HELM_TIMEOUT
 
 #: Former name of :data:`trainium_job.scheduling.DEVICE_PLUGIN_TOLERATION`.
 NEURON_TOLERATION = DEVICE_PLUGIN_TOLERATION
@@ -97,5 +97,5 @@ class NeuronDevicePlugin(Construct):
             values=neuron_chart_values(
                 scheduler_extension=scheduler_extension, node_problem_detector=node_problem_detector
             ),
-            timeout=Duration.minutes(10),
+            timeout=HELM_TIMEOUT,
         )

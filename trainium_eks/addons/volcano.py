@@ -14,7 +14,6 @@ must not lose pods to another queue.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -30,6 +29,7 @@ from trainium_job.scheduling import (
 from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..versions import ADDON_PINS, AddonPin
+from .helm import HELM_TIMEOUT
 
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_NAMESPACE = "volcano-system"
@@ -133,7 +133,7 @@ class VolcanoScheduler(Construct):
             # The Queue below needs the CRDs and the admission webhook serving. The wait runs
             # inside the kubectl handler, a Lambda function capped at 15 minutes in all.
             wait=True,
-            timeout=Duration.minutes(10),
+            timeout=HELM_TIMEOUT,
         )
         self.chart.node.add_dependency(self.namespace)
         self.queue = eks.KubernetesManifest(

@@ -1,0 +1,138 @@
+"""Which pod hosts the c10d store: decided by the worker script (``is_host``), not by torch's guess.
+
+Given two torchrun agents that each believe they run in a pod (``socket.gethostname`` and their
+own name's address replaced, as a Volcano pod's /etc/hosts gives them) whose addresses are not the
+endpoint's: torch 2.13's guess (``_matches_machine_hostname``) then says "not me" on both, as it
+does on EKS when rank 0's DNS record is not yet served, and no agent hosts the store. With the
+script's lines (:func:`trainium_job.launch.c10d_host_lines`) the pod named like the endpoint hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainium_job.launch import LaunchSpec, c10d_host_lines, render, torchrun_args, without_conf
+
+pytest.importorskip("torch")
+
+#: A torchrun agent in a pretend pod: its host name, and that name's address (not the endpoint's).
+AGENT = textwrap.dedent("""
+    import os, socket, sys
+    name, address = os.environ["POD_HOSTNAME"], os.environ["POD_ADDRESS"]
+    real = socket.getaddrinfo
+    def getaddrinfo(host, *args, **kwargs):
+        if host == name:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, name + ".job.ns.svc.cluster.local", (address, 0))]
+        return real(host, *args, **kwargs)
+    socket.gethostname = lambda: name
+    socket.getaddrinfo = getaddrinfo
+    from torch.distributed.run import main
+    main(sys.argv[1:])
+""")
+WORKER = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print("sum", int(t.item()))
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProcess[str]]:
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "worker.py").write_text(WORKER)
+    host = socket.gethostname()  # resolvable here, not "localhost" (which torch always takes as its own)
+    spec = LaunchSpec(
+        nnodes=2,
+        nproc_per_node=1,
+        rdzv_endpoint=f"{host}:{free_port()}",
+        rdzv_id="c10d-host",
+        max_restarts=0,
+        module="worker",
+        rdzv_conf={"read_timeout": "10"},
+        torchrun=f"{sys.executable} {tmp_path / 'agent.py'}",
+    )
+    lines = (
+        c10d_host_lines(spec)
+        if decide
+        else [f"export PET_RDZV_CONF={','.join('='.join(kv) for kv in spec.rdzv_conf)}"]
+    )
+    argv = torchrun_args(without_conf(spec))
+    # The workers' store address: the patched host name does not resolve (torch uses getfqdn()).
+    at = argv.index("-m")
+    argv[at:at] = ["--local_addr", host]
+    command = " ".join([argv[0], render(argv[1:])])  # the launcher is two words here
+    script = "\n".join(["set -euo pipefail", *lines, f"exec {command}"])
+    pods = []
+    for index in range(2):
+        pod = host.split(".")[0] if index == 0 else "job-worker-1"
+        env = {
+            **os.environ,
+            "HOSTNAME": pod,
+            "POD_HOSTNAME": f"job-worker-{index}",
+            "POD_ADDRESS": f"10.255.255.{index + 1}",
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            "PYTHONPATH": str(tmp_path),
+        }
+        pods.append(
+            subprocess.Popen(
+                ["bash", "-c", script],
+                env=env,
+                cwd=tmp_path,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+    done = []
+    for pod in pods:
+        out, err = pod.communicate(timeout=180)
+        done.append(subprocess.CompletedProcess(pod.args, pod.returncode, out, err))
+    return done
+
+
+def test_given_the_script_s_decision_then_the_pod_named_like_the_endpoint_hosts_and_the_gang_meets(tmp_path):
+    pods = run_gang(tmp_path, decide=True)
+    assert [p.returncode for p in pods] == [0, 0], [p.stderr[-2000:] for p in pods]
+    assert all("sum 2" in p.stdout for p in pods)
+
+
+def test_given_torch_s_guess_alone_then_no_pod_hosts_and_the_gang_fails(tmp_path):
+    pods = run_gang(tmp_path, decide=False)
+    assert [p.returncode for p in pods] == [1, 1]
+    assert all("RendezvousConnectionError" in p.stderr for p in pods)
+
+
+def test_given_the_lines_then_is_host_is_1_only_on_the_endpoint_s_pod_and_the_conf_keeps_its_settings():
+    spec = LaunchSpec(
+        nnodes=2, nproc_per_node=32, rdzv_endpoint="j-worker-0.j:29400", rdzv_conf={"join_timeout": "900"}
+    )
+    script = "\n".join([*c10d_host_lines(spec), 'echo "$PET_RDZV_CONF"'])
+    seen = {
+        host: subprocess.run(
+            ["bash", "-c", script], env={"HOSTNAME": host}, capture_output=True, text=True
+        ).stdout.strip()
+        for host in ("j-worker-0", "j-worker-1", "j-worker-0.j.ns.svc.cluster.local", "j-worker-00")
+    }
+    assert seen == {
+        "j-worker-0": "is_host=1,join_timeout=900",
+        "j-worker-1": "is_host=0,join_timeout=900",
+        "j-worker-0.j.ns.svc.cluster.local": "is_host=1,join_timeout=900",
+        "j-worker-00": "is_host=0,join_timeout=900",
+    }
+    assert "--rdzv_conf" not in torchrun_args(without_conf(spec))
+    etcd = LaunchSpec(nnodes=2, nproc_per_node=32, rdzv_endpoint="etcd:2379", rdzv_backend="etcd")
+    assert c10d_host_lines(etcd) == [] and without_conf(etcd) == etcd
