@@ -20,6 +20,9 @@ from .paths import JobPaths, job_paths
 
 #: Model configs of ``training/trainer/model_configs``.
 MODELS: Final = ("large", "base", "tiny")
+#: Optimizer steps of BERT-large phase 1 in the reference recipe (global batch 16,384): the job's
+#: and the training script's default, from this one place.
+PHASE1_MAX_STEPS: Final = 28125
 #: Prefix of the spec's context keys: field ``global_batch`` is key ``training_global_batch``.
 CONTEXT_PREFIX: Final = "training_"
 #: Value of one extra ``training.trainer.pretrain`` flag (``True`` renders a bare switch).
@@ -63,7 +66,7 @@ class BertJobSpec:
     #: 2 x trn1.32xlarge (64 workers) gives 16 micro-batches.
     global_batch: int = 16384
     #: Optimizer steps of the schedule (the reference's phase 1: 28,125).
-    max_steps: int = 28125
+    max_steps: int = PHASE1_MAX_STEPS
     #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
     nproc_per_node: int = 0
     #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs ``etcd_enabled``).
@@ -84,7 +87,8 @@ class BertJobSpec:
     #: counters (trainium_job.fabric_check); a pod whose fabric fails stops the job (AbortJob).
     fabric_check: bool = True
     #: The check's all-reduce bus bandwidth floor in GB/s as nccom-test prints them (GiB/s); 0:
-    #: only check that the bytes cross EFA.
+    #: only check that the bytes cross EFA. At most what the nodes' network can carry (about 183 on
+    #: 2 x trn1.32xlarge: ``trainium_job.fabric_check.busbw_ceiling_gbps``).
     fabric_check_min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
     #: More training.trainer.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
     #: against the script's own parser (names, types, rules).

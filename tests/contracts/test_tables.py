@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from . import charts, fsx_csi, libfabric, neuron, nodes, pod_security, resources, torch_elastic, volcano
+from . import (
+    charts,
+    fsx_csi,
+    libfabric,
+    neuron,
+    neuron_monitor,
+    nodes,
+    pod_security,
+    resources,
+    torch_elastic,
+    volcano,
+)
 from .model import Contract, Entry
 
 TABLES = [
@@ -20,6 +31,7 @@ TABLES = [
     neuron.COMPILER,
     neuron.COLLECTIVES,
     torch_elastic.CONTRACT,
+    torch_elastic.C10D_CONF,
     volcano.PLUGINS,
     volcano.SVC_ARGUMENTS,
     volcano.POLICY_EVENTS,
@@ -28,6 +40,8 @@ TABLES = [
     volcano.PLUGIN_ENV,
     pod_security.CONTRACT,
     nodes.WELL_KNOWN_LABELS,
+    neuron_monitor.ERROR_TYPES,
+    neuron_monitor.INSTANCE_LABELS,
     resources.CONTRACT,
     *charts.CHART_VALUES.values(),
 ]

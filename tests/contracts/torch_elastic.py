@@ -82,3 +82,35 @@ CONTRACT = Contract(
         ),
     ),
 )
+
+_C10D = f"{_SRC}/rendezvous/c10d_rendezvous_backend.py"
+#: ``--rdzv_conf`` keys of the c10d backend the job sets, and where torchrun reads the flag from.
+#: ``PET_RDZV_CONF``: run.py declares ``--rdzv_conf`` with ``action=env`` (run.py:449), which takes
+#: the flag's default from ``PET_`` + its upper-cased name and lets a flag on the command line
+#: replace it whole (torch/distributed/argparse_util.py:45-46, ``env``).
+C10D_CONF = Contract(
+    consumer="torchrun --rdzv_conf, c10d rendezvous backend",
+    version=VERSION,
+    entries=(
+        Entry(
+            "PET_RDZV_CONF",
+            "the value of --rdzv_conf when the flag is absent (comma-separated key=value)",
+            "pytorch/pytorch@v2.9.0:torch/distributed/run.py:449; torch/distributed/argparse_util.py:45-46",
+        ),
+        Entry(
+            "is_host",
+            "set: this agent hosts the TCPStore (true) or connects to it (false), with no fallback; "
+            "unset: guessed once by _matches_machine_hostname (endpoint host == gethostname(), or == the "
+            "canonical name of our own, or our addresses among the endpoint's addresses: the lookup failing "
+            "means 'not me'), falling back to a client when hosting fails",
+            f"{_C10D}:137-187 (_create_tcp_store), :234-245 (the is_host row); "
+            f"{_SRC}/rendezvous/utils.py:116-165 (_matches_machine_hostname; 139-140: a failed lookup is [])",
+            values=("0", "1", "true", "false"),
+        ),
+        Entry(
+            "read_timeout",
+            "seconds a store operation (and a non-host agent's connection) waits; default 60",
+            f"{_C10D}:152-157 (TCPStore(..., timeout=read_timeout))",
+        ),
+    ),
+)

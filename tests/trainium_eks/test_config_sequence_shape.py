@@ -30,8 +30,8 @@ def test_given_the_public_set_then_its_shape_is_128_tokens_and_20_predictions():
             "training_script_args",
             {"seq_len": "512"},
             r"^the public BERT shards \(s3://neuron-s3/\S+seqlen128\.tar\): 128 tokens and 20 predictions per "
-            r"sample, but training\.trainer\.pretrain would read --seq_len 512 --max_pred_len 20 .*give seq_len 128 and "
-            r"max_pred_len 20$",
+            r"sample, but training\.trainer\.pretrain would read --seq_len 512 --max_pred_len 20 "
+            r".*give seq_len 128 and max_pred_len 20$",
         ),
         (
             {"training_script_args": '{"max_pred_len": "30"}'},

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from training.trainer.cli import build_parser
 from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
 from trainium_eks.review import training_review
+from trainium_job.job import script_args
 
 
 @pytest.mark.parametrize(
@@ -95,6 +97,14 @@ def test_given_valid_script_args_with_a_switch_then_accepted_and_rendered_as_bar
         {"training_script_args": '{"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": "true"}'}
     )
     assert config.training.extra_args == {"lr": "6e-3", "optimizer": "lamb", "fp32_master_weights": True}
+    # rendered: the switch bare (no value after it), the others as flag and value
+    argv = script_args(config.training, config.training_plan)
+    at = argv.index("--fp32_master_weights")
+    assert at == len(argv) - 1 or argv[at + 1].startswith("--")
+    assert argv[argv.index("--lr") + 1] == "6e-3" and argv[argv.index("--optimizer") + 1] == "lamb"
+    # and the trainer's own parser reads them so
+    parsed = build_parser().parse_args(argv)
+    assert (parsed.fp32_master_weights, parsed.lr, parsed.optimizer) == (True, 6e-3, "lamb")
 
 
 @pytest.mark.parametrize(

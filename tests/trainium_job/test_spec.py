@@ -87,3 +87,11 @@ def test_given_shape_that_does_not_fit_then_error_names_the_key(spec, nodes, max
     with pytest.raises(ConfigError) as err:
         plan_training(spec, facts=instance_facts("trn1.32xlarge"), nodes=nodes, max_nodes=max_nodes)
     assert err.value.field_name == key
+
+
+def test_given_no_max_steps_then_the_job_and_the_script_default_to_the_one_phase1_figure():
+    from training.trainer.cli import build_parser
+    from trainium_job.spec import PHASE1_MAX_STEPS
+
+    script = build_parser().parse_args(["--data_dir", "/d", "--output_dir", "/o"])
+    assert BertJobSpec().max_steps == script.max_steps == PHASE1_MAX_STEPS == 28125

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainium_job.launch import PRECOMPILE_FLAG
-from trainium_job.spec import MODELS
+from trainium_job.spec import MODELS, PHASE1_MAX_STEPS
 
 DEVICES = ("auto", "xla", "cuda", "cpu")
 PRECISIONS = ("auto", "fp32", "bf16", "amp_bf16")
@@ -63,7 +63,7 @@ class OptimizationArguments:
 
     batch_size: int = flag(16, "micro-batch per worker")
     grad_accum_usteps: int = flag(32, "micro-batches per optimizer step")
-    max_steps: int = flag(28125, "optimizer steps of the whole schedule")
+    max_steps: int = flag(PHASE1_MAX_STEPS, "optimizer steps of the whole schedule")
     steps_this_run: int = flag(None, "stop after this many steps (default: max_steps)")
     lr: float = flag(4e-4, "peak learning rate")
     warmup_steps: int = flag(2000, "optimizer steps of linear warm-up to --lr; then it decays linearly")

@@ -21,8 +21,8 @@ from typing import Any
 
 APPLIED, REFUSED = "applied", "refused"
 
-#: flag -> (decision, why). Flags not listed (paths, logging, checkpoint cadence, workers) hold
-#: no state and simply take their new value.
+#: flag -> (decision, why) for every flag that shapes the training state. Every other flag is in
+#: :data:`STATELESS_FLAGS`; a test fails for a flag in neither.
 RESUME_FLAGS: dict[str, tuple[str, str]] = {
     "lr": (APPLIED, "the peak LR of every parameter group is replaced and the next update's LR recomputed"),
     "warmup_steps": (APPLIED, "the schedule is always this run's; the next update's LR is recomputed"),
@@ -40,6 +40,26 @@ RESUME_FLAGS: dict[str, tuple[str, str]] = {
     "seq_len": (REFUSED, "another data format: start phase 2 in a new --output_dir"),
     "max_pred_len": (REFUSED, "another data format: start a new --output_dir"),
     "seed": (REFUSED, "the data order follows the seed: the saved positions would point at other samples"),
+}
+#: flag -> why it holds no training state: a resumed run simply takes its new value.
+STATELESS_FLAGS: dict[str, str] = {
+    "data_dir": "where the shards are; their count is checked against the checkpoint's separately",
+    "output_dir": "where checkpoints are found and written; another one starts a new run",
+    "resume_ckpt": "which checkpoint to start from",
+    "steps_this_run": "where this run stops; the schedule is max_steps'",
+    "checkpoint_every": "when the next checkpoints are written",
+    "keep_checkpoints": "how many old checkpoints are deleted",
+    "num_workers": "loader processes; data positions count samples, whatever reads them",
+    "device": "weights and optimizer state load onto any device",
+    "log_every": "how often a line is logged",
+    "metrics_file": "where the final metrics go",
+    "step_log": "where the per-step log goes",
+    "tensorboard_dir": "where the events go",
+    "metrics_port": "where Prometheus scrapes",
+    "peak_tflops": "the MFU denominator, reporting only",
+    "precompile": "a trial run writes no checkpoint",
+    "debug": "tracebacks of input errors",
+    "param_digest": "a debugging dump of the final weights",
 }
 #: A resumed run fails when its first loss is above FACTOR x recorded + MARGIN (nats) or not
 #: finite. Loose on purpose: one batch's loss varies by tens of percent; a wrong state is off by
