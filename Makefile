@@ -174,8 +174,9 @@ DIST := dist
 VENV_PKG := .venv-package
 .PHONY: wheel
 wheel: $(VENV)/.runtime
-	rm -rf $(DIST) build
+	rm -rf $(DIST) build *.egg-info
 	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(DIST) . $(QUIET_PIP)
+	rm -rf build *.egg-info
 
 .PHONY: test-package
 test-package: wheel node_modules/.installed

@@ -50,7 +50,7 @@ SAME_FAILURE_S = 30
 #: breaks the fabric check off: two of its all-reduces (each sends 3/2 of the 8 MiB buffer).
 FABRIC_BYTES_BEFORE_STOP = 2 * 12 * 2**20
 #: The Neuron version strings the pods read, as recorded (each file says where it comes from).
-RECORDED_VERSIONS = REPO / "tests" / "training" / "recorded" / "neuron_versions"
+RECORDED_VERSIONS = REPO / "tests" / "training" / "node" / "recorded" / "neuron_versions"
 #: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
 #: "requires Neuron Runtime Library 2.33 or later" (trainium_job/neuron_stack.py).
 REFUSED_DRIVER_AMI = "v20260714"

@@ -42,7 +42,7 @@ NODE_NAME = "rehearsal-node-{}"
 SYSTEM_NODE_NAME = "rehearsal-system-node"
 #: The fabric check's all-reduce buffer per worker in the rehearsal (the job's is 128 MiB).
 FABRIC_CHECK_SIZE_MIB = 8
-_FABRIC_SIZE = re.compile(r"(-m training\.fabric_check measure .*?--size_mib )(\d+)")
+_FABRIC_SIZE = re.compile(r"(-m training\.node\.fabric_check measure .*?--size_mib )(\d+)")
 
 
 def rehearsed_command(command: Sequence[str]) -> tuple[str, ...]:
@@ -130,14 +130,14 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "the node's Neuron driver version (`/sys/module/neuron/version`, which "
         "`training.node.driver_check` reads first in every gang pod)",
         "a folder bound over /sys/module in each gang pod holding only `neuron/version`, with a "
-        "recorded string (tests/training/recorded/neuron_versions: that of the EKS Neuron AMI "
+        "recorded string (tests/training/node/recorded/neuron_versions: that of the EKS Neuron AMI "
         "release the platform pins by default, or of a release with a driver the runtime refuses)",
         "no Neuron driver here; the recordings say where each string comes from",
     ),
     Substitution(
         "dpkg-query (the image's dpkg, for the version of aws-neuronx-runtime-lib)",
         "tests/rehearsal/standins.py: prints the recorded version of the Neuron DLC's runtime "
-        "package (tests/training/recorded/neuron_versions) for exactly that query; refuses others",
+        "package (tests/training/node/recorded/neuron_versions) for exactly that query; refuses others",
         "the image's packages are not on this machine",
     ),
     Substitution(

@@ -125,8 +125,13 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
     # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there), once
     # the SIGTERM trap is set (the script is the container's PID 1).
     assert lines[0] == "set -euo pipefail" and lines[1].startswith("trap ")
-    assert lines[2].startswith("python -m training.node.driver_check")
-    assert lines[3].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
+    # c10d: the pod named like the endpoint hosts the store (tests/contracts/test_torch_elastic.py)
+    assert lines[2] == (
+        f'if [ "${{HOSTNAME%%.*}}" = {name}-worker-0 ]; then rdzv_is_host=1; else rdzv_is_host=0; fi'
+    )
+    assert lines[3] == 'export PET_RDZV_CONF="is_host=${rdzv_is_host}"'
+    assert lines[4].startswith("python -m training.node.driver_check")
+    assert lines[5].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
     pre = next(line for line in lines if "neuron_parallel_compile" in line)
     assert "--steps_this_run 3" in pre and "--precompile" in pre
     assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]

@@ -46,12 +46,16 @@ def _dry_run(*script_args: str, **kwargs: Any) -> dict[str, Any]:
 
 
 def _without_identity(pod_spec: dict[str, Any], *, endpoint: str, rdzv_id: str) -> dict[str, Any]:
-    """The pod spec with the only per-launcher values, rank 0's host name and the rendezvous id,
+    """The pod spec with the only per-launcher values, rank 0's host name (in the endpoint and the
+    store-host decision) and the rendezvous id,
     replaced by placeholders (TorchX makes one task per replica: node 0 is ``<app>-worker-0-0``;
     its endpoint holds TorchX's ``${app_id}`` macro, which the shell script quotes)."""
     text = json.dumps(pod_spec)
     for form in (f"'{endpoint}'", endpoint):
         text = text.replace(form, "RANK0:PORT")
+    host = endpoint.split(".")[0]  # the store-host decision names rank 0's pod (launch.c10d_host_lines)
+    for form in (f"'{host}'", host):
+        text = text.replace(f"= {form} ]", "= RANK0 ]")
     return json.loads(re.sub(rf"--rdzv_id {re.escape(rdzv_id)}(?=[ -])", "--rdzv_id ID", text))
 
 
