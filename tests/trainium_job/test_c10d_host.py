@@ -9,7 +9,9 @@ script's lines (:func:`trainium_job.launch.c10d_host_lines`) the pod named like 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -95,12 +97,18 @@ def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProces
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: a failed test leaves no agent behind
             )
         )
     done = []
-    for pod in pods:
-        out, err = pod.communicate(timeout=180)
-        done.append(subprocess.CompletedProcess(pod.args, pod.returncode, out, err))
+    try:
+        for pod in pods:
+            out, err = pod.communicate(timeout=180)
+            done.append(subprocess.CompletedProcess(pod.args, pod.returncode, out, err))
+    finally:
+        for pod in pods:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.pid, signal.SIGKILL)
     return done
 
 
