@@ -4,6 +4,10 @@
 # exporter, on every Trainium node within seconds of it joining. Same pins as
 # training/requirements.txt.
 FROM public.ecr.aws/docker/library/python:3.12-slim-bookworm
+# The base's digest, resolved by the in-region build (trainium_eks/image_build.py).
+ARG BASE_DIGEST=unresolved
+LABEL org.opencontainers.image.base.name="public.ecr.aws/docker/library/python:3.12-slim-bookworm" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}"
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY training/requirements.txt /tmp/requirements.txt

@@ -6,6 +6,7 @@ app's configuration (:mod:`trainium_eks.config`) calls the same ones.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -101,6 +102,42 @@ def efa_network_interfaces(
     ]
 
 
+#: nodeadm's NodeConfig (the EKS AL2023 AMI's node initializer) as EKS merges it from a launch
+#: template's MIME user data (``Content-Type: application/node.eks.aws``; awslabs/amazon-eks-ami
+#: nodeadm/doc/examples.md). ``FastImagePull`` (nodeadm/api/v1alpha1/nodeconfig_types.go L159-170,
+#: default false: nodeadm/internal/api/featuregates.go L18-22) switches containerd to the SOCI
+#: snapshotter's parallel pull mode, which the AL2023 AMIs, Neuron included, install
+#: (templates/al2023/provisioners/install-worker.sh L217-221): layers fetched in parallel chunks and
+#: unpacked in parallel, for any image (no SOCI index needed). In the AMIs since v20250821 (named
+#: AggressiveImagePull in v20250813), with the sandbox-image fix for containerd 2.2.3 from v20260512;
+#: documented as experimental ("Enabling fast image pull", examples.md L153-173).
+_NODECONFIG_BOUNDARY = "//trainium-eks//"
+
+
+def node_user_data(*, fast_image_pull: bool) -> str | None:
+    """The launch template's user data: a MIME document with one NodeConfig part, or None."""
+    if not fast_image_pull:
+        return None
+    lines = [
+        "MIME-Version: 1.0",
+        f'Content-Type: multipart/mixed; boundary="{_NODECONFIG_BOUNDARY}"',
+        "",
+        f"--{_NODECONFIG_BOUNDARY}",
+        "Content-Type: application/node.eks.aws",
+        "",
+        "---",
+        "apiVersion: node.eks.aws/v1alpha1",
+        "kind: NodeConfig",
+        "spec:",
+        "  featureGates:",
+        "    FastImagePull: true",
+        "",
+        f"--{_NODECONFIG_BOUNDARY}--",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 class TrainiumLaunchTemplate(Construct):
     """EC2 launch template for the Trainium managed nodegroup.
 
@@ -128,6 +165,7 @@ class TrainiumLaunchTemplate(Construct):
         capacity_block: bool = False,
         imds_hop_limit: int = 1,
         name_prefix: str = DEFAULT_NAME_PREFIX,
+        fast_image_pull: bool = True,
     ) -> None:
         """
         Args:
@@ -145,6 +183,9 @@ class TrainiumLaunchTemplate(Construct):
                 network cannot reach IMDS.
             name_prefix: prefix of the instances' and the template's ``Name`` tags. Default
                 ``DEFAULT_NAME_PREFIX`` ("trn-bert").
+            fast_image_pull: nodeadm's ``FastImagePull`` (containerd pulls layers in parallel
+                chunks: :func:`node_user_data`). Default True: a Trainium node pulls the
+                multi-GB training image at every job start.
         """
         super().__init__(scope, id)
         check_root_volume_gib(root_volume_gib)
@@ -175,6 +216,7 @@ class TrainiumLaunchTemplate(Construct):
                 http_put_response_hop_limit=imds_hop_limit,
             ),
             block_device_mappings=[_root_volume(root_volume_gib)],
+            user_data=_base64(node_user_data(fast_image_pull=fast_image_pull)),
             capacity_reservation_specification=_reservation(capacity_reservation_id),
             instance_market_options=(
                 ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
@@ -203,6 +245,10 @@ class TrainiumLaunchTemplate(Construct):
         group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from Trainium nodes")
         group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to Trainium nodes")
         return group
+
+
+def _base64(text: str | None) -> str | None:
+    return None if text is None else base64.b64encode(text.encode()).decode()
 
 
 def _root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:

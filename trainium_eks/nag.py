@@ -12,7 +12,7 @@ import re
 from typing import cast
 
 import jsii
-from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Token, Validations
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
@@ -97,40 +97,79 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     # Add-ons: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
 )
 
-# The workload's entries (paths under the workload construct): the image copy into ECR.
-# cdk-ecr-deployment's singleton function runs with the bounded role of training_image.py.
-_COPY_ROLE = "TrainingImages/CopyRole"
-_ECR_DEPLOYMENT_REASON = (
-    "cdk-ecr-deployment's copy function (the library's own singleton Lambda) "
-    "runs only during deployments to copy the built training images into the "
-    "platform's ECR repository."
+# The workload's entries (paths under the workload construct): the in-region image build's
+# boundary (trainium_eks/training_image.py).
+_BOUNDARY = "TrainingImages/BuildBoundary"
+_BOUNDED = (
+    " The build role carries a permissions boundary (TrainingImages/BuildBoundary): s3:GetObject on "
+    "the two build-context objects only, push to the platform's repository only, its own log group and key."
 )
 WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
-        _COPY_ROLE,
-        _managed("service-role/AWSLambdaBasicExecutionRole"),
-        _ECR_DEPLOYMENT_REASON + " Its log permissions are capped by the role's boundary to /aws/lambda/*.",
-    ),
-    (
-        f"{_COPY_ROLE}/DefaultPolicy",
+        _BOUNDARY,
         "AwsSolutions-IAM5[Resource::*]",
-        _ECR_DEPLOYMENT_REASON + " The library grants ECR read/push and s3:GetObject on '*'; the role's "
-        "permissions boundary (TrainingImages/CopyBoundary) allows only reads of the CDK asset "
-        "repository, pushes to the platform's repository and no S3, so the effective grant is scoped.",
-    ),
-    (
-        "TrainingImages/CopyBoundary",
-        "AwsSolutions-IAM5[Resource::*]",
-        "ecr:GetAuthorizationToken supports no resource-level permissions (Service Authorization "
-        "Reference, Amazon ECR): a token alone grants no repository access.",
-    ),
-    (
-        "TrainingImages/CopyBoundary",
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/lambda/*]",
-        "Lambda names its log group after the function, whose name CloudFormation generates; the "
-        "boundary limits logging to Lambda's own log groups in this account and region.",
+        "ecr:GetAuthorizationToken, ecr-public:GetAuthorizationToken, sts:GetServiceBearerToken and the "
+        "ECR Public catalog reads support no resource-level permissions (Service Authorization Reference): "
+        "they let the build log in to the registries and pull the public base images.",
     ),
 )
+
+
+def _region_entries(partition: str, region: str) -> tuple[tuple[str, str, str], ...]:
+    """The entries whose finding names an ARN of the stack's partition and region (paths under the workload)."""
+    return (
+        (
+            _BOUNDARY,
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
+            "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+            "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
+        ),
+    )
+
+
+# cdklabs-deploy-time-build's per-stack singletons (paths under the stack): the CodeBuild project's
+# role and the function that starts a build. The library writes their policies; the boundary above
+# caps the build role, and the function may only start this project's builds.
+_PROJECT = "ContainerImageBuildAmd64e83729feb1564e709bec452b15847a30amd64"
+_HANDLER = "DeployTimeBuildCustomResourceHandlerdb740fd554364a848a09e6dfcd01f4f3"
+_PROJECT_ID = f"<<logical-id:{_PROJECT}/Resource>>"
+
+
+def image_build_acknowledgements(partition: str, region: str) -> tuple[tuple[str, str, str], ...]:
+    """The entries on the image-build library's singletons (paths under the stack)."""
+    return (
+        (
+            f"{_PROJECT}/Role",
+            _managed("AmazonElasticContainerRegistryPublicReadOnly"),
+            "The library attaches it so the build can pull public base images (public.ecr.aws): read-only "
+            "catalog and layer reads of public repositories." + _BOUNDED,
+        ),
+        *(
+            (
+                f"{_PROJECT}/Role/DefaultPolicy",
+                f"AwsSolutions-IAM5[{item}]",
+                "Written by cdklabs-deploy-time-build (S3 read of the asset bucket, CodeBuild's log and report "
+                "groups, an ECR token) and by the key grant." + _BOUNDED,
+            )
+            for item in (
+                "Action::kms:GenerateDataKey*",
+                "Action::kms:ReEncrypt*",
+                "Action::s3:GetBucket*",
+                "Action::s3:GetObject*",
+                "Action::s3:List*",
+                "Resource::*",
+                f"Resource::arn:{partition}:codebuild:{region}:<AWS::AccountId>:report-group/{_PROJECT_ID}-*",
+                f"Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:/aws/codebuild/{_PROJECT_ID}:*",
+                f"Resource::arn:{partition}:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-{region}/*",
+            )
+        ),
+        (
+            f"{_HANDLER}/ServiceRole",
+            _managed("service-role/AWSLambdaBasicExecutionRole"),
+            "The library's function that starts an image build during a deployment (codebuild:StartBuild on "
+            "this project only) logs with the managed basic execution policy.",
+        ),
+    )
 
 
 #: A placeholder for the logical ID of the element at a path under the owner: findings that name
@@ -236,8 +275,16 @@ def suppress_platform_findings(platform: IConstruct, options: dict[str, bool] | 
 
 
 def suppress_workload_findings(workload: IConstruct) -> None:
-    """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`."""
-    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS)
+    """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`,
+    and :func:`image_build_acknowledgements` on the image-build library's singletons of its stack."""
+    stack = Stack.of(workload)
+    # As cdk-nag prints them: a literal, or the pseudo parameter (an environment-agnostic stack, or
+    # partition literals off: @aws-cdk/core:enablePartitionLiterals).
+    region = stack.region if not Token.is_unresolved(stack.region) else "<AWS::Region>"
+    resolved = stack.resolve(stack.partition)
+    partition = resolved if isinstance(resolved, str) else "<AWS::Partition>"
+    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS + _region_entries(partition, region))
+    acknowledge_findings(stack, image_build_acknowledgements(partition, region))
 
 
 # What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),

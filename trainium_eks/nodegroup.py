@@ -140,6 +140,7 @@ class TrainiumNodegroup(Construct):
         max_size: int = 2,
         root_volume_gib: int = 512,
         efa_layout: str = "efa",
+        fast_image_pull: bool = True,
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
@@ -156,6 +157,8 @@ class TrainiumNodegroup(Construct):
                 Default 2.
             root_volume_gib: encrypted gp3 root volume per node, 30 to 16384 GiB. Default 512.
             efa_layout: ``efa`` or ``efa-only`` (see :class:`TrainiumLaunchTemplate`). Default "efa".
+            fast_image_pull: nodeadm's parallel image pull (see :class:`TrainiumLaunchTemplate`).
+                Default True.
             capacity_reservation_id: capacity reservation or Capacity Block to launch into.
                 Default None: none.
             capacity_block: the nodes are an ML Capacity Block (needs ``capacity_reservation_id``).
@@ -182,6 +185,7 @@ class TrainiumNodegroup(Construct):
             cluster_security_group_id=cluster.cluster_security_group_id,
             root_volume_gib=root_volume_gib,
             efa_layout=efa_layout,
+            fast_image_pull=fast_image_pull,
             capacity_reservation_id=capacity_reservation_id,
             capacity_block=capacity_block,
             name_prefix=name_prefix,

@@ -135,6 +135,7 @@ class TrainiumPlatform(Construct):
             max_size=config.max_nodes,
             root_volume_gib=config.root_volume_gib,
             efa_layout=config.efa_interface_layout,
+            fast_image_pull=config.fast_image_pull,
             capacity_reservation_id=config.capacity_reservation_id,
             capacity_block=config.capacity_type == "capacity-block",
             name_prefix=config.name_prefix,

@@ -8,9 +8,10 @@ from .compatibility import label as component_label
 from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
-from .image_transfer import review_lines as image_review_lines
+from .image_build import review_lines as image_review_lines
 from .monitoring.stack_values import retention_size_gib
 from .node_fit import node_fit
+from .training_image import build_context, context_bytes
 from .versions import neuron_ami_release
 
 #: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
@@ -184,7 +185,9 @@ def training_review(c: PlatformConfig) -> list[str]:
         f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
     ]
-    lines += image_review_lines()
+    lines += image_review_lines(
+        context_bytes=context_bytes(build_context()), fast_image_pull=c.fast_image_pull
+    )
     if c.preparation_enabled:
         lines.append(
             f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "

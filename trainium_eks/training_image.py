@@ -1,44 +1,45 @@
-"""The training and TensorBoard images: built from ``docker/`` at deploy, copied into the platform's ECR.
+"""The training and TensorBoard images: built in the account's region at deploy, straight into the
+platform's ECR repository, tagged by the content of their build context.
 
 The build context is assembled at synth from files that ship inside the installed packages
 (``trainium_eks/_docker`` -> ``docker/``, the ``training`` package and the job contract
-``trainium_job`` it imports), so the constructs work
-the same from this repository and when ``trainium-eks`` is pip-installed into another app. The
-assembled directory is named after a hash of its contents: synth stays deterministic and
-offline (nothing is built or pulled until ``cdk deploy``).
+``trainium_job`` it imports), so the constructs work the same from this repository and when the
+wheel is installed into another app. The assembled directory is named after a hash of its
+contents: synth stays deterministic and offline.
 
-The CDK builds each image into its bootstrap asset repository; ``cdk-ecr-deployment`` (a
-well-kept construct library, not a hand-written copy function) then copies it into the
-platform's repository under the asset's content hash as tag, so a changed image is a new tag.
-Its function streams layers (no disk) and gets the memory of one vCPU: see
-:mod:`trainium_eks.image_transfer`. The copy stays, rather than pods pulling the asset
-repository: that repository is the CDK bootstrap's, shared by every app of the account and
-region, without the platform repository's lifecycle rules, and ``cdk gc`` may delete its images.
-
-The copy function's role carries a permissions boundary (:func:`copy_boundary_statements`):
-cdk-ecr-deployment 4.2.76 adds ECR read/push and ``s3:GetObject`` on ``*`` to whatever role it
-runs with, and a boundary caps what that role can do whatever the library grants: read the
-asset repository, push only to the platform's repository, no S3 (an image copy reads none).
+cdklabs' deploy-time-build (``ContainerImageBuild``, a well-kept construct library rather than a
+hand-written CodeBuild trigger) uploads that context as a small S3 asset and builds it with
+CodeBuild in the region: the deployer needs no Docker and moves no image, and the image is pushed
+once, into the platform's repository. Settings the library leaves at defaults unfit for a
+multi-GB Neuron image, and why each is set: :mod:`trainium_eks.image_build`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import re
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
-from aws_cdk import Fn
+from aws_cdk import ArnFormat, CfnResource, RemovalPolicy, Stack
+from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
-from cdk_ecr_deployment import DockerImageName, ECRDeployment
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+from cdklabs.deploy_time_build import ContainerImageBuild
 from constructs import Construct
 
 import training
 import trainium_job
 
-from .image_transfer import COPY_MEMORY_MIB
+from . import image_build
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
 TRAINING_DIR = Path(training.__file__).resolve().parent
@@ -82,106 +83,211 @@ def build_context(root: Path | None = None) -> Path:
     return target
 
 
-#: ECR actions the copy needs on the source (read) and the destination (push) repositories.
-ECR_READ_ACTIONS = (
+def context_digest(files: dict[str, Path] | None = None) -> str:
+    """SHA-256 of the build context: every file's path and bytes."""
+    digest = hashlib.sha256()
+    for rel, src in sorted((files or _context_files()).items()):
+        digest.update(rel.encode() + b"\0" + src.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def context_bytes(context: Path) -> int:
+    """Bytes the deploy uploads for the build context: its files deflated into one zip, as the
+    CDK zips a directory asset."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(p for p in context.rglob("*") if p.is_file()):
+            archive.write(path, path.relative_to(context).as_posix())
+    return buffer.tell()
+
+
+def base_image(dockerfile: str) -> str:
+    """The image a Dockerfile builds FROM (``FROM ${BASE_IMAGE}`` resolved to the ARG's default)."""
+    text = (DOCKER_DIR / dockerfile).read_text()
+    (source,) = re.findall(r"^FROM\s+(\S+)", text, re.M)
+    match = re.fullmatch(r"\$\{(\w+)\}", source)
+    if match:
+        (source,) = re.findall(rf"^ARG\s+{match[1]}=(\S+)", text, re.M)
+    return source
+
+
+def image_tag(name: str, digest: str, dockerfile: str, build_args: dict[str, str]) -> str:
+    """``<name>-<16 hex>`` of the context, the Dockerfile and the build arguments: a changed file
+    gives a new tag, the same context the same tag."""
+    key = "\0".join([digest, dockerfile, *(f"{k}={v}" for k, v in sorted(build_args.items()))])
+    return f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+#: ECR actions a build needs on the platform's repository (push, and the reads a push makes).
+ECR_PUSH_ACTIONS = (
     "ecr:BatchCheckLayerAvailability",
     "ecr:GetDownloadUrlForLayer",
     "ecr:BatchGetImage",
-    "ecr:DescribeImages",
-    "ecr:DescribeRepositories",
-    "ecr:ListImages",
-)
-ECR_PUSH_ACTIONS = (
-    "ecr:BatchCheckLayerAvailability",
     "ecr:InitiateLayerUpload",
     "ecr:UploadLayerPart",
     "ecr:CompleteLayerUpload",
     "ecr:PutImage",
     "ecr:DescribeImages",
-    "ecr:DescribeRepositories",
+)
+#: What ``aws ecr-public get-login-password`` and an authenticated pull from public.ecr.aws need
+#: (the actions of the AWS managed policy AmazonElasticContainerRegistryPublicReadOnly the library
+#: attaches; none supports resource-level permissions for these reads).
+ECR_PUBLIC_READ_ACTIONS = (
+    "ecr-public:GetAuthorizationToken",
+    "sts:GetServiceBearerToken",
+    "ecr-public:BatchCheckLayerAvailability",
+    "ecr-public:GetRepositoryPolicy",
+    "ecr-public:DescribeRepositories",
+    "ecr-public:DescribeRegistries",
+    "ecr-public:DescribeImages",
+    "ecr-public:DescribeImageTags",
+    "ecr-public:GetRepositoryCatalogData",
+    "ecr-public:GetRegistryCatalogData",
 )
 
 
-def copy_boundary_statements(
-    *, source_repository_arn: str, dest_repository_arn: str
+def build_boundary_statements(
+    *, context_object_arns: list[str], repository_arn: str, log_group_arn: str, key_arn: str
 ) -> list[iam.PolicyStatement]:
-    """The most the image-copy role may do: its boundary's statements."""
-    stack_arn = "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}"
+    """The most the image-build role may do, whatever the library grants it: read the build
+    contexts (not the rest of the bootstrap bucket), pull public base images, push to the
+    platform's repository, write its own log group, use its own key."""
     return [
+        iam.PolicyStatement(actions=["s3:GetObject"], resources=context_object_arns),
         # GetAuthorizationToken has no resource-level permissions (Service Authorization Reference).
-        iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
-        iam.PolicyStatement(actions=list(ECR_READ_ACTIONS), resources=[source_repository_arn]),
-        iam.PolicyStatement(actions=list(ECR_PUSH_ACTIONS), resources=[dest_repository_arn]),
-        # What AWSLambdaBasicExecutionRole grants, limited to Lambda's own log groups.
+        iam.PolicyStatement(actions=["ecr:GetAuthorizationToken", *ECR_PUBLIC_READ_ACTIONS], resources=["*"]),
+        iam.PolicyStatement(actions=list(ECR_PUSH_ACTIONS), resources=[repository_arn]),
         iam.PolicyStatement(
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-            resources=[Fn.sub(f"{stack_arn}:log-group:/aws/lambda/*")],
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[log_group_arn, f"{log_group_arn}:*"],
+        ),
+        iam.PolicyStatement(
+            actions=["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+            resources=[key_arn],
         ),
     ]
 
 
+#: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
+#: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
+#: db740fd5-..., purpose DeployTimeBuildCustomResourceHandler). tests/contracts checks them.
+PROJECT_ID = "ContainerImageBuildAmd64e83729feb1564e709bec452b15847a30amd64"
+HANDLER_ID = "DeployTimeBuildCustomResourceHandlerdb740fd554364a848a09e6dfcd01f4f3"
+#: The newest Node.js Lambda runtime in aws-cdk-lib 2.275 (the library pins nodejs22.x as a raw
+#: string; its handler uses only the runtime's AWS SDK v3, which nodejs24.x also ships).
+HANDLER_RUNTIME = "nodejs24.x"
+
+
 class TrainingImages(Construct):
-    """Both images, in ``repository`` as ``training-<hash>`` and ``tensorboard-<hash>``.
+    """Both images, built in the region into ``repository`` as ``training-<hash>`` and ``tensorboard-<hash>``.
 
     Attributes:
-        training_image / tensorboard_image: image URIs in the platform repository (tokens).
+        training_image / tensorboard_image: image URIs in the platform repository (plain strings).
         training_tag / tensorboard_tag: the content-hash tags (plain strings: stable job names).
-        copies: the ECRDeployment constructs (apply jobs after them).
+        builds: the ContainerImageBuild constructs (apply jobs after them).
+        project: the CodeBuild project that builds both (the library's per-stack singleton).
     """
 
     def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository) -> None:
         """
         Args:
-            repository: the ECR repository the images are copied into.
+            repository: the ECR repository the images are pushed to.
         """
         super().__init__(scope, id)
-        context = str(build_context())
-        self.copies: list[ECRDeployment] = []
-        self.copy_role: iam.Role | None = None
+        files = _context_files()
+        context = build_context()
+        digest = context_digest(files)
+        self.context_bytes = context_bytes(context)
+        self.builds: list[ContainerImageBuild] = []
         uris: dict[str, str] = {}
         tags: dict[str, str] = {}
         for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
-            asset = ecr_assets.DockerImageAsset(
+            args = {image_build.BASE_DIGEST_ARG: image_build.base_digest_command(base_image(dockerfile))}
+            tags[name] = image_tag(name, digest, dockerfile, args)
+            uris[name] = f"{repository.repository_uri}:{tags[name]}"
+            build = ContainerImageBuild(
                 self,
-                f"{name.title()}Asset",
-                directory=context,
+                f"{name.title()}Build",
+                directory=str(context),
                 file=dockerfile,
                 platform=ecr_assets.Platform.LINUX_AMD64,
+                repository=repository,
+                tag=tags[name],
+                build_args=args,
             )
-            tags[name] = f"{name}-{asset.asset_hash[:16]}"
-            uris[name] = f"{repository.repository_uri}:{tags[name]}"
-            if self.copy_role is None:
-                self.copy_role = self._copy_role(asset.repository.repository_arn, repository.repository_arn)
-            self.copies.append(
-                ECRDeployment(
-                    self,
-                    f"{name.title()}Copy",
-                    src=DockerImageName(asset.image_uri),
-                    dest=DockerImageName(uris[name]),
-                    role=self.copy_role,
-                    # Memory buys CPU for a streamed copy (trainium_eks.image_transfer).
-                    memory_limit=COPY_MEMORY_MIB,
-                )
-            )
+            # The custom resource waits at most this long for the build's answer (the build's own
+            # limits stay under it: trainium_eks.image_build).
+            cfn_resource = build.node.find_child("Resource").node.default_child
+            assert isinstance(cfn_resource, CfnResource)
+            cfn_resource.add_property_override("ServiceTimeout", image_build.CUSTOM_RESOURCE_TIMEOUT_S)
+            self.builds.append(build)
+        self.project = self._harden(repository)
         self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
         self.training_tag, self.tensorboard_tag = tags["training"], tags["tensorboard"]
 
-    def _copy_role(self, source_arn: str, dest_arn: str) -> iam.Role:
+    def _harden(self, repository: ecr.IRepository) -> codebuild.Project:
+        """Set what the library leaves at defaults on its per-stack project and function."""
+        stack = Stack.of(self)
+        project = stack.node.try_find_child(PROJECT_ID)
+        handler = stack.node.try_find_child(HANDLER_ID)
+        if not isinstance(project, codebuild.Project) or not isinstance(handler, lambda_.Function):
+            raise LookupError(
+                f"cdklabs-deploy-time-build no longer names its project {PROJECT_ID} and function {HANDLER_ID}: "
+                "update trainium_eks.training_image for the installed version"
+            )
+        key = kms.Key(
+            self,
+            "BuildKey",
+            enable_key_rotation=True,
+            description="Image builds: CodeBuild artifacts and build logs",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
+        group = logs.LogGroup(
+            self,
+            "BuildLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            encryption_key=key,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        cfn_project = project.node.default_child
+        assert isinstance(cfn_project, codebuild.CfnProject)
+        # Attribute setters, not overrides: cdk-nag reads the properties (CB4).
+        cfn_project.encryption_key = key.key_arn
+        cfn_project.timeout_in_minutes = image_build.BUILD_TIMEOUT_MINUTES
+        cfn_project.queued_timeout_in_minutes = image_build.BUILD_QUEUED_TIMEOUT_MINUTES
+        cfn_project.logs_config = codebuild.CfnProject.LogsConfigProperty(
+            cloud_watch_logs=codebuild.CfnProject.CloudWatchLogsConfigProperty(
+                status="ENABLED", group_name=group.log_group_name
+            )
+        )
+        cfn_project.add_property_override("Environment.ComputeType", image_build.BUILD_COMPUTE_TYPE)
+        key.grant_encrypt_decrypt(project)
+        group.grant_write(project)
+        contexts = [build.node.find_child("Source") for build in self.builds]
+        assert all(isinstance(c, s3_assets.Asset) for c in contexts)
         boundary = iam.ManagedPolicy(
             self,
-            "CopyBoundary",
-            description="Boundary of the image-copy role: read the asset repository, push to the platform's",
-            statements=copy_boundary_statements(
-                source_repository_arn=source_arn, dest_repository_arn=dest_arn
+            "BuildBoundary",
+            description="Boundary of the image-build role: read the build contexts, push to the platform's repository",
+            statements=build_boundary_statements(
+                # Both images build from one context: one object (keyed by its asset hash).
+                context_object_arns=list(
+                    {c.asset_hash: c.bucket.arn_for_objects(c.s3_object_key) for c in contexts}.values()  # type: ignore[attr-defined]
+                ),
+                repository_arn=repository.repository_arn,
+                log_group_arn=stack.format_arn(
+                    service="logs",
+                    resource="log-group",
+                    resource_name=group.log_group_name,
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                ),
+                key_arn=key.key_arn,
             ),
         )
-        return iam.Role(
-            self,
-            "CopyRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")
-            ],
-            permissions_boundary=boundary,
-            description="cdk-ecr-deployment's copy function (bounded: see CopyBoundary)",
-        )
+        assert project.role is not None
+        iam.PermissionsBoundary.of(project.role).apply(boundary)
+        cfn_handler = handler.node.default_child
+        assert isinstance(cfn_handler, lambda_.CfnFunction)
+        cfn_handler.runtime = HANDLER_RUNTIME
+        return project

@@ -84,14 +84,14 @@ class TrainingWorkload(Construct):
         cluster = target.cluster
         claim_ready = list(target.claim_dependencies)
         self.images = TrainingImages(self, "TrainingImages", repository=target.repository)
-        copies = list(self.images.copies)
+        builds = list(self.images.builds)
         self.job = _pretraining_job(
             self,
             target=target,
             config=config,
             image=self.images.training_image,
             image_key=self.images.training_tag,
-            depends_on=[*target.queue_dependencies, *claim_ready, *copies],
+            depends_on=[*target.queue_dependencies, *claim_ready, *builds],
         )
         if config.training.rdzv_backend != "c10d":
             for server in target.etcd_dependencies:
@@ -104,7 +104,7 @@ class TrainingWorkload(Construct):
             "paths": self.job.paths,
             "claim_name": target.claim_name,
             "service_account": self.job.service_account,
-            "depends_on": [*claim_ready, self.job.service_account_manifest, *copies],
+            "depends_on": [*claim_ready, self.job.service_account_manifest, *builds],
         }
         self.staging: DatasetStaging | DatasetPreparation
         if config.preparation_enabled:
@@ -134,7 +134,7 @@ class TrainingWorkload(Construct):
             namespace=target.namespace,
             image=self.images.tensorboard_image,
             claim_name=target.claim_name,
-            depends_on=[*claim_ready, *copies],
+            depends_on=[*claim_ready, *builds],
         )
         self.exporters = None
         if target.monitoring and config.monitoring_exporters:
@@ -146,7 +146,7 @@ class TrainingWorkload(Construct):
                 image=self.images.tensorboard_image,
                 claim_name=target.claim_name,
                 facts=config.facts,
-                depends_on=[*claim_ready, *copies, *target.monitoring_dependencies],
+                depends_on=[*claim_ready, *builds, *target.monitoring_dependencies],
             )
         add_job_outputs(self, job=self.job, namespace=target.namespace)
         suppress_workload_findings(self)

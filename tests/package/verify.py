@@ -75,11 +75,14 @@ def check_assembly(outdir: Path) -> None:
     assert claims == ["lustre"]
     assert pod["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
     assert volcano["spec"]["minAvailable"] == 1
-    copies = [
-        json.dumps(r["Properties"]["DestImage"])
-        for r in of_type(workload, "Custom::CDKECRDeployment").values()
+    # Both images are built in the region into the user's repository (no image asset to upload).
+    builds = [
+        json.dumps(r["Properties"]["repositoryUri"])
+        for r in of_type(workload, "Custom::CDKContainerImageBuild").values()
     ]
-    assert len(copies) == 2 and all("research/bert:" in c for c in copies), copies
+    assert len(builds) == 2 and all("research/bert" in b for b in builds), builds
+    assets = json.loads((outdir / "OnExisting.assets.json").read_text())
+    assert assets.get("dockerImages", {}) == {}
 
 
 def synth_external_app(python: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:

@@ -1,8 +1,9 @@
 """Effective IAM permissions of every role in the template: identity policies within boundaries.
 
 No role may push to an ECR repository other than the platform's, or read S3 objects other than
-the CDK asset bucket's. cdk-ecr-deployment grants both on '*'; the copy role's permissions
-boundary is what must cap them, so the check intersects identity policies with boundaries.
+the images' build context. cdklabs-deploy-time-build grants its build role reads of the whole CDK
+asset bucket; the role's permissions boundary is what must cap them, so the check intersects
+identity policies with boundaries (a granted wildcard ARN covers the allowed ARNs it matches).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import fnmatch
 import json
 from typing import Any
 
-from tests.support import resources, synth_app, synth_platform, synth_training
+from tests.support import resources, synth_platform, synth_training
 
 PUSH_ACTIONS = (
     "ecr:PutImage",
@@ -57,6 +58,19 @@ def _managed_name(arn: Any) -> str:
     return text.split(":iam::aws:policy/")[-1].split('"')[0]
 
 
+def _text(resource: Any) -> str:
+    """A resource as text: a ``Fn::Join`` joined, other intrinsics as their JSON."""
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        sep, parts = resource["Fn::Join"]
+        return sep.join(p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in parts)
+    return resource if isinstance(resource, str) else json.dumps(resource, sort_keys=True)
+
+
+def _covers(granted: Any, resource: Any) -> bool:
+    """Whether a granted resource (``*`` wildcards honoured) covers ``resource``."""
+    return fnmatch.fnmatchcase(_text(resource), _text(granted))
+
+
 def effective(template: dict, actions: tuple[str, ...]) -> dict[str, list[Any]]:
     """Role logical id -> resources it is effectively allowed ``actions`` on."""
     policies = resources(template, "AWS::IAM::Policy")
@@ -77,22 +91,25 @@ def effective(template: dict, actions: tuple[str, ...]) -> dict[str, list[Any]]:
         boundary = props.get("PermissionsBoundary")
         if boundary is not None and granted:
             allowed = _grants(managed[boundary["Ref"]]["Properties"]["PolicyDocument"]["Statement"], actions)
-            granted = allowed if "*" in granted else [r for r in granted if r in allowed or "*" in allowed]
+            # The intersection: what the boundary allows that a grant covers, and the reverse.
+            granted = [a for a in allowed if any(_covers(g, a) for g in granted)] + [
+                g for g in granted if any(_covers(a, g) for a in allowed) and g not in allowed
+            ]
         if granted:
             result[role_id] = granted
     return result
 
 
-def test_given_default_app_then_only_the_copy_role_can_push_and_only_to_the_platform_repository():
+def test_given_default_app_then_only_the_build_role_can_push_and_only_to_the_platform_repository():
     platform, training = synth_platform(), synth_training()
     (repo_id,) = resources(platform, "AWS::ECR::Repository")
     assert effective(platform, PUSH_ACTIONS) == {}
     pushers = effective(training, PUSH_ACTIONS)
     assert len(pushers) == 1, pushers
     ((role_id, granted),) = pushers.items()
-    assert role_id.startswith("TrainingImagesCopyRole")
+    assert role_id.startswith("ContainerImageBuildAmd64")
     # The training stack builds the ARN from the repository name the platform outputs.
-    ((arn),) = [g["Fn::Join"][1] for g in granted]
+    ((arn),) = {json.dumps(g, sort_keys=True): g["Fn::Join"][1] for g in granted}.values()
     assert arn[-2] == ":repository/", arn
     assert {"Ref": "AWS::AccountId"} in arn and any(":ecr:us-west-2:" in str(part) for part in arn), arn
     output = arn[-1]["Fn::GetStackOutput"]
@@ -100,16 +117,27 @@ def test_given_default_app_then_only_the_copy_role_can_push_and_only_to_the_plat
     assert platform["Outputs"][output["OutputName"]]["Value"] == {"Ref": repo_id}
 
 
-def test_given_default_app_then_no_role_can_read_s3_objects():
-    # The copy reads no S3 (its source is the asset repository); the library's s3:GetObject on '*'
-    # is cut by the boundary. Nothing else in either stack reads S3 objects.
-    for template in synth_app().values():
-        assert effective(template, S3_READ) == {}
+def test_given_default_app_then_only_the_build_role_reads_s3_objects_and_only_the_build_context():
+    # The library grants s3:GetObject* on the whole asset bucket; the boundary cuts it to the one
+    # zip both builds share. Nothing else in either stack reads S3 objects.
+    platform, training = synth_platform(), synth_training()
+    assert effective(platform, S3_READ) == {}
+    readers = effective(training, S3_READ)
+    assert (
+        list(readers) == [r for r in readers if r.startswith("ContainerImageBuildAmd64")]
+        and len(readers) == 1
+    )
+    ((granted),) = readers.values()
+    assert len(granted) == 1 and _text(granted[0]).endswith(".zip"), granted
+    sources = [
+        r["Properties"]["sourceS3Url"] for r in resources(training, "Custom::CDKContainerImageBuild").values()
+    ]
+    zip_name = _text(granted[0]).rsplit("/", 1)[1]
+    assert len(sources) == 2 and all(json.dumps(s).endswith(f'/{zip_name}"}}') for s in sources), sources
 
 
-def test_given_copy_role_without_its_boundary_then_the_check_sees_the_wildcards():
+def test_given_the_build_role_without_its_boundary_then_the_check_sees_the_wildcards():
     template = json.loads(json.dumps(synth_training()))
     for role_id in resources(template, "AWS::IAM::Role"):
         template["Resources"][role_id]["Properties"].pop("PermissionsBoundary", None)
-    assert "*" in next(iter(effective(template, S3_READ).values()))
-    assert any("*" in granted for granted in effective(template, PUSH_ACTIONS).values())
+    assert any(_text(g).endswith("/*") for g in next(iter(effective(template, S3_READ).values())))

@@ -104,4 +104,8 @@ def test_given_default_app_then_every_stateful_resource_of_the_platform_is_liste
 
 def test_given_default_app_then_the_training_stack_holds_no_stored_data(training_json):
     stateful_types = set(STATEFUL.values()) - {"AWS::Logs::LogGroup"}
-    assert not [k for k, r in training_json["Resources"].items() if r["Type"] in stateful_types]
+    held = {k: r for k, r in training_json["Resources"].items() if r["Type"] in stateful_types}
+    # The one key: the image builds' (their logs and CodeBuild artifacts), deleted with the stack.
+    ((key_id, key),) = held.items()
+    assert key["Type"] == "AWS::KMS::Key" and key_id.startswith("TrainingImagesBuildKey")
+    assert key["DeletionPolicy"] == "Delete"

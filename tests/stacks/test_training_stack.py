@@ -61,8 +61,8 @@ def test_given_default_app_then_the_workload_is_only_in_the_training_stack(platf
 
     assert {"Job", "Deployment", "ServiceAccount"} <= kinds(training_json)
     assert not {"Job", "Deployment", "ServiceAccount"} & kinds(platform_json)
-    assert not resources(platform_json, "Custom::CDKECRDeployment")
-    assert len(resources(training_json, "Custom::CDKECRDeployment")) == 2
+    assert not resources(platform_json, "Custom::CDKContainerImageBuild")
+    assert len(resources(training_json, "Custom::CDKContainerImageBuild")) == 2
     assert {"Rank0Logs", "JobStatus", "NeuronTop"} <= set(training_json["Outputs"])
     assert not {"Rank0Logs", "JobStatus", "NeuronTop"} & set(platform_json["Outputs"])
 

@@ -35,6 +35,9 @@ NOT_PROP_CHECKS = {
     ("default_neuron_ami_release", "KeyError"),
     # The doctor's AWS profile (--profile, AWS_PROFILE) is not configuration: one line, exit 2.
     ("__init__", "UnknownProfile"),
+    # The image-build library's singletons are named by the library: an upgrade that renames them
+    # must be caught at synth (a programming error, not a user's value).
+    ("_harden", "LookupError"),
 }
 
 

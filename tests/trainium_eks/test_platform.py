@@ -47,8 +47,8 @@ def test_given_one_stack_then_the_job_is_applied_after_volcano_the_claim_etcd_an
         "PlatformAddonsVolcanoTrainingQueue",
         "PlatformStorageVolume",
         "PlatformAddonsEtcd",
-        "BertTrainingImagesTrainingCopy",
-        "BertTrainingImagesTensorboardCopy",
+        "BertTrainingImagesTrainingBuild",
+        "BertTrainingImagesTensorboardBuild",
     ):
         assert any(d.startswith(prefix) for d in depends), (prefix, sorted(depends))
     (tensorboard_id,) = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -10,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from trainium_eks.training_image import DOCKER_DIR, build_context
+from tests.support import resources
+from trainium_eks.image_build import BASE_DIGEST_ARG, base_digest_command
+from trainium_eks.training_image import (
+    DOCKER_DIR,
+    _context_files,
+    base_image,
+    build_context,
+    context_digest,
+    image_tag,
+)
 from trainium_job.neuron_stack import NEURON_STACK
 
 BASE = NEURON_STACK.base_image
@@ -87,3 +97,44 @@ def test_given_the_tools_image_then_the_training_modules_it_copies_import_only_e
     assert {"training/node/efa_exporter.py", "training/node/fsx_exporter.py"} <= copied
     assert {"training/__init__.py", "training/node/__init__.py"} <= copied
     assert needed - copied == set()
+
+
+def test_given_a_changed_context_file_then_the_tag_changes_and_an_unchanged_one_keeps_it(tmp_path):
+    files = _context_files()
+    args = {BASE_DIGEST_ARG: "x"}
+    same = image_tag("training", context_digest(files), "Dockerfile", args)
+    assert image_tag("training", context_digest(dict(files)), "Dockerfile", args) == same
+    changed = tmp_path / "pretrain.py"
+    changed.write_bytes(files["training/trainer/pretrain.py"].read_bytes() + b"\n# changed\n")
+    other = image_tag(
+        "training", context_digest({**files, "training/trainer/pretrain.py": changed}), "Dockerfile", args
+    )
+    assert other != same and other.startswith("training-") and len(other) == len("training-") + 16
+    # the Dockerfile and the build arguments are part of the tag too
+    assert image_tag("training", context_digest(files), "tensorboard.Dockerfile", args) != same
+    assert image_tag("training", context_digest(files), "Dockerfile", {BASE_DIGEST_ARG: "y"}) != same
+
+
+def test_given_the_synthesized_builds_then_their_tags_are_the_context_s_and_the_pods_use_them(training_json):
+    builds = {
+        r["Properties"]["imageTag"]: r["Properties"]
+        for r in resources(training_json, "Custom::CDKContainerImageBuild").values()
+    }
+    digest = context_digest()
+    for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
+        tag = image_tag(
+            name, digest, dockerfile, {BASE_DIGEST_ARG: base_digest_command(base_image(dockerfile))}
+        )
+        assert tag in builds, sorted(builds)
+        assert f"--file {dockerfile} " in builds[tag]["buildCommand"]
+        assert f":{tag}" in json.dumps(training_json)  # a pod or Deployment runs it
+
+
+def test_given_the_dockerfiles_then_each_labels_its_base_name_and_digest():
+    for dockerfile in ("Dockerfile", "tensorboard.Dockerfile"):
+        text = (DOCKER_DIR / dockerfile).read_text()
+        assert f"ARG {BASE_DIGEST_ARG}=unresolved" in text
+        assert 'org.opencontainers.image.base.digest="${BASE_DIGEST}"' in text
+        assert "org.opencontainers.image.base.name=" in text
+    assert base_image("Dockerfile") == BASE
+    assert base_image("tensorboard.Dockerfile").startswith("public.ecr.aws/docker/library/python:")

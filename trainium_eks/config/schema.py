@@ -72,6 +72,10 @@ class PlatformSettings:
     #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
     #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
     efa_interface_layout: str = "efa"
+    #: nodeadm's parallel image pull on the Trainium nodes (containerd's SOCI snapshotter in parallel
+    #: pull mode, installed on the EKS AL2023 AMIs; experimental in nodeadm's docs): the training
+    #: image's layers are fetched in parallel chunks at every job start.
+    fast_image_pull: bool = True
     #: Prefix of every named resource and of the stack names (lower case, <= 20 characters); each
     #: name built from it (stack, ECR repository, job) must be valid.
     name_prefix: str = DEFAULT_NAME_PREFIX

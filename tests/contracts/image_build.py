@@ -1,0 +1,46 @@
+"""The in-region image build as its consumers define it: CodeBuild (the project the library
+creates) and cdklabs-deploy-time-build 0.1.14 (its buildspec, its build command, its custom
+resource), read in the synthesized template, where the library's own code has put them.
+
+Sources: the AWS CodeBuild User Guide and API reference ("Build environment compute modes and
+types"; ``ProjectEnvironment.privilegedMode``; ``Project.timeoutInMinutes`` 5-2160 and
+``queuedTimeoutInMinutes`` 5-480); AWS CloudFormation ``AWS::CloudFormation::CustomResource``
+``ServiceTimeout`` (1-3600 s); cdklabs/deploy-time-build 0.1.14 ``lib/container-image-build.js``.
+"""
+
+from __future__ import annotations
+
+#: CodeBuild: "privilegedMode: Enables running the Docker daemon inside a Docker container. Set to
+#: true only if the build project is used to build Docker images" (API reference, ProjectEnvironment).
+#: The library builds with ``docker buildx``: privileged is needed, and nothing else is.
+PRIVILEGED_NEEDED_FOR = "docker buildx build"
+#: Linux compute types by memory and disk (GB), CodeBuild User Guide, "Build environment compute modes
+#: and types" (EC2 compute, Linux): the build's disk must hold the base image twice (pulled, then
+#: exported into the Docker store for the push).
+COMPUTE_TYPES: dict[str, tuple[int, int]] = {
+    "BUILD_GENERAL1_SMALL": (3, 64),
+    "BUILD_GENERAL1_MEDIUM": (7, 128),
+    "BUILD_GENERAL1_LARGE": (15, 128),
+}
+#: CodeBuild limits: build timeout 5-2160 minutes, queued timeout 5-480 minutes (API reference, Project).
+TIMEOUT_RANGE_MINUTES = (5, 2160)
+QUEUED_TIMEOUT_RANGE_MINUTES = (5, 480)
+#: A custom resource's ServiceTimeout: "The maximum time, in seconds, that can elapse before a custom
+#: resource operation times out. The value must be an integer from 1 to 3600." (CloudFormation
+#: User Guide, AWS::CloudFormation::CustomResource).
+CUSTOM_RESOURCE_TIMEOUT_MAX_S = 3600
+#: The library's handler only starts the build and returns (lambda/trigger-codebuild ``StartBuild``);
+#: its function's own limit (5 min, container-image-build.js) is spent before the build starts.
+HANDLER_TIMEOUT_S = 300
+#: What the library's buildspec does, as lines of it (container-image-build.js, ``BuildSpec.fromObject``):
+#: the build command is run through ``eval`` (so a ``$(...)`` in a build argument runs in the build),
+#: and post_build answers CloudFormation itself, FAILED with a link to the build's log stream.
+BUILDSPEC_BUILD_LINES = ('eval "$buildCommand"', "docker push $repositoryUri:$imageTag")
+BUILDSPEC_POST_BUILD_MARKERS = (
+    "CODEBUILD_BUILD_SUCCEEDING",
+    "STATUS='FAILED'",
+    "log-events/$CODEBUILD_LOG_PATH",
+)
+#: The library renders each build argument as ``--build-arg KEY=VALUE``, unquoted
+#: (container-image-build.js ``getDockerBuildCommand``).
+BUILD_ARG_FORM = "--build-arg {key}={value}"

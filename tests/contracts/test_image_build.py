@@ -1,0 +1,105 @@
+"""The in-region image build, read in the synthesized template against CodeBuild's and the
+library's contract (tests/contracts/image_build.py): privileged only for Docker, a compute type
+whose disk holds the image, limits that end the build before the custom resource stops waiting,
+the base digest resolved by the buildspec's eval, the failure answered with a log link."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import yaml
+
+from tests.support import path_without_node, resources
+from trainium_eks import image_build as facts
+from trainium_eks.training_image import base_image
+
+from . import image_build
+
+
+def _project(template):
+    ((_, project),) = resources(template, "AWS::CodeBuild::Project").items()
+    return project["Properties"]
+
+
+def _buildspec(template) -> dict:
+    return yaml.safe_load(_project(template)["Source"]["BuildSpec"])
+
+
+def test_given_the_build_project_then_docker_needs_privileged_and_the_disk_holds_the_image_twice(
+    training_json,
+):
+    env = _project(training_json)["Environment"]
+    commands = [
+        r["Properties"]["buildCommand"]
+        for r in resources(training_json, "Custom::CDKContainerImageBuild").values()
+    ]
+    assert env["PrivilegedMode"] is True
+    assert commands and all(c.startswith(image_build.PRIVILEGED_NEEDED_FOR) for c in commands)
+    memory_gb, disk_gb = image_build.COMPUTE_TYPES[env["ComputeType"]]
+    assert (
+        disk_gb >= 2 * facts.TRAINING_IMAGE_GB + 20
+    )  # the image pulled, exported, and the build's own files
+
+
+def _commands(template, phase: str) -> list[str]:
+    return _buildspec(template)["phases"][phase]["commands"]
+
+
+def test_given_the_limits_then_the_build_ends_before_the_custom_resource_stops_waiting(training_json):
+    project = _project(training_json)
+    low, high = image_build.TIMEOUT_RANGE_MINUTES
+    assert low <= project["TimeoutInMinutes"] <= high
+    low, high = image_build.QUEUED_TIMEOUT_RANGE_MINUTES
+    assert low <= project["QueuedTimeoutInMinutes"] <= high
+    for build in resources(training_json, "Custom::CDKContainerImageBuild").values():
+        wait = build["Properties"]["ServiceTimeout"]
+        assert wait <= image_build.CUSTOM_RESOURCE_TIMEOUT_MAX_S
+        used = image_build.HANDLER_TIMEOUT_S + 60 * (
+            project["TimeoutInMinutes"] + project["QueuedTimeoutInMinutes"]
+        )
+        assert used < wait, (used, wait)
+    assert facts.BUILD_MINUTES_ESTIMATE < project["TimeoutInMinutes"]
+
+
+def test_given_a_failing_build_then_post_build_answers_failed_with_the_log_link(training_json):
+    build = "\n".join(_commands(training_json, "build"))
+    post = "\n".join(_commands(training_json, "post_build"))
+    assert all(line in build for line in image_build.BUILDSPEC_BUILD_LINES)
+    assert all(marker in post for marker in image_build.BUILDSPEC_POST_BUILD_MARKERS)
+
+
+def test_given_each_image_then_its_base_digest_is_resolved_in_the_build_and_labelled(training_json):
+    builds = {
+        r["Properties"]["imageTag"].split("-")[0]: r["Properties"]["buildCommand"]
+        for r in resources(training_json, "Custom::CDKContainerImageBuild").values()
+    }
+    for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
+        arg = image_build.BUILD_ARG_FORM.format(
+            key=facts.BASE_DIGEST_ARG, value=facts.base_digest_command(base_image(dockerfile))
+        )
+        assert arg in builds[name]  # unquoted: the buildspec's eval runs the substitution
+    assert 'eval "$buildCommand"' in _commands(training_json, "build")
+
+
+def test_given_the_build_logs_then_they_go_to_an_encrypted_group_with_retention(training_json):
+    project = _project(training_json)
+    group = project["LogsConfig"]["CloudWatchLogs"]
+    assert group["Status"] == "ENABLED"
+    ((group_id, log_group),) = [
+        (lid, r)
+        for lid, r in resources(training_json, "AWS::Logs::LogGroup").items()
+        if {"Ref": lid} == group["GroupName"]
+    ]
+    assert log_group["Properties"]["RetentionInDays"] == 30 and "KmsKeyId" in log_group["Properties"]
+    assert project["EncryptionKey"] == log_group["Properties"]["KmsKeyId"], group_id
+
+
+def test_given_a_machine_without_docker_then_synth_leaves_no_image_asset(default_synth):
+    # The session's synth ran on a PATH with make only (tests.support.path_without_node): no docker.
+    assert shutil.which("docker", path=path_without_node()) is None
+    for manifest in default_synth.outdir.glob("*.assets.json"):
+        assert json.loads(manifest.read_text()).get("dockerImages", {}) == {}, manifest.name
+    training_assets = json.loads((default_synth.outdir / "trn-bert-training.assets.json").read_text())
+    zips = [f for f in training_assets["files"].values() if f["source"].get("packaging") == "zip"]
+    assert len(zips) == 2  # the build context (one zip for both images) and the library's handler
