@@ -13,10 +13,11 @@ no image. What the library leaves at its defaults, and this platform sets
 * compute: ``BUILD_GENERAL1_SMALL`` (3 GB memory, 64 GB disk) cannot hold the Neuron DLC's layers
   twice (pulled, then exported into the Docker store for the push); ``LARGE`` has 15 GB and 128 GB
   (AWS CodeBuild User Guide, "Build environment compute modes and types").
-* time: nothing answers CloudFormation if the build is stopped before ``post_build`` (a timeout),
-  so the custom resource waits its own limit, at most 3,600 s (``ServiceTimeout``; aws-cdk-lib
-  ``CustomResource.serviceTimeout``: "between 1 second and 3600 seconds"). The build's queue and
-  run limits stay under it with a margin for the function that starts it.
+* time: the custom resource waits at most 3,600 s (``ServiceTimeout``; aws-cdk-lib
+  ``CustomResource.serviceTimeout``: "between 1 second and 3600 seconds"); the build's queue and
+  run limits stay under it with a margin for the function that starts it. A build stopped before
+  ``post_build`` (at a limit, by hand, or by a CodeBuild fault) would leave nothing to answer:
+  :mod:`trainium_eks.build_responder` answers FAILED for it with its last log lines.
 * logs: an encrypted log group with retention, instead of CodeBuild's default group (none, kept).
 * permissions: a boundary on the build role (:func:`build_boundary_statements`).
 

@@ -124,6 +124,19 @@ def _region_entries(partition: str, region: str) -> tuple[tuple[str, str, str], 
             "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
             "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
         ),
+        (
+            "TrainingImages/BuildResponderRole",
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
+            "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+            "It reads the last lines of an ended build's log stream, named by CodeBuild per build, in the "
+            "builds' own log group only.",
+        ),
+        (
+            "TrainingImages/BuildResponderRole",
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
+            "<<logical-id:TrainingImages/BuildResponderLogs/Resource>>:*]",
+            "Lambda names its log streams per instance: the function writes streams of its own log group only.",
+        ),
     )
 
 

@@ -24,10 +24,12 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from aws_cdk import ArnFormat, CfnResource, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -39,7 +41,7 @@ from constructs import Construct
 import training
 import trainium_job
 
-from . import image_build
+from . import build_responder, image_build
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
 TRAINING_DIR = Path(training.__file__).resolve().parent
@@ -168,6 +170,9 @@ def build_boundary_statements(
     ]
 
 
+#: CodeBuild's terminal build statuses other than SUCCEEDED ("CodeBuild Build State Change"
+#: ``build-status``: AWS CodeBuild User Guide, "Build notifications input format reference").
+ENDED_WITHOUT_SUCCESS = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 #: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
 #: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
 #: db740fd5-..., purpose DeployTimeBuildCustomResourceHandler). tests/contracts checks them.
@@ -290,4 +295,76 @@ class TrainingImages(Construct):
         cfn_handler = handler.node.default_child
         assert isinstance(cfn_handler, lambda_.CfnFunction)
         cfn_handler.runtime = HANDLER_RUNTIME
+        self._answer_ended_builds(project, group, key)
         return project
+
+    def _answer_ended_builds(
+        self, project: codebuild.Project, build_logs: logs.LogGroup, key: kms.Key
+    ) -> None:
+        """A build that ends before its ``post_build`` (stopped at its limit, by hand, or failed in
+        CodeBuild) answers CloudFormation through :mod:`trainium_eks.build_responder`, with its
+        last log lines, instead of leaving the stack to wait out the custom resource's hour."""
+        stack = Stack.of(self)
+        own_logs = logs.LogGroup(
+            self,
+            "BuildResponderLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            encryption_key=key,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+        def group_arns(name: str) -> list[str]:
+            arn = stack.format_arn(
+                service="logs",
+                resource="log-group",
+                resource_name=name,
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            return [arn, f"{arn}:*"]
+
+        role = iam.Role(
+            self,
+            "BuildResponderRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Answers CloudFormation for an image build that ended before answering it",
+            inline_policies={
+                "Answer": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=["codebuild:BatchGetBuilds"], resources=[project.project_arn]
+                        ),
+                        iam.PolicyStatement(
+                            actions=["logs:GetLogEvents"], resources=group_arns(build_logs.log_group_name)
+                        ),
+                        iam.PolicyStatement(
+                            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                            resources=group_arns(own_logs.log_group_name),
+                        ),
+                    ]
+                )
+            },
+        )
+        function = lambda_.Function(
+            self,
+            "BuildResponder",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="index.handler",
+            code=lambda_.Code.from_inline(Path(build_responder.__file__).read_text()),
+            timeout=Duration.minutes(1),
+            role=role,
+            log_group=own_logs,
+            # Two builds per deploy at most; the cap keeps a stray event storm from fanning out.
+            reserved_concurrent_executions=2,
+            description="Answers CloudFormation for an image build that ended before answering it",
+        )
+        events.Rule(
+            self,
+            "BuildEnded",
+            description="Image builds that ended without success: answer their custom resource",
+            event_pattern=events.EventPattern(
+                source=["aws.codebuild"],
+                detail_type=["CodeBuild Build State Change"],
+                detail={"project-name": [project.project_name], "build-status": list(ENDED_WITHOUT_SUCCESS)},
+            ),
+            targets=[targets.LambdaFunction(function, retry_attempts=2)],
+        )
