@@ -33,7 +33,8 @@ minutes). ``aws ecr describe-images --query 'imageDetails[].imageSizeInBytes'`` 
 
 from __future__ import annotations
 
-from typing import Final
+import copy
+from typing import Any, Final
 
 #: The training image's size (GB) assumed for the build's push and the nodes' pulls.
 TRAINING_IMAGE_GB: Final = 20.0
@@ -61,6 +62,34 @@ BASE_DIGEST_ARG: Final = "BASE_DIGEST"
 def base_digest_command(base_image: str) -> str:
     """The shell that prints ``base_image``'s digest in the build (docker buildx is on the build image)."""
     return f"$(docker buildx imagetools inspect {base_image} --format '{{{{.Manifest.Digest}}}}')"
+
+
+#: The build's first command: is the tag already in the repository? (``ecr:DescribeImages``, which
+#: the build role has on the platform's repository.) ``repositoryUri``, ``repositoryRegion`` and
+#: ``imageTag`` are the variables the library's function passes to each build.
+EXISTS_CHECK = (
+    'if aws ecr describe-images --region "$repositoryRegion" --repository-name "${repositoryUri#*/}" '
+    '--image-ids imageTag="$imageTag" >/dev/null 2>&1; then IMAGE_EXISTS=1; '
+    'echo "$repositoryUri:$imageTag is in the repository: not built again"; else IMAGE_EXISTS=; fi'
+)
+
+
+def skip_existing_tag(buildspec: dict[str, Any]) -> dict[str, Any]:
+    """The library's buildspec with its build phase skipped when the tag is already pushed.
+
+    The repository's tags are immutable and a rebuild is not byte-identical (pip's layers carry
+    times), so pushing a tag again fails: a CloudFormation rollback, which re-sends the previous
+    build, and a retry of a build that pushed and then failed to answer, would fail. With the tag
+    there, the build pushes nothing and ``post_build`` answers SUCCESS with the tag: the same
+    context is the same image. The commands run in one shell (buildspec version 0.2), so the
+    check's variable guards each of the library's commands.
+    """
+    spec = copy.deepcopy(buildspec)
+    build = spec["phases"]["build"]
+    build["commands"] = [EXISTS_CHECK] + [
+        f'[ -n "$IMAGE_EXISTS" ] || {{ {command}; }}' for command in build["commands"]
+    ]
+    return spec
 
 
 def pull_minutes(size_gb: float = TRAINING_IMAGE_GB) -> float:

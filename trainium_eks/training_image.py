@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import shutil
 import tempfile
@@ -267,6 +268,11 @@ class TrainingImages(Construct):
             )
         )
         cfn_project.add_property_override("Environment.ComputeType", image_build.BUILD_COMPUTE_TYPE)
+        source = stack.resolve(cfn_project.source)
+        cfn_project.source = codebuild.CfnProject.SourceProperty(
+            type=source["type"],
+            build_spec=json.dumps(image_build.skip_existing_tag(json.loads(source["buildSpec"])), indent=2),
+        )
         key.grant_encrypt_decrypt(project)
         group.grant_write(project)
         contexts = [build.node.find_child("Source") for build in self.builds]

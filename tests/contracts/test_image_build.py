@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import yaml
 
@@ -79,7 +80,7 @@ def test_given_each_image_then_its_base_digest_is_resolved_in_the_build_and_labe
             key=facts.BASE_DIGEST_ARG, value=facts.base_digest_command(base_image(dockerfile))
         )
         assert arg in builds[name]  # unquoted: the buildspec's eval runs the substitution
-    assert 'eval "$buildCommand"' in _commands(training_json, "build")
+    assert any('eval "$buildCommand"' in line for line in _commands(training_json, "build"))
 
 
 def test_given_the_build_logs_then_they_go_to_an_encrypted_group_with_retention(training_json):
@@ -103,3 +104,47 @@ def test_given_a_machine_without_docker_then_synth_leaves_no_image_asset(default
     training_assets = json.loads((default_synth.outdir / "trn-bert-training.assets.json").read_text())
     zips = [f for f in training_assets["files"].values() if f["source"].get("packaging") == "zip"]
     assert len(zips) == 2  # the build context (one zip for both images) and the library's handler
+
+
+def _run_build_phase(training_json, tmp_path, *, tag_exists: bool) -> list[str]:
+    """The synthesized build phase, run by bash with stand-ins for aws, docker and unzip that
+    record their arguments (``aws ecr describe-images`` answers as ECR would: 0, or 254 for
+    ImageNotFoundException)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir(parents=True)
+    for tool in ("aws", "docker", "unzip"):
+        exists_rc = 0 if tag_exists else 254
+        answer = f'[ "$1 $2" = "ecr describe-images" ] && exit {exists_rc}' if tool == "aws" else ""
+        (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> {calls}\n{answer}\nexit 0\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "repositoryUri": "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn-bert/training",
+        "repositoryAuthUri": "123456789012.dkr.ecr.us-west-2.amazonaws.com",
+        "repositoryRegion": "us-west-2",
+        "imageTag": "training-0123456789abcdef",
+        "sourceS3Url": "s3://assets/context.zip",
+        "buildCommand": "docker buildx build --file Dockerfile .",
+    }
+    script = "set -e\n" + "\n".join(_commands(training_json, "build")) + "\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_given_a_tag_already_pushed_then_the_build_pushes_nothing_and_one_not_pushed_is_built(
+    training_json, tmp_path
+):
+    # A rollback re-sends the previous build: its tag is in the (immutable) repository already.
+    again = _run_build_phase(training_json, tmp_path / "again", tag_exists=True)
+    assert again == [
+        "aws ecr describe-images --region us-west-2 --repository-name trn-bert/training "
+        "--image-ids imageTag=training-0123456789abcdef"
+    ]
+    fresh = _run_build_phase(training_json, tmp_path / "fresh", tag_exists=False)
+    assert fresh[0] == again[0]
+    assert "docker buildx build --file Dockerfile ." in fresh
+    assert (
+        fresh[-1]
+        == "docker push 123456789012.dkr.ecr.us-west-2.amazonaws.com/trn-bert/training:training-0123456789abcdef"
+    )
