@@ -249,13 +249,7 @@ class TrainingImages(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
         key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
-        group = logs.LogGroup(
-            self,
-            "BuildLogs",
-            retention=logs.RetentionDays.ONE_MONTH,
-            encryption_key=key,
-            removal_policy=RemovalPolicy.DESTROY,
-        )
+        group = _encrypted_log_group(self, "BuildLogs", key)
         cfn_project = project.node.default_child
         assert isinstance(cfn_project, codebuild.CfnProject)
         # Attribute setters, not overrides: cdk-nag reads the properties (CB4).
@@ -287,12 +281,7 @@ class TrainingImages(Construct):
                     {c.asset_hash: c.bucket.arn_for_objects(c.s3_object_key) for c in contexts}.values()  # type: ignore[attr-defined]
                 ),
                 repository_arn=repository.repository_arn,
-                log_group_arn=stack.format_arn(
-                    service="logs",
-                    resource="log-group",
-                    resource_name=group.log_group_name,
-                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                ),
+                log_group_arn=_log_group_arn(stack, group.log_group_name),
                 key_arn=key.key_arn,
             ),
         )
@@ -374,3 +363,21 @@ class TrainingImages(Construct):
             ),
             targets=[targets.LambdaFunction(function, retry_attempts=2)],
         )
+
+
+def _encrypted_log_group(scope: Construct, id: str, key: kms.IKey) -> logs.LogGroup:
+    """A log group of the image builds: encrypted with their key, kept 30 days, deleted with the stack."""
+    return logs.LogGroup(
+        scope,
+        id,
+        retention=logs.RetentionDays.ONE_MONTH,
+        encryption_key=key,
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+
+
+def _log_group_arn(stack: Stack, name: str) -> str:
+    """``arn:...:log-group:<name>`` (its streams: the same with ``:*``)."""
+    return stack.format_arn(
+        service="logs", resource="log-group", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+    )
