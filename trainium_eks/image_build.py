@@ -60,13 +60,19 @@ BASE_DIGEST_ARG: Final = "BASE_DIGEST"
 
 
 def base_digest_command(base_image: str) -> str:
-    """The shell that prints ``base_image``'s digest in the build (docker buildx is on the build image)."""
+    """The shell that prints ``base_image``'s digest in the build (docker buildx is on the build image:
+    the library's buildspec runs ``docker buildx``). ``docker buildx imagetools inspect --format``
+    takes a Go template over the result, whose ``.Manifest.Digest`` is the reference's digest
+    (Docker docs, "docker buildx imagetools inspect", ``--format``)."""
     return f"$(docker buildx imagetools inspect {base_image} --format '{{{{.Manifest.Digest}}}}')"
 
 
 #: The build's first command: is the tag already in the repository? (``ecr:DescribeImages``, which
-#: the build role has on the platform's repository.) ``repositoryUri``, ``repositoryRegion`` and
-#: ``imageTag`` are the variables the library's function passes to each build.
+#: the build role has on the platform's repository; ``aws ecr describe-images --repository-name
+#: --image-ids imageTag=...`` per the AWS CLI reference, which exits 254 when the service answers
+#: an error such as ImageNotFoundException: AWS CLI user guide, "Command line return codes".)
+#: ``repositoryUri``, ``repositoryRegion`` and ``imageTag`` are the variables the library's function
+#: passes to each build.
 EXISTS_CHECK = (
     'if aws ecr describe-images --region "$repositoryRegion" --repository-name "${repositoryUri#*/}" '
     '--image-ids imageTag="$imageTag" >/dev/null 2>&1; then IMAGE_EXISTS=1; '

@@ -16,6 +16,8 @@ from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Token, Valid
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
+from .training_image import HANDLER_ID, PROJECT_ID
+
 
 def _managed(policy: str) -> str:
     return f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"
@@ -104,6 +106,8 @@ _BOUNDED = (
     " The build role carries a permissions boundary (TrainingImages/BuildBoundary): s3:GetObject on "
     "the two build-context objects only, push to the platform's repository only, its own log group and key."
 )
+#: The stack's partition and region in an ARN, as cdk-nag prints them (see :func:`resolve_finding`).
+_ARN = "arn:<stack-partition>:{service}:<stack-region>:<AWS::AccountId>"
 WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
         _BOUNDARY,
@@ -112,77 +116,64 @@ WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         "ECR Public catalog reads support no resource-level permissions (Service Authorization Reference): "
         "they let the build log in to the registries and pull the public base images.",
     ),
+    (
+        _BOUNDARY,
+        f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
+        "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+        "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
+    ),
+    (
+        "TrainingImages/BuildResponderRole",
+        f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
+        "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+        "It reads the last lines of an ended build's log stream, named by CodeBuild per build, in the "
+        "builds' own log group only.",
+    ),
+    (
+        "TrainingImages/BuildResponderRole",
+        f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
+        "<<logical-id:TrainingImages/BuildResponderLogs/Resource>>:*]",
+        "Lambda names its log streams per instance: the function writes streams of its own log group only.",
+    ),
 )
-
-
-def _region_entries(partition: str, region: str) -> tuple[tuple[str, str, str], ...]:
-    """The entries whose finding names an ARN of the stack's partition and region (paths under the workload)."""
-    return (
-        (
-            _BOUNDARY,
-            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
-            "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
-            "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
-        ),
-        (
-            "TrainingImages/BuildResponderRole",
-            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
-            "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
-            "It reads the last lines of an ended build's log stream, named by CodeBuild per build, in the "
-            "builds' own log group only.",
-        ),
-        (
-            "TrainingImages/BuildResponderRole",
-            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:"
-            "<<logical-id:TrainingImages/BuildResponderLogs/Resource>>:*]",
-            "Lambda names its log streams per instance: the function writes streams of its own log group only.",
-        ),
-    )
-
 
 # cdklabs-deploy-time-build's per-stack singletons (paths under the stack): the CodeBuild project's
 # role and the function that starts a build. The library writes their policies; the boundary above
 # caps the build role, and the function may only start this project's builds.
-_PROJECT = "ContainerImageBuildAmd64e83729feb1564e709bec452b15847a30amd64"
-_HANDLER = "DeployTimeBuildCustomResourceHandlerdb740fd554364a848a09e6dfcd01f4f3"
-_PROJECT_ID = f"<<logical-id:{_PROJECT}/Resource>>"
-
-
-def image_build_acknowledgements(partition: str, region: str) -> tuple[tuple[str, str, str], ...]:
-    """The entries on the image-build library's singletons (paths under the stack)."""
-    return (
+_PROJECT_ID = f"<<logical-id:{PROJECT_ID}/Resource>>"
+IMAGE_BUILD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        f"{PROJECT_ID}/Role",
+        _managed("AmazonElasticContainerRegistryPublicReadOnly"),
+        "The library attaches it so the build can pull public base images (public.ecr.aws): read-only "
+        "catalog and layer reads of public repositories." + _BOUNDED,
+    ),
+    *(
         (
-            f"{_PROJECT}/Role",
-            _managed("AmazonElasticContainerRegistryPublicReadOnly"),
-            "The library attaches it so the build can pull public base images (public.ecr.aws): read-only "
-            "catalog and layer reads of public repositories." + _BOUNDED,
-        ),
-        *(
-            (
-                f"{_PROJECT}/Role/DefaultPolicy",
-                f"AwsSolutions-IAM5[{item}]",
-                "Written by cdklabs-deploy-time-build (S3 read of the asset bucket, CodeBuild's log and report "
-                "groups, an ECR token) and by the key grant." + _BOUNDED,
-            )
-            for item in (
-                "Action::kms:GenerateDataKey*",
-                "Action::kms:ReEncrypt*",
-                "Action::s3:GetBucket*",
-                "Action::s3:GetObject*",
-                "Action::s3:List*",
-                "Resource::*",
-                f"Resource::arn:{partition}:codebuild:{region}:<AWS::AccountId>:report-group/{_PROJECT_ID}-*",
-                f"Resource::arn:{partition}:logs:{region}:<AWS::AccountId>:log-group:/aws/codebuild/{_PROJECT_ID}:*",
-                f"Resource::arn:{partition}:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-{region}/*",
-            )
-        ),
-        (
-            f"{_HANDLER}/ServiceRole",
-            _managed("service-role/AWSLambdaBasicExecutionRole"),
-            "The library's function that starts an image build during a deployment (codebuild:StartBuild on "
-            "this project only) logs with the managed basic execution policy.",
-        ),
-    )
+            f"{PROJECT_ID}/Role/DefaultPolicy",
+            f"AwsSolutions-IAM5[{item}]",
+            "Written by cdklabs-deploy-time-build (S3 read of the asset bucket, CodeBuild's log and report "
+            "groups, an ECR token) and by the key grant." + _BOUNDED,
+        )
+        for item in (
+            "Action::kms:GenerateDataKey*",
+            "Action::kms:ReEncrypt*",
+            "Action::s3:GetBucket*",
+            "Action::s3:GetObject*",
+            "Action::s3:List*",
+            "Resource::*",
+            f"Resource::{_ARN.format(service='codebuild')}:report-group/{_PROJECT_ID}-*",
+            f"Resource::{_ARN.format(service='logs')}:log-group:/aws/codebuild/{_PROJECT_ID}:*",
+            "Resource::arn:<stack-partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<stack-region>/*",
+        )
+    ),
+    (
+        f"{HANDLER_ID}/ServiceRole",
+        _managed("service-role/AWSLambdaBasicExecutionRole"),
+        "The library's function that starts an image build during a deployment (codebuild:StartBuild on "
+        "this project only) logs with the managed basic execution policy.",
+    ),
+)
 
 
 #: A placeholder for the logical ID of the element at a path under the owner: findings that name
@@ -191,7 +182,18 @@ _LOGICAL_ID = re.compile(r"<logical-id:([^>]+)>")
 
 
 def resolve_finding(root: IConstruct, finding: str) -> str:
-    """``finding`` with each ``<logical-id:PATH>`` replaced by the logical ID of ``root``/PATH."""
+    """``finding`` with each ``<logical-id:PATH>`` replaced by the logical ID of ``root``/PATH, and
+    ``<stack-partition>`` / ``<stack-region>`` by the stack's, as cdk-nag prints them: a literal,
+    or the pseudo parameter (an environment-agnostic stack, or partition literals off:
+    ``@aws-cdk/core:enablePartitionLiterals``)."""
+    stack = Stack.of(root)
+    partition = stack.resolve(stack.partition)
+    finding = finding.replace(
+        "<stack-partition>", partition if isinstance(partition, str) else "<AWS::Partition>"
+    )
+    finding = finding.replace(
+        "<stack-region>", "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    )
 
     def logical_id(match: re.Match[str]) -> str:
         element = _find(root, match.group(1))
@@ -289,15 +291,9 @@ def suppress_platform_findings(platform: IConstruct, options: dict[str, bool] | 
 
 def suppress_workload_findings(workload: IConstruct) -> None:
     """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`,
-    and :func:`image_build_acknowledgements` on the image-build library's singletons of its stack."""
-    stack = Stack.of(workload)
-    # As cdk-nag prints them: a literal, or the pseudo parameter (an environment-agnostic stack, or
-    # partition literals off: @aws-cdk/core:enablePartitionLiterals).
-    region = stack.region if not Token.is_unresolved(stack.region) else "<AWS::Region>"
-    resolved = stack.resolve(stack.partition)
-    partition = resolved if isinstance(resolved, str) else "<AWS::Partition>"
-    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS + _region_entries(partition, region))
-    acknowledge_findings(stack, image_build_acknowledgements(partition, region))
+    and :data:`IMAGE_BUILD_ACKNOWLEDGEMENTS` on the image-build library's singletons of its stack."""
+    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS)
+    acknowledge_findings(Stack.of(workload), IMAGE_BUILD_ACKNOWLEDGEMENTS)
 
 
 # What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),

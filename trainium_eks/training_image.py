@@ -68,10 +68,12 @@ def _context_files() -> dict[str, Path]:
 def build_context(root: Path | None = None) -> Path:
     """Assemble the build context; the same inputs always give the same directory and bytes."""
     files = _context_files()
-    digest = hashlib.sha256()
-    for rel, src in sorted(files.items()):
-        digest.update(rel.encode() + b"\0" + src.read_bytes() + b"\0")
-    target = (root or Path(tempfile.gettempdir())) / f"trainium-eks-image-{digest.hexdigest()[:16]}"
+    return _assemble(files, context_digest(files), root)
+
+
+def _assemble(files: dict[str, Path], digest: str, root: Path | None = None) -> Path:
+    """Copy ``files`` (whose :func:`context_digest` is ``digest``) into a directory named after it."""
+    target = (root or Path(tempfile.gettempdir())) / f"trainium-eks-image-{digest[:16]}"
     if not (target / ".complete").is_file():
         staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
         for rel, src in files.items():
@@ -201,9 +203,8 @@ class TrainingImages(Construct):
         """
         super().__init__(scope, id)
         files = _context_files()
-        context = build_context()
         digest = context_digest(files)
-        self.context_bytes = context_bytes(context)
+        context = _assemble(files, digest)
         self.builds: list[ContainerImageBuild] = []
         uris: dict[str, str] = {}
         tags: dict[str, str] = {}

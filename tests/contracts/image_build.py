@@ -44,3 +44,17 @@ BUILDSPEC_POST_BUILD_MARKERS = (
 #: The library renders each build argument as ``--build-arg KEY=VALUE``, unquoted
 #: (container-image-build.js ``getDockerBuildCommand``).
 BUILD_ARG_FORM = "--build-arg {key}={value}"
+
+#: The OCI image spec's pre-defined annotation keys for the base image ("Pre-Defined Annotation Keys":
+#: ``org.opencontainers.image.base.digest``, "Digest of the image this image is based on", and
+#: ``org.opencontainers.image.base.name``, "Image reference of the image this image is based on";
+#: opencontainers/image-spec annotations.md, v1.1.0), which the Dockerfiles set as labels.
+OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
+OCI_BASE_NAME = "org.opencontainers.image.base.name"
+#: What a custom resource's response carries (CloudFormation User Guide, "Custom resource response
+#: objects": Status, Reason, PhysicalResourceId, StackId, RequestId, LogicalResourceId, NoEcho, Data).
+RESPONSE_FIELDS = frozenset(
+    {"Status", "Reason", "PhysicalResourceId", "StackId", "RequestId", "LogicalResourceId", "NoEcho", "Data"}
+)
+#: Where the library's start function is shipped: the jsii package inside the wheel.
+HANDLER_SOURCE = "package/lambda/trigger-codebuild/dist/index.js"

@@ -6,8 +6,10 @@ the base digest resolved by the buildspec's eval, the failure answered with a lo
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -148,3 +150,29 @@ def test_given_a_tag_already_pushed_then_the_build_pushes_nothing_and_one_not_pu
         fresh[-1]
         == "docker push 123456789012.dkr.ecr.us-west-2.amazonaws.com/trn-bert/training:training-0123456789abcdef"
     )
+
+
+def _library_handler_source() -> str:
+    """The library's start function, from the installed jsii package (what deploys)."""
+    import tarfile
+    from importlib import resources as package_files
+
+    (archive,) = [
+        f for f in package_files.files("cdklabs.deploy_time_build._jsii").iterdir() if f.name.endswith(".tgz")
+    ]
+    with tarfile.open(str(archive)) as tar:
+        member = tar.extractfile(image_build.HANDLER_SOURCE)
+        assert member is not None
+        return member.read().decode()
+
+
+def test_given_the_responder_then_it_reads_only_build_variables_the_library_passes_and_answers_known_fields():
+    from trainium_eks import build_responder
+
+    source = Path(build_responder.__file__).read_text()
+    read = set(re.findall(r'env(?:\.get\(|\[)"(\w+)"', source))
+    assert read == {"responseURL", "stackId", "requestId", "logicalResourceId", "imageTag"}
+    passed = set(re.findall(r'name: "(\w+)"', _library_handler_source()))
+    assert read <= passed, read - passed
+    answered = set(re.findall(r'^\s+"(\w+)": ', source, re.M))
+    assert answered and answered <= image_build.RESPONSE_FIELDS

@@ -10,8 +10,7 @@ from pathlib import Path
 import yaml
 
 from tests.support import k8s_manifests
-from tests.trainium_eks.monitoring.test_dashboard import _deployed, _exprs
-from tests.trainium_eks.monitoring.test_rules import _deployed_groups
+from tests.trainium_eks.monitoring.deployed import deployed_dashboard, deployed_rule_groups, panel_exprs
 
 from . import neuron_monitor
 
@@ -38,8 +37,8 @@ def test_given_each_documented_error_type_then_the_errors_alert_fires_exactly_fo
 
 def _rules_and_panels(platform_json) -> list[str]:
     """Every PromQL expression the platform deploys: its alert rules and its dashboard's queries."""
-    exprs = [r["expr"] for g in _deployed_groups(platform_json) for r in g["rules"]]
-    return exprs + list(_exprs(_deployed(platform_json)).values())
+    exprs = [r["expr"] for g in deployed_rule_groups(platform_json) for r in g["rules"]]
+    return exprs + list(panel_exprs(deployed_dashboard(platform_json)).values())
 
 
 def test_given_hop_limit_one_then_nothing_reads_the_instance_labels_imds_would_fill(platform_json):

@@ -53,15 +53,19 @@ print(json.dumps({n: getattr(m, "__file__", None) for n, m in list(sys.modules.i
 def requirement_names(path: Path) -> set[str]:
     """Canonical names a requirements file installs (``-r`` files followed; pins and markers dropped)."""
     names: set[str] = set()
+    lines = []
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
         if line.startswith(("-r ", "--requirement ")):
             names |= requirement_names(path.parent / line.split(maxsplit=1)[1])
-        elif not line.startswith("-"):
-            names.add(canonicalize_name(Requirement(line).name))
-    return names
+        elif line and not line.startswith("-"):
+            lines.append(line)
+    return names | names_of(lines)
+
+
+def names_of(requirements: Iterable[str]) -> set[str]:
+    """Canonical names of requirement strings (``pkg==1.0``, ``pkg[extra]>=2; marker``)."""
+    return {canonicalize_name(Requirement(line).name) for line in requirements}
 
 
 def closure(names: Iterable[str]) -> frozenset[str]:

@@ -17,6 +17,7 @@ from tests.environments.closure import (
     closure,
     dockerfile_pip_names,
     loaded_modules,
+    names_of,
     origins,
     requirement_names,
     undeclared,
@@ -41,14 +42,7 @@ def synth_requirements() -> frozenset[str]:
 def package_requirements() -> frozenset[str]:
     """What ``pip install`` of the wheel installs: pyproject's dependencies and what they require."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return closure(requirement_names_of(project["dependencies"]))
-
-
-def requirement_names_of(lines: list[str]) -> set[str]:
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    return {canonicalize_name(Requirement(line).name) for line in lines}
+    return closure(names_of(project["dependencies"]))
 
 
 def base_image_stack() -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.contracts.image_build import OCI_BASE_DIGEST, OCI_BASE_NAME
 from tests.support import resources
 from trainium_eks.image_build import BASE_DIGEST_ARG, base_digest_command
 from trainium_eks.training_image import (
@@ -134,7 +135,7 @@ def test_given_the_dockerfiles_then_each_labels_its_base_name_and_digest():
     for dockerfile in ("Dockerfile", "tensorboard.Dockerfile"):
         text = (DOCKER_DIR / dockerfile).read_text()
         assert f"ARG {BASE_DIGEST_ARG}=unresolved" in text
-        assert 'org.opencontainers.image.base.digest="${BASE_DIGEST}"' in text
-        assert "org.opencontainers.image.base.name=" in text
+        assert f'{OCI_BASE_DIGEST}="${{BASE_DIGEST}}"' in text
+        assert f"{OCI_BASE_NAME}=" in text
     assert base_image("Dockerfile") == BASE
     assert base_image("tensorboard.Dockerfile").startswith("public.ecr.aws/docker/library/python:")

@@ -49,8 +49,9 @@ from training.dataprep.prep_pipeline import (
 )
 from training.dataprep.prep_units import build_pool, tokenize_unit, unit_records
 from training.dataprep.prepare_data import PhaseLog, build_parser, prep_config, run_settings
-from training.dataprep.shard_format import MANIFEST_NAME, ManifestError, discard, read_manifest
+from training.dataprep.shard_format import ManifestError, discard, read_manifest
 from training.dataprep.text_input import UsageError
+from trainium_job.paths import MANIFEST_NAME
 
 DEFAULT_POLL_SECONDS = 10.0
 DEFAULT_BARRIER_TIMEOUT = 24 * 3600.0  # a long tokenization on a slow file system still fits

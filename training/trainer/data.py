@@ -31,8 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-# SHARD_PATTERN and ManifestError are re-exported for the data's users (pretrain, pre-flight).
-from training.dataprep.shard_format import SHARD_FIELDS, SHARD_PATTERN, ManifestError, read_manifest  # noqa: F401
+from training.dataprep.shard_format import SHARD_FIELDS, read_manifest
 
 IGNORE_INDEX = -100
 

@@ -4,30 +4,14 @@ a row per node, and panel queries that parse in PromQL and read only emitted ser
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from tests.trainium_eks.addons import objects
+from tests.trainium_eks.monitoring.deployed import deployed_dashboard, panel_exprs, panels
 from tests.trainium_eks.monitoring.promtool import GRAFANA_VARIABLES, check_expressions, metric_names
 from trainium_eks.monitoring.catalog import CATALOG
 from trainium_eks.monitoring.dashboard import NODE_PANELS, RUN_PANELS, dashboard
-
-
-def _deployed(template: dict[str, Any]) -> dict[str, Any]:
-    ((_, config_map),) = objects(template, "ConfigMap")
-    # kube-prometheus-stack's sidecar: label grafana_dashboard "1", any namespace.
-    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
-    (document,) = config_map["data"].values()
-    return json.loads(document)
-
-
-def _panels(model: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in model["panels"] if p["type"] != "row"]
-
-
-def _exprs(model: dict[str, Any]) -> dict[str, str]:
-    return {f"{p['title']}/{t['refId']}": t["expr"] for p in _panels(model) for t in p["targets"]}
 
 
 def _substituted(expr: str) -> str:
@@ -38,7 +22,7 @@ def _substituted(expr: str) -> str:
 
 
 def test_given_default_config_then_the_dashboard_is_provisioned_as_built(platform_json):
-    assert _deployed(platform_json) == json.loads(json.dumps(dashboard()))
+    assert deployed_dashboard(platform_json) == json.loads(json.dumps(dashboard()))
 
 
 def test_given_grafana_off_then_no_dashboard_is_applied():
@@ -48,22 +32,22 @@ def test_given_grafana_off_then_no_dashboard_is_applied():
 
 
 def test_given_the_dashboard_then_every_datasource_reference_is_its_datasource_variable(platform_json):
-    model = _deployed(platform_json)
+    model = deployed_dashboard(platform_json)
     variables = {v["name"]: v for v in model["templating"]["list"]}
     assert (
         variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     )
     # The chart provisions the Prometheus datasource as uid "prometheus" (grafana.sidecar.datasources.uid).
     assert variables["datasource"]["current"]["value"] == "prometheus"
-    references = [p["datasource"] for p in _panels(model)]
-    references += [t["datasource"] for p in _panels(model) for t in p["targets"]]
+    references = [p["datasource"] for p in panels(model)]
+    references += [t["datasource"] for p in panels(model) for t in p["targets"]]
     references += [v["datasource"] for v in variables.values() if "datasource" in v]
     assert references and all(r == {"type": "prometheus", "uid": "${datasource}"} for r in references)
     assert 'Prometheus"' not in json.dumps(model).replace('"text": "Prometheus"', "")  # no by-name references
 
 
 def test_given_the_dashboard_then_node_panels_repeat_in_one_row_per_trainium_node(platform_json):
-    model = _deployed(platform_json)
+    model = deployed_dashboard(platform_json)
     rows = [p for p in model["panels"] if p["type"] == "row"]
     assert [r.get("repeat") for r in rows] == [None, "node"]
     node = next(v for v in model["templating"]["list"] if v["name"] == "node")
@@ -71,7 +55,7 @@ def test_given_the_dashboard_then_node_panels_repeat_in_one_row_per_trainium_nod
         node["query"]["query"] == 'label_values(kube_node_labels{label_trainium_eks_pool="trainium"}, node)'
     )
     assert node["multi"] and node["includeAll"]
-    titles = [p["title"] for p in _panels(model)]
+    titles = [p["title"] for p in panels(model)]
     for title in (
         "Throughput", "Model FLOPs utilization", "Loss", "Step time",
         "NeuronCore utilization", "Neuron device memory", "EFA traffic", "Host memory",
@@ -82,7 +66,7 @@ def test_given_the_dashboard_then_node_panels_repeat_in_one_row_per_trainium_nod
 
 
 def test_given_every_panel_query_then_promtool_parses_it(platform_json, tmp_path):
-    exprs = {name: _substituted(e) for name, e in _exprs(_deployed(platform_json)).items()}
+    exprs = {name: _substituted(e) for name, e in panel_exprs(deployed_dashboard(platform_json)).items()}
     assert len(exprs) >= len(RUN_PANELS) + len(NODE_PANELS)
     proc = check_expressions(tmp_path, exprs)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -11,16 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.trainium_eks.addons import objects
+from tests.trainium_eks.monitoring.deployed import deployed_rule_groups
 from tests.trainium_eks.monitoring.promtool import metric_names, promtool, write_rules
 from trainium_eks.monitoring.catalog import CATALOG
 from trainium_eks.monitoring.rules import alerts
-
-
-def _deployed_groups(template: dict[str, Any]) -> list[dict[str, Any]]:
-    ((_, rule),) = objects(template, "PrometheusRule")
-    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    return rule["spec"]["groups"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +65,7 @@ def _unit_tests(groups: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_given_the_deployed_rules_then_promtool_accepts_them(platform_json, tmp_path):
-    write_rules(tmp_path / "rules.yaml", _deployed_groups(platform_json))
+    write_rules(tmp_path / "rules.yaml", deployed_rule_groups(platform_json))
     proc = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(alerts(training_namespace='training'))} rules found" in proc.stdout
@@ -80,7 +74,7 @@ def test_given_the_deployed_rules_then_promtool_accepts_them(platform_json, tmp_
 def test_given_synthetic_series_then_each_alert_fires_when_it_should_and_stays_silent_otherwise(
     platform_json, tmp_path
 ):
-    groups = _deployed_groups(platform_json)
+    groups = deployed_rule_groups(platform_json)
     write_rules(tmp_path / "rules.yaml", groups)
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(_unit_tests(groups), sort_keys=False))
     proc = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
@@ -89,7 +83,7 @@ def test_given_synthetic_series_then_each_alert_fires_when_it_should_and_stays_s
 
 
 def test_given_a_wrong_expectation_then_promtool_fails(platform_json, tmp_path):
-    groups = _deployed_groups(platform_json)
+    groups = deployed_rule_groups(platform_json)
     write_rules(tmp_path / "rules.yaml", groups)
     tests = _unit_tests(groups)
     tests["tests"] = [t for t in tests["tests"] if t["name"].startswith("TrainingStalled: a step")]
