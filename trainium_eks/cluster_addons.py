@@ -25,6 +25,7 @@ from .addons import (
 )
 from .cluster import TrainiumCluster
 from .escape_hatch import as_icluster
+from .node_pool import TrainiumNodePool
 from .nodegroup import TrainiumNodegroup
 
 __all__ = ["TrainiumAddons"]
@@ -51,7 +52,7 @@ class TrainiumAddons(Construct):
         id: str,
         *,
         cluster: TrainiumCluster,
-        trainium: TrainiumNodegroup,
+        trainium: TrainiumNodegroup | TrainiumNodePool,
         max_nodes: int,
         neuron_scheduler_extension: bool = False,
         neuron_node_problem_detector: bool = False,
@@ -65,7 +66,8 @@ class TrainiumAddons(Construct):
         """
         Args:
             cluster: the :class:`TrainiumCluster` (cluster and system nodegroup).
-            trainium: the :class:`TrainiumNodegroup`.
+            trainium: the :class:`TrainiumNodegroup`, or the :class:`TrainiumNodePool` of nodes
+                launched per job.
             max_nodes: the Trainium nodegroup's maximum size (sizes the Queue).
             neuron_scheduler_extension: Neuron scheduler extension. Default False.
             neuron_node_problem_detector: Neuron node-problem-detector. Default False.
@@ -100,11 +102,11 @@ class TrainiumAddons(Construct):
             scheduler_extension=neuron_scheduler_extension,
             node_problem_detector=neuron_node_problem_detector,
         )
-        self.neuron.chart.node.add_dependency(trainium.nodegroup)
+        self.neuron.chart.node.add_dependency(trainium.capacity)
         self.efa = None
         if facts.multi_node:
             self.efa = EfaDevicePlugin(self, "Efa", cluster=eks_cluster, facts=facts)
-            self.efa.chart.node.add_dependency(trainium.nodegroup)
+            self.efa.chart.node.add_dependency(trainium.capacity)
 
         self.volcano = VolcanoScheduler(
             self,
@@ -113,6 +115,7 @@ class TrainiumAddons(Construct):
             facts=facts,
             max_nodes=max_nodes,
             queue_name=queue_name,
+            nodes_on_demand=isinstance(trainium, TrainiumNodePool),
         )
         self.volcano.chart.node.add_dependency(system_nodes)
         self.queue_name = self.volcano.queue_name

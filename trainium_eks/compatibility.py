@@ -61,6 +61,13 @@ _NEURON = Declared(
     "v1.31.12 and stays off)",
 )
 
+#: The CRDs come from the same release as the controller: one row each, one source.
+_KARPENTER_1_14 = Declared(
+    True,
+    "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/upgrading/compatibility.md:18-20 "
+    "(1.34: >= 1.6, 1.35: >= 1.9, 1.36: >= 1.13)",
+)
+
 
 def _kubectl(minor: int, kubectl: str, layer: str) -> Declared:
     return Declared(
@@ -97,6 +104,8 @@ KUBERNETES_COMPATIBILITY: dict[str, dict[str, Declared]] = {
     "efa": {"1.34": _EFA, "1.35": _EFA, "1.36": _EFA},
     "neuron": {"1.34": _NEURON, "1.35": _NEURON, "1.36": _NEURON},
     "kube-prometheus-stack": {v: _KUBE_PROMETHEUS_STACK for v in ("1.34", "1.35", "1.36")},
+    "karpenter": {v: _KARPENTER_1_14 for v in ("1.34", "1.35", "1.36")},
+    "karpenter-crd": {v: _KARPENTER_1_14 for v in ("1.34", "1.35", "1.36")},
     "kubectl-layer": {
         "1.34": _kubectl(34, "1.34.0", "2.2.2"),
         "1.35": _kubectl(35, "1.35.2", "2.2.2"),

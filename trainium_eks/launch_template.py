@@ -27,6 +27,8 @@ MIN_ROOT_VOLUME_GIB, MAX_ROOT_VOLUME_GIB = 30, 16384
 #: IMDS response hop limits: 1 keeps containers outside the host network from reaching IMDS, 2
 #: lets them (what the AMI defaults to).
 IMDS_HOP_LIMITS = (1, 2)
+#: The root volume of a Trainium node: the AL2023 AMIs' root device, encrypted gp3.
+ROOT_DEVICE, ROOT_VOLUME_TYPE = "/dev/xvda", "gp3"
 _CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 
 
@@ -195,7 +197,7 @@ class TrainiumLaunchTemplate(Construct):
             check_capacity_block("capacity_block", True, capacity_reservation_id)
         check_imds_hop_limit(imds_hop_limit)
 
-        self.efa_security_group = self._efa_security_group(vpc)
+        self.efa_security_group = efa_security_group(self, "EfaSecurityGroup", vpc)
         self.placement_group = ec2.PlacementGroup(
             self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
         )
@@ -233,18 +235,20 @@ class TrainiumLaunchTemplate(Construct):
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
         Tags.of(self.launch_template).add("Name", launch_template_name(name_prefix))
 
-    def _efa_security_group(self, vpc: ec2.IVpc) -> ec2.SecurityGroup:
-        """A group that allows all traffic to and from itself, and nothing else."""
-        group = ec2.SecurityGroup(
-            self,
-            "EfaSecurityGroup",
-            vpc=vpc,
-            description="EFA: all traffic between Trainium nodes (OS-bypass needs it)",
-            allow_all_outbound=False,
-        )
-        group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from Trainium nodes")
-        group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to Trainium nodes")
-        return group
+
+
+def efa_security_group(scope: Construct, id: str, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+    """A group that allows all traffic to and from itself, and nothing else (EFA needs it)."""
+    group = ec2.SecurityGroup(
+        scope,
+        id,
+        vpc=vpc,
+        description="EFA: all traffic between Trainium nodes (OS-bypass needs it)",
+        allow_all_outbound=False,
+    )
+    group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from Trainium nodes")
+    group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to Trainium nodes")
+    return group
 
 
 def _base64(text: str | None) -> str | None:
@@ -254,10 +258,10 @@ def _base64(text: str | None) -> str | None:
 def _root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
     """The encrypted gp3 root volume, deleted with its instance."""
     return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-        device_name="/dev/xvda",
+        device_name=ROOT_DEVICE,
         ebs=ec2.CfnLaunchTemplate.EbsProperty(
             volume_size=size_gib,
-            volume_type="gp3",
+            volume_type=ROOT_VOLUME_TYPE,
             encrypted=True,
             delete_on_termination=True,
         ),

@@ -39,7 +39,7 @@ _KUBECTL_REASON = (
 ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     *(
         (path, _managed(policy), _NODE_ROLE_REASON)
-        for path in ("Cluster/SystemNodeRole", "Trainium/NodeRole")
+        for path in ("Cluster/SystemNodeRole",)
         for policy in _NODE_ROLE_POLICIES
     ),
     (
@@ -277,16 +277,67 @@ OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
-def suppress_platform_findings(platform: IConstruct, options: dict[str, bool] | None = None) -> None:
-    """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, plus
-    the :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
+#: The entries of each ``trainium_capacity``: the Trainium node role's managed policies (under the
+#: nodegroup's or the node pool's construct), and Karpenter's controller.
+CAPACITY_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "nodegroup": tuple(("Trainium/NodeRole", _managed(p), _NODE_ROLE_REASON) for p in _NODE_ROLE_POLICIES),
+    "karpenter": (
+        *(("TrainiumPool/NodeRole", _managed(p), _NODE_ROLE_REASON) for p in _NODE_ROLE_POLICIES),
+        *(
+            (
+                "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
+                f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:{kind}/*]",
+                "Karpenter names these when it launches a node, before they exist (RunInstances, CreateFleet, "
+                "CreateLaunchTemplate): each statement requires the request or resource to carry this "
+                "cluster's eks:eks-cluster-name tag and a karpenter.sh/nodepool tag, as Karpenter's "
+                "published policy does.",
+            )
+            for kind in ("fleet", "instance", "volume", "network-interface", "launch-template")
+        ),
+        *(
+            (
+                "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
+                f"AwsSolutions-IAM5[Resource::arn:<stack-partition>:ec2:<stack-region>::{kind}/*]",
+                "The EKS Neuron AMI of the pinned release and its snapshot: AWS-owned, resolved from its "
+                "SSM parameter at launch, so no ID is known at synth (Karpenter's published policy).",
+            )
+            for kind in ("image", "snapshot")
+        ),
+        (
+            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
+            "AwsSolutions-IAM5[Resource::arn:<stack-partition>:ssm:<stack-region>::parameter/aws/service/*]",
+            "Read-only: the public SSM parameters of the EKS AMIs (Karpenter resolves the AMI alias there).",
+        ),
+        (
+            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
+            "AwsSolutions-IAM5[Resource::*]",
+            "EC2 Describe* calls (limited to this region by aws:RequestedRegion) and pricing:GetProducts "
+            "take no resource ARN.",
+        ),
+        (
+            "TrainiumPool/Karpenter/InterruptionQueue",
+            "AwsSolutions-SQS3",
+            "Interruption notices are read within seconds and worth nothing after 5 minutes (the "
+            "queue's retention, as Karpenter publishes it): a dead-letter queue would hold messages "
+            "no one reads.",
+        ),
+    ),
+}
+
+
+def suppress_platform_findings(
+    platform: IConstruct, options: dict[str, bool] | None = None, capacity: str = "nodegroup"
+) -> None:
+    """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, those of
+    its ``capacity`` mode (:data:`CAPACITY_ACKNOWLEDGEMENTS`), plus the
+    :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
     extra = tuple(
         e
         for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
         if (options or {}).get(option)
         for e in entries
     )
-    acknowledge_findings(platform, ACKNOWLEDGEMENTS + extra)
+    acknowledge_findings(platform, ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity] + extra)
 
 
 def suppress_workload_findings(workload: IConstruct) -> None:

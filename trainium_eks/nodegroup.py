@@ -213,6 +213,11 @@ class TrainiumNodegroup(Construct):
             release_version=release_version,
         )
 
+    @property
+    def capacity(self) -> eks.Nodegroup:
+        """What the Trainium nodes' daemons are applied after: the nodegroup."""
+        return self.nodegroup
+
 
 #: Former name of :class:`TrainiumNodegroup`, kept for existing apps.
 NeuronNodegroup = TrainiumNodegroup

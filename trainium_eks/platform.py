@@ -26,6 +26,7 @@ from .monitoring.fsx_alarm import FsxCapacityAlarm
 from .monitoring.names import LOCAL_PORTS
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network import TrainiumNetwork
+from .node_pool import TrainiumNodePool
 from .nodegroup import TrainiumNodegroup
 from .registry import TrainingImageRepository
 from .workload import WorkloadTarget
@@ -50,7 +51,8 @@ class TrainiumPlatform(Construct):
         config: the settings it was built from.
         network: :class:`TrainiumNetwork` (VPC and subnets).
         cluster: :class:`TrainiumCluster` (EKS, kubectl provider, system nodegroup).
-        trainium: :class:`TrainiumNodegroup` (the Trainium nodes).
+        trainium: :class:`TrainiumNodegroup` (the Trainium nodes), or with
+            ``trainium_capacity=karpenter`` :class:`TrainiumNodePool` (nodes launched per job).
         storage: :class:`TrainingFileSystem` (FSx for Lustre).
         storage_volume: :class:`FsxCsiVolume` (CSI driver, namespace, volume and claim).
         registry: :class:`TrainingImageRepository` (ECR).
@@ -119,11 +121,35 @@ class TrainiumPlatform(Construct):
             )
         self.workload_outputs = self._workload_outputs()
         suppress_platform_findings(
-            self, {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS}
+            self,
+            {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS},
+            capacity=config.trainium_capacity,
         )
 
-    def _trainium(self, cluster: eks.ICluster) -> TrainiumNodegroup:
+    def _trainium(self, cluster: eks.ICluster) -> TrainiumNodegroup | TrainiumNodePool:
         config = self.config
+        if config.trainium_capacity == "karpenter":
+            pool = TrainiumNodePool(
+                self,
+                "TrainiumPool",
+                cluster=cluster,
+                facts=config.facts,
+                subnet=self.network.trainium_subnet,
+                az_id=config.trainium_az_id,
+                release_version=config.ami_release_version,
+                max_nodes=config.max_nodes,
+                idle_minutes=config.trainium_idle_minutes,
+                root_volume_gib=config.root_volume_gib,
+                efa_layout=config.efa_interface_layout,
+                fast_image_pull=config.fast_image_pull,
+                capacity_reservation_id=config.capacity_reservation_id,
+                capacity_block=config.capacity_type == "capacity-block",
+                system_nodes=config.system_nodes,
+                name_prefix=config.name_prefix,
+            )
+            # The controller runs on the system nodes, with Pod Identity credentials.
+            pool.karpenter.crds.node.add_dependency(self.cluster.system_nodegroup)
+            return pool
         return TrainiumNodegroup(
             self,
             "Trainium",
@@ -149,7 +175,8 @@ class TrainiumPlatform(Construct):
             "Storage",
             vpc=self.network.vpc,
             subnet=self.network.trainium_subnet,
-            # Both nodegroups are EKS managed nodegroups: their nodes carry the cluster group.
+            # Every node carries the cluster group: the managed nodegroups' and Karpenter's (its
+            # EC2NodeClass lists it).
             client_security_group_ids=[self.cluster.cluster.cluster_security_group_id],
             deployment_type=config.fsx_deployment_type,
             storage_gib=config.fsx_storage_gib,
@@ -190,8 +217,10 @@ class TrainiumPlatform(Construct):
         self.storage_volume.driver.node.add_dependency(addons.observability.pod_identity_agent)
         # So does the VPC CNI on every node (no CNI permissions on the node role): agent and CNI
         # add-ons exist before any node joins.
-        for nodegroup in (self.cluster.system_nodegroup, self.trainium.nodegroup):
-            nodegroup.node.add_dependency(addons.observability.pod_identity_agent, self.cluster.vpc_cni)
+        for nodes in (self.cluster.system_nodegroup, self.trainium.capacity):
+            nodes.node.add_dependency(addons.observability.pod_identity_agent, self.cluster.vpc_cni)
+        if isinstance(self.trainium, TrainiumNodePool):
+            self.trainium.karpenter.chart.node.add_dependency(addons.observability.pod_identity_agent)
         return addons
 
     def _workload_outputs(self) -> dict[str, CfnOutput]:

@@ -91,6 +91,7 @@ def compatibility_warnings(c: PlatformConfig) -> list[str]:
         *PLATFORM_COMPONENTS,
         *(["efa"] if c.facts.multi_node else []),
         *(["kube-prometheus-stack"] if c.monitoring_enabled else []),
+        *(["karpenter", "karpenter-crd"] if c.trainium_capacity == "karpenter" else []),
     ]
     return [
         f"{component_label(component)} is not declared compatible with Kubernetes {c.kubernetes_version}: {d.source}"

@@ -66,6 +66,7 @@ class BertPretrainingJob(Construct):
         name_prefix: str = DEFAULT_NAME_PREFIX,
         service_account_name: str = SERVICE_ACCOUNT,
         node_reserved: Resources = DEFAULT_NODE_DAEMONS,
+        gang_wait_minutes: int | None = None,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -88,6 +89,9 @@ class BertPretrainingJob(Construct):
                 DaemonSets, a dataset pod beside the gang); the pod takes the rest less a margin
                 (``trainium_job.allocatable``). Default ``DEFAULT_NODE_DAEMONS``: the DaemonSets of
                 a platform with default settings. ``TrainingWorkload`` passes its configuration's.
+            gang_wait_minutes: the Trainium nodes are launched per job (Karpenter): minutes the
+                gang may wait for all its nodes before the job is aborted and the nodes that came
+                are released (``trainium_job.job.render_job``). Default None: a fixed nodegroup.
             depends_on: constructs applied first (Volcano chart and queue, the claim). Default
                 ``()``.
         """
@@ -126,6 +130,7 @@ class BertPretrainingJob(Construct):
             service_account=service_account_name,
             etcd_endpoint=etcd_endpoint,
             node_reserved=node_reserved,
+            gang_wait_minutes=gang_wait_minutes,
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch

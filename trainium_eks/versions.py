@@ -183,6 +183,37 @@ ADDON_PINS: dict[str, AddonPin] = {
             index="volcano-sh/helm-charts@be34e95:index.yaml",
         ),
     ),
+    # Karpenter (aws/karpenter-provider-aws v1.14.1, 2026-08-20), only with
+    # trainium_capacity=karpenter. Chart version = app version: the release script stamps both
+    # before `helm push` (hack/release/common.sh L100-101, L114-115); Kubernetes 1.35 needs >= 1.9
+    # and 1.36 >= 1.13 (website/content/en/v1.14/upgrading/compatibility.md L18-20). The CRDs come
+    # from their own chart, as the upgrade guide recommends (its templates are upgraded with it;
+    # the main chart's crds/ folder is installed once and never upgraded).
+    "karpenter-crd": AddonPin(
+        "karpenter-crd",
+        "1.14.1",
+        "oci://public.ecr.aws/karpenter/karpenter-crd",
+        ChartEvidence(
+            version="1.14.1",
+            created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
+            digest=None,
+            app_version="1.14.1",
+            index="aws/karpenter-provider-aws@1d927085:charts/karpenter-crd/Chart.yaml (the release's docs commit)",
+        ),
+    ),
+    "karpenter": AddonPin(
+        "karpenter",
+        "1.14.1",
+        "oci://public.ecr.aws/karpenter/karpenter",
+        ChartEvidence(
+            version="1.14.1",
+            created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
+            digest=None,
+            app_version="1.14.1",
+            index="aws/karpenter-provider-aws@1d927085:charts/karpenter/Chart.yaml; controller image "
+            "digest sha256:723130949e4cab989461ff07d1be4cd781d63515432494641b33c235f300ae23 (values.yaml)",
+        ),
+    ),
     # FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.17.0
     # ships driver v1.9.0 (chart 1.16.0 ships v1.8.0). 1.17.0 over 1.16.0: the two charts differ
     # only in the image tag, and the driver's v1.8.0..v1.9.0 changes are a newer Go toolchain and

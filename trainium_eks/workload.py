@@ -178,5 +178,6 @@ def _pretraining_job(
         etcd_endpoint=target.etcd_endpoint,
         name_prefix=config.name_prefix,
         node_reserved=node_fit(config).reserved,
+        gang_wait_minutes=config.gang_wait_minutes,
         depends_on=depends_on,
     )

@@ -19,6 +19,7 @@ from .naming import content_named, max_name_prefix
 from .plan import TrainingPlan
 from .pod import pod_template, rank0_endpoint, volcano_job
 from .spec import BertJobSpec, context_key
+from .scheduling import DO_NOT_DISRUPT_ANNOTATION
 from .telemetry import METRICS_PORT
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
@@ -99,6 +100,7 @@ def render_job(
     service_account: str = SERVICE_ACCOUNT,
     etcd_endpoint: str | None = None,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
+    gang_wait_minutes: int | None = None,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
@@ -106,6 +108,9 @@ def render_job(
     name (the name appears inside the job): a changed spec gets a new name, the same spec the
     same name, whatever token ``image`` is at synth. ``node_reserved``: what the pods leave on
     each node for others (DaemonSets, a dataset pod), see :func:`~trainium_job.pod.compute_resources`.
+    ``gang_wait_minutes``: the Trainium nodes are launched for the job (Karpenter): the pods carry
+    Karpenter's do-not-disrupt annotation, and a gang not running after that many minutes is
+    aborted so the nodes that came are released (:func:`~trainium_job.pod.gang_wait_policy`).
     """
     checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
     check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
@@ -125,6 +130,7 @@ def render_job(
             service_account=service_account,
             node_reserved=node_reserved,
             fabric_check=fabric_check(spec, plan, facts),
+            annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang_wait_minutes is not None else None,
         )
         return volcano_job(
             job_name=job_name,
@@ -133,6 +139,7 @@ def render_job(
             nodes=plan.nodes,
             max_retry=spec.max_retry,
             template=template,
+            gang_wait_minutes=gang_wait_minutes,
         )
 
     name, digest, manifest = content_named(name_prefix, build, image=image, image_key=image_key)

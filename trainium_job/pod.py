@@ -47,6 +47,19 @@ RESTART_POLICIES = (
 #: policy has an event or an exit code, not both, and never 0
 #: (pkg/webhooks/admission/jobs/validate/util.go L68-106).
 ABORT_POLICY = {"exitCode": FABRIC_CHECK_EXIT_CODE, "action": "AbortJob"}
+#: Volcano's pending-pod policy: ``timeout`` after a pod of the job was created and has not run,
+#: the action is taken; a pod that starts running cancels its timer (volcano-sh/volcano v1.15.0
+#: pkg/controllers/job/job_controller.go L374-383, L411-452, L461-509: PodPending is honoured only
+#: with a timeout). With nodes launched per job, AbortJob after the gang wait deletes the pods, so
+#: the nodes that came are empty and released while the job waits, at zero cost, to be resumed.
+GANG_WAIT_EVENT = "PodPending"
+
+
+def gang_wait_policy(minutes: int) -> dict[str, str]:
+    """The job policy that aborts a gang still pending after ``minutes``."""
+    return {"event": GANG_WAIT_EVENT, "action": "AbortJob", "timeout": f"{minutes}m"}
+
+
 #: Kubernetes API version of Volcano's Job.
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 #: Labels of every training pod and Volcano Job (``trainium-eks/job`` is added per job).
@@ -124,14 +137,19 @@ def pod_template(
     service_account: str,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
     fabric_check: FabricCheck | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
     the metrics port; CPU and memory are the node's less ``node_reserved`` (see
-    :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node jobs)."""
+    :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node
+    jobs); ``annotations``: the pod's, if any."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
+    metadata: dict[str, Any] = {"labels": {**APP_LABEL, JOB_LABEL: job_name}}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
-        "metadata": {"labels": {**APP_LABEL, JOB_LABEL: job_name}},
+        "metadata": metadata,
         "spec": {
             "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
@@ -170,8 +188,12 @@ def volcano_job(
     nodes: int,
     max_retry: int,
     template: Mapping[str, Any],
+    gang_wait_minutes: int | None = None,
 ) -> dict[str, Any]:
-    """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure."""
+    """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure;
+    with ``gang_wait_minutes``, aborted when its pods have not all run by then
+    (:func:`gang_wait_policy`)."""
+    gang_wait = [gang_wait_policy(gang_wait_minutes)] if gang_wait_minutes is not None else []
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Job",
@@ -181,7 +203,7 @@ def volcano_job(
             "queue": queue,
             "minAvailable": nodes,
             "maxRetry": max_retry,
-            "policies": [dict(ABORT_POLICY), *(dict(p) for p in RESTART_POLICIES)],
+            "policies": [dict(ABORT_POLICY), *gang_wait, *(dict(p) for p in RESTART_POLICIES)],
             # svc: stable host names + headless Service (the c10d endpoint); env: VC_TASK_INDEX.
             "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
             "tasks": [

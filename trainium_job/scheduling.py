@@ -42,3 +42,10 @@ EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"
 TRAINING_NAMESPACE: Final = "training"
 #: Volcano queue the training job is submitted to.
 TRAINING_QUEUE: Final = "training"
+
+#: Karpenter's pod annotation (value "true"): a node that runs such a pod is not disrupted
+#: voluntarily (consolidation, drift), and a drain does not evict the pod before the NodePool's
+#: ``terminationGracePeriod`` runs out (kubernetes-sigs/karpenter v1.14.1
+#: pkg/apis/v1/labels.go ``DoNotDisruptAnnotationKey``; docs concepts/disruption.md). Set on the
+#: training pods when Karpenter launches the Trainium nodes.
+DO_NOT_DISRUPT_ANNOTATION: Final = "karpenter.sh/do-not-disrupt"

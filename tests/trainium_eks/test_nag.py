@@ -16,6 +16,7 @@ from trainium_eks import TrainingWorkload, WorkloadTarget
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (
     ACKNOWLEDGEMENTS,
+    CAPACITY_ACKNOWLEDGEMENTS,
     OPTIONAL_ACKNOWLEDGEMENTS,
     WORKLOAD_ACKNOWLEDGEMENTS,
     PlatformChecks,
@@ -123,20 +124,25 @@ def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it
         acknowledge_findings(public_platform.platform, (entry,))
 
 
-def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
+@pytest.mark.parametrize("capacity", sorted(CAPACITY_ACKNOWLEDGEMENTS))
+def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch, capacity):
     import trainium_eks.platform as platform_module
 
     applied = []
     # Built without acknowledgements: every platform entry must name something cdk-nag reports.
     monkeypatch.setattr(
-        platform_module, "suppress_platform_findings", lambda s, options=None: applied.append(s)
+        platform_module,
+        "suppress_platform_findings",
+        lambda s, options=None, capacity="nodegroup": applied.append(s),
     )
     platform = TrainiumPlatformStack(
-        cdk.App(), "P2", config=config_from_context({"training_enabled": "false"})
+        cdk.App(),
+        "P2",
+        config=config_from_context({"training_enabled": "false", "trainium_capacity": capacity}),
     )
     assert applied == [platform.platform]
     found = findings(platform)
-    for path, entry, _ in ACKNOWLEDGEMENTS:
+    for path, entry, _ in ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity]:
         base, finding = f"P2/Default/{path}", resolve_finding(platform.platform, entry)
         assert any(rule == finding and where.startswith(base) for where, rule in found), (path, finding)
 

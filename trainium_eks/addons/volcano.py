@@ -41,18 +41,53 @@ VOLCANO_NAMESPACE = "volcano-system"
 VOLCANO_POD_SECURITY = pod_security_labels("baseline", warn="restricted", audit="restricted")
 
 
-def volcano_chart_values() -> dict:
-    """Helm values of the Volcano chart: every component on the system nodegroup."""
+#: The chart's scheduler configuration at 1.15.0 (installer/helm/chart/volcano/config/
+#: volcano-scheduler.conf L1-15): actions, then plugin tiers.
+SCHEDULER_ACTIONS = ("enqueue", "allocate", "backfill")
+SCHEDULER_TIERS = (
+    ("priority", "gang", "conformance"),
+    ("overcommit", "drf", "predicates", "proportion", "nodeorder", "binpack"),
+)
+#: Plugins the chart's configuration gives ``enablePreemptable: false``.
+_NOT_PREEMPTABLE = ("gang", "drf")
+
+
+def scheduler_config(*, nodes_on_demand: bool) -> str:
+    """Volcano's scheduler configuration: the chart's, without ``enqueue`` when nodes come on demand.
+
+    With no Trainium node yet, ``overcommit`` and ``proportion`` see no Neuron capacity in the
+    cluster and keep a job's PodGroup Pending, so its pods are never created and Karpenter, which
+    launches nodes for pods marked unschedulable, never sees them (volcano-sh/volcano#4030;
+    v1.15.0 pkg/scheduler/plugins/overcommit/overcommit.go L74-144, proportion.go L92-140). Without
+    the ``enqueue`` action, ``allocate`` moves Pending PodGroups to Inqueue itself
+    (pkg/scheduler/actions/allocate/allocate.go L152-164); the pods are created, Volcano marks them
+    ``PodScheduled=False/Unschedulable`` (pkg/scheduler/cache/cache.go L1077-1120), Karpenter
+    launches their nodes, and the NodePool's limit bounds what a job can ask for.
+    """
+    actions = [a for a in SCHEDULER_ACTIONS if not (nodes_on_demand and a == "enqueue")]
+    lines = [f'actions: "{", ".join(actions)}"', "tiers:"]
+    for tier in SCHEDULER_TIERS:
+        lines.append("- plugins:")
+        for plugin in tier:
+            lines.append(f"  - name: {plugin}")
+            if plugin in _NOT_PREEMPTABLE:
+                lines.append("    enablePreemptable: false")
+    return "\n".join(lines) + "\n"
+
+
+def volcano_chart_values(*, nodes_on_demand: bool = False) -> dict:
+    """Helm values of the Volcano chart: every component on the system nodegroup; with nodes on
+    demand, the scheduler configuration of :func:`scheduler_config`."""
     system = dict(SYSTEM_NODE_LABEL)
-    return {
-        "basic": {"image_pull_policy": "IfNotPresent"},
-        "custom": {
-            "default_ns": system,
-            "admission_ns": system,
-            "controller_ns": system,
-            "scheduler_ns": system,
-        },
+    custom: dict = {
+        "default_ns": system,
+        "admission_ns": system,
+        "controller_ns": system,
+        "scheduler_ns": system,
     }
+    if nodes_on_demand:
+        custom["scheduler_config_override"] = scheduler_config(nodes_on_demand=True)
+    return {"basic": {"image_pull_policy": "IfNotPresent"}, "custom": custom}
 
 
 def queue_capability(facts: InstanceFacts, max_nodes: int) -> dict[str, str]:
@@ -102,6 +137,7 @@ class VolcanoScheduler(Construct):
         facts: InstanceFacts,
         max_nodes: int,
         queue_name: str = TRAINING_QUEUE,
+        nodes_on_demand: bool = False,
         pin: AddonPin = ADDON_PINS["volcano"],
     ) -> None:
         """
@@ -110,6 +146,8 @@ class VolcanoScheduler(Construct):
             facts: the Trainium instance type.
             max_nodes: the Trainium nodegroup's maximum size.
             queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
+            nodes_on_demand: Karpenter launches the Trainium nodes for waiting pods
+                (:func:`scheduler_config`). Default False.
             pin: chart, repository and version. Default: ``ADDON_PINS["volcano"]``.
         """
         super().__init__(scope, id)
@@ -129,7 +167,7 @@ class VolcanoScheduler(Construct):
             release="volcano",
             namespace=VOLCANO_NAMESPACE,
             create_namespace=False,
-            values=volcano_chart_values(),
+            values=volcano_chart_values(nodes_on_demand=nodes_on_demand),
             # The Queue below needs the CRDs and the admission webhook serving. The wait runs
             # inside the kubectl handler, a Lambda function capped at 15 minutes in all.
             wait=True,

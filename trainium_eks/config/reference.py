@@ -37,6 +37,7 @@ from ..dataset_preparation import MEMORY_GIB_PER_CPU
 from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from ..network import AZ_COUNT, SUBNET_LAYOUT
 from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
+from ..node_pool import TRAINIUM_CAPACITY_MODES
 from . import CAPACITY_TYPES, EFA_LAYOUTS, MAX_TAGS, OPTIONAL_ADDONS, PLATFORM_TAG_KEYS, SUPPORTED_PARTITIONS
 
 # The coercion's own key -> annotation table: the type a key takes is the one the context reader
@@ -92,6 +93,7 @@ def allowed_values() -> dict[str, str]:
         + ".",
         "kubernetes_version": f"One of {_listing(KUBERNETES_RELEASES)}.",
         "capacity_type": f"One of {_listing(CAPACITY_TYPES)}.",
+        "trainium_capacity": f"One of {_listing(TRAINIUM_CAPACITY_MODES)}.",
         "efa_interface_layout": f"One of {_listing(EFA_LAYOUTS)}.",
         "vpc_cidr": f"Must hold {layout} subnets.",
         "system_nodes": f"Instance type `{SYSTEM_NODE_INSTANCE_TYPE}`.",

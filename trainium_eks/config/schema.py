@@ -69,6 +69,18 @@ class PlatformSettings:
     capacity_reservation_id: str | None = None
     #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
     capacity_type: str = "on-demand"
+    #: How the Trainium nodes exist. ``nodegroup``: a managed nodegroup of ``desired_nodes``, up from
+    #: deploy to destroy (what the platform always did). ``karpenter``: Karpenter launches them
+    #: when a training pod waits and removes them ``trainium_idle_minutes`` after the last one
+    #: ends; none run (or bill) between jobs (docs/capacity.md).
+    trainium_capacity: str = "nodegroup"
+    #: With ``karpenter``: minutes a job's gang may wait for all of its nodes; then the job is
+    #: aborted, the nodes that came are released, and it waits at no cost until resumed
+    #: (``vcctl job resume``). It covers the launch, the node's start and the image pull.
+    trainium_gang_wait_minutes: int = 30
+    #: With ``karpenter``: minutes an empty Trainium node is kept (a relaunch within them reuses it;
+    #: each costs a node-minute at the on-demand price).
+    trainium_idle_minutes: int = 10
     #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
     #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
     efa_interface_layout: str = "efa"
@@ -177,6 +189,11 @@ class PlatformSettings:
     def facts(self) -> InstanceFacts:
         """The facts-table row of :attr:`instance_type`."""
         return instance_facts(self.instance_type)
+
+    @property
+    def gang_wait_minutes(self) -> int | None:
+        """:attr:`trainium_gang_wait_minutes` when Karpenter launches the nodes per job, else None."""
+        return self.trainium_gang_wait_minutes if self.trainium_capacity == "karpenter" else None
 
     @property
     def ami_release_version(self) -> str:

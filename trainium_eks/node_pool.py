@@ -1,0 +1,333 @@
+"""Trainium nodes launched per job: a Karpenter NodePool and EC2NodeClass that give each node what
+the managed nodegroup's launch template gives it.
+
+The same facts build both: the pinned EKS Neuron AMI release (as Karpenter's ``al2023@v<date>``
+alias, which picks the Neuron variant for Trainium types), the EFA interfaces (the ``efa`` layout
+is what Karpenter attaches by itself when a pod requests ``vpc.amazonaws.com/efa``; ``efa-only``
+is written out), the cluster placement group, IMDSv2 with hop limit 1, the encrypted gp3 root
+volume, the nodeadm user data, the taint and the labels. ``tests/contracts/test_karpenter.py``
+compares the two node by node.
+
+A node goes when no training pod has run on it for ``idle_minutes`` (``WhenEmpty``); while one runs,
+its ``karpenter.sh/do-not-disrupt`` annotation and a zero budget for drift keep it. A Capacity
+Block's node is drained 40 minutes before the block ends (Karpenter's expiration controller), with
+:data:`TERMINATION_GRACE` for the training's SIGTERM checkpoint before EC2 reclaims it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aws_cdk import Token
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.naming import DEFAULT_NAME_PREFIX, node_name
+from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINIUM_NODE_LABEL
+from trainium_job.stop_budget import termination_grace_period_s
+
+from .addons.karpenter import KarpenterController, LaunchResources
+from .cluster import node_role
+from .launch_template import (
+    ROOT_DEVICE,
+    ROOT_VOLUME_TYPE,
+    check_capacity_block,
+    check_capacity_reservation_id,
+    check_efa_layout,
+    check_root_volume_gib,
+    efa_security_group,
+    node_user_data,
+)
+from .nodegroup import RELEASE_VERSION, check_multi_node
+
+__all__ = [
+    "MIN_GANG_WAIT_MINUTES",
+    "NODE_POOL_NAME",
+    "TERMINATION_GRACE",
+    "TRAINIUM_CAPACITY_MODES",
+    "TrainiumNodePool",
+    "ami_alias",
+    "ec2_node_class",
+    "node_pool",
+]
+
+#: ``trainium_capacity`` values: a fixed managed nodegroup, or nodes Karpenter launches per job.
+TRAINIUM_CAPACITY_MODES = ("nodegroup", "karpenter")
+#: The shortest gang wait accepted: Karpenter gives a node 15 minutes to register before it
+#: deletes it (kubernetes-sigs/karpenter v1.14.1 pkg/controllers/nodeclaim/lifecycle/liveness.go
+#: ``registrationTimeout``), and the wait also covers the image pull before the pods run.
+MIN_GANG_WAIT_MINUTES = 15
+#: Name of the NodePool and of its EC2NodeClass (cluster-scoped objects).
+NODE_POOL_NAME = "trainium"
+#: API groups and versions of the two objects (Karpenter v1).
+NODE_POOL_API = "karpenter.sh/v1"
+NODE_CLASS_API = "karpenter.k8s.aws/v1"
+#: Karpenter's well-known requirement keys (pkg/apis/v1/labels.go at v1.14.1).
+ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+#: How long a draining node may hold pods that carry do-not-disrupt: a Capacity Block's node is
+#: drained 40 minutes before the block ends and EC2 starts terminating it 30 minutes before
+#: (Karpenter v1.14.1 ec2nodeclass_status.go L238, docs tasks/odcrs.md L88-99); the training pod's
+#: own grace (the SIGTERM checkpoint) must fit in it (checked).
+TERMINATION_GRACE = "8m"
+_TERMINATION_GRACE_S = 8 * 60
+#: Nodes a disruption may take at once, by reason: empty ones all; drifted ones (a changed NodePool
+#: or EC2NodeClass) never while in use: they go when empty, and new nodes take the new settings.
+DISRUPTION_BUDGETS = ({"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "0", "reasons": ["Drifted"]})
+
+
+def ami_alias(release_version: str) -> str:
+    """Karpenter's AMI alias of an EKS AMI release (``1.35.2-20260625`` -> ``al2023@v20260625``).
+
+    Karpenter resolves it to the SSM parameter of that release's Neuron AMI for the cluster's
+    Kubernetes version (pkg/providers/amifamily/al2023.go L40-80 at v1.14.1): the same image the
+    nodegroup's ``releaseVersion`` gives.
+    """
+    match = RELEASE_VERSION.match(release_version)
+    if match is None:
+        raise ConfigError("trainium_ami_release_version", release_version, "give a release such as 1.35.2-20260625")
+    return f"al2023@v{release_version.rsplit('-', 1)[1]}"
+
+
+def efa_only_interfaces(facts: InstanceFacts) -> list[dict[str, Any]]:
+    """``spec.networkInterfaces`` of the ``efa-only`` layout: the launch template's, in Karpenter's
+    spelling (an ENA primary, then one ``efa-only`` interface per network card)."""
+    return [
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+        {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"},
+        *(
+            {"networkCardIndex": card, "deviceIndex": 0, "interfaceType": "efa-only"}
+            for card in facts.network_cards
+            if card > 0
+        ),
+    ]
+
+
+def ec2_node_class(
+    *,
+    facts: InstanceFacts,
+    release_version: str,
+    instance_profile: str,
+    subnet_id: str,
+    security_group_ids: list[str],
+    placement_group: str,
+    root_volume_gib: int,
+    efa_layout: str,
+    fast_image_pull: bool,
+    capacity_reservation_id: str | None,
+    name_prefix: str,
+) -> dict[str, Any]:
+    """The EC2NodeClass: how a Trainium node is launched (the launch template's settings)."""
+    spec: dict[str, Any] = {
+        "amiSelectorTerms": [{"alias": ami_alias(release_version)}],
+        "instanceProfile": instance_profile,
+        "subnetSelectorTerms": [{"id": subnet_id}],
+        "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
+        "placementGroupSelector": {"name": placement_group},
+        "metadataOptions": {
+            "httpEndpoint": "enabled",
+            "httpProtocolIPv6": "disabled",
+            "httpPutResponseHopLimit": 1,
+            "httpTokens": "required",
+        },
+        # Replaces Karpenter's default mapping (20 GiB): the same volume as the launch template's.
+        "blockDeviceMappings": [
+            {
+                "deviceName": ROOT_DEVICE,
+                "rootVolume": True,
+                "ebs": {
+                    "volumeSize": f"{root_volume_gib}Gi",
+                    "volumeType": ROOT_VOLUME_TYPE,
+                    "encrypted": True,
+                    "deleteOnTermination": True,
+                },
+            }
+        ],
+        "tags": {"Name": node_name(name_prefix, facts.name)},
+    }
+    user_data = node_user_data(fast_image_pull=fast_image_pull)
+    if user_data is not None:
+        # Karpenter appends its own NodeConfig part after this one (bootstrap/nodeadm.go L49-52).
+        spec["userData"] = user_data
+    if facts.multi_node and efa_layout == "efa-only":
+        spec["networkInterfaces"] = efa_only_interfaces(facts)
+    if capacity_reservation_id:
+        spec["capacityReservationSelectorTerms"] = [{"id": capacity_reservation_id}]
+    return {
+        "apiVersion": NODE_CLASS_API,
+        "kind": "EC2NodeClass",
+        "metadata": {"name": NODE_POOL_NAME},
+        "spec": spec,
+    }
+
+
+def node_pool(
+    *,
+    facts: InstanceFacts,
+    az_id: str,
+    max_nodes: int,
+    idle_minutes: int,
+    reserved: bool,
+) -> dict[str, Any]:
+    """The NodePool: which nodes, how many at most, when they go."""
+    return {
+        "apiVersion": NODE_POOL_API,
+        "kind": "NodePool",
+        "metadata": {"name": NODE_POOL_NAME},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(TRAINIUM_NODE_LABEL)},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": NODE_POOL_NAME},
+                    "requirements": [
+                        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [facts.name]},
+                        {"key": ZONE_ID_LABEL, "operator": "In", "values": [az_id]},
+                        {
+                            "key": CAPACITY_TYPE_LABEL,
+                            "operator": "In",
+                            "values": ["reserved" if reserved else "on-demand"],
+                        },
+                    ],
+                    "taints": [dict(NEURON_TAINT)],
+                    # A 20-hour run must not meet the default 720 h expiry's forced replacement.
+                    "expireAfter": "Never",
+                    "terminationGracePeriod": TERMINATION_GRACE,
+                },
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": f"{idle_minutes}m",
+                "budgets": [dict(b) for b in DISRUPTION_BUDGETS],
+            },
+            # vCPUs bound the pool at max_nodes (every instance type reports CPU).
+            "limits": {"cpu": str(max_nodes * facts.vcpus)},
+        },
+    }
+
+
+class TrainiumNodePool(Construct):
+    """Trainium nodes that Karpenter launches for a waiting training pod and removes when empty.
+
+    The counterpart of :class:`~trainium_eks.nodegroup.TrainiumNodegroup` for
+    ``trainium_capacity=karpenter``: the same node role policies, EFA security group, cluster
+    placement group and node settings (module docstring), plus Karpenter itself.
+
+    Attributes:
+        facts, subnet: as the nodegroup's.
+        node_role: the nodes' IAM role (an ``EC2_LINUX`` access entry lets them join).
+        efa_security_group: all traffic to and from itself.
+        placement_group: the cluster placement group (one AZ).
+        karpenter: the :class:`KarpenterController`.
+        manifest: the EC2NodeClass and NodePool; what waits for Trainium capacity waits for it.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        facts: InstanceFacts,
+        subnet: ec2.ISubnet,
+        az_id: str,
+        release_version: str,
+        max_nodes: int = 2,
+        idle_minutes: int = 10,
+        root_volume_gib: int = 512,
+        efa_layout: str = "efa",
+        fast_image_pull: bool = True,
+        capacity_reservation_id: str | None = None,
+        capacity_block: bool = False,
+        system_nodes: int = 2,
+        name_prefix: str = DEFAULT_NAME_PREFIX,
+    ) -> None:
+        """
+        Args:
+            cluster: the EKS cluster (its VPC and cluster security group are used).
+            facts: the Trainium instance type's facts row.
+            subnet: the one subnet of the nodes; ``az_id``: its AZ ID.
+            release_version: the EKS Neuron AMI release (``1.35.2-20260625``).
+            max_nodes: most nodes at once (the NodePool's vCPU limit). Default 2.
+            idle_minutes: minutes an empty node is kept. Default 10.
+            root_volume_gib, efa_layout, fast_image_pull: as the launch template's. Defaults 512,
+                "efa", True.
+            capacity_reservation_id: reservation or Capacity Block to launch into. Default None.
+            capacity_block: it is a Capacity Block (needs the id). Default False.
+            system_nodes: system nodes (the controller's replicas). Default 2.
+            name_prefix: prefix of the instances' ``Name`` tags. Default "trn-bert".
+        """
+        super().__init__(scope, id)
+        check_root_volume_gib(root_volume_gib)
+        check_efa_layout(efa_layout)
+        check_capacity_reservation_id(capacity_reservation_id)
+        check_multi_node(facts, max_nodes)
+        if capacity_block:
+            check_capacity_block("capacity_block", True, capacity_reservation_id)
+        if termination_grace_period_s() >= _TERMINATION_GRACE_S:
+            raise ConfigError(
+                "terminationGracePeriod",
+                TERMINATION_GRACE,
+                f"must exceed the training pod's grace of {termination_grace_period_s()} s",
+            )
+        ami_alias(release_version)
+        self.facts = facts
+        self.subnet = subnet
+        self.node_role = node_role(self, "NodeRole")
+        profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.node_role.role_name])
+        eks.AccessEntry(
+            self,
+            "NodeAccess",
+            cluster=cluster,
+            principal=self.node_role.role_arn,
+            access_entry_type=eks.AccessEntryType.EC2_LINUX,
+            access_policies=[],
+        )
+        self.efa_security_group = efa_security_group(self, "EfaSecurityGroup", cluster.vpc)
+        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        groups = (cluster.cluster_security_group_id, self.efa_security_group.security_group_id)
+        self.karpenter = KarpenterController(
+            self,
+            "Karpenter",
+            cluster=cluster,
+            node_role=self.node_role,
+            launch=LaunchResources(
+                subnet_id=subnet.subnet_id,
+                security_group_ids=groups,
+                placement_group=self.placement_group.placement_group_name,
+                instance_profile_arn=profile.attr_arn,
+                capacity_reservation_id=capacity_reservation_id,
+            ),
+            system_nodes=system_nodes,
+        )
+        node_class = ec2_node_class(
+            facts=facts,
+            release_version=release_version,
+            instance_profile=Token.as_string(profile.ref),
+            subnet_id=subnet.subnet_id,
+            security_group_ids=list(groups),
+            placement_group=self.placement_group.placement_group_name,
+            root_volume_gib=root_volume_gib,
+            efa_layout=efa_layout,
+            fast_image_pull=fast_image_pull,
+            capacity_reservation_id=capacity_reservation_id,
+            name_prefix=name_prefix,
+        )
+        pool = node_pool(
+            facts=facts,
+            az_id=az_id,
+            max_nodes=max_nodes,
+            idle_minutes=idle_minutes,
+            reserved=capacity_reservation_id is not None,
+        )
+        self.manifest = eks.KubernetesManifest(self, "NodePool", cluster=cluster, manifest=[node_class, pool])
+        self.manifest.node.add_dependency(self.karpenter.chart)
+
+    @property
+    def capacity(self) -> eks.KubernetesManifest:
+        """What the Trainium nodes' daemons are applied after: the NodePool."""
+        return self.manifest
