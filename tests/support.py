@@ -36,6 +36,12 @@ ALL_OPTIONS = {
 }
 #: The app with the dataset prepared from a corpus on FSx instead of staged.
 PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
+#: A Capacity Block with the EFA-only interface layout (what differs in a node's launch).
+CAPACITY_BLOCK = {
+    "capacity_type": "capacity-block",
+    "capacity_reservation_id": "cr-0123456789abcdef0",
+    "efa_interface_layout": "efa-only",
+}
 #: The configurations tests synthesize beside the default, by name: every option that changes
 #: what the stacks emit or put on a node. Tests pick theirs with :func:`variants`, so equal
 #: contexts are synthesized once for the session (:func:`synth_app` caches per context).
@@ -47,6 +53,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "etcd off": {"etcd_enabled": "false"},
     "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
     "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
+    "karpenter": {"trainium_capacity": "karpenter"},
+    "capacity block": CAPACITY_BLOCK,
+    "karpenter capacity block": {"trainium_capacity": "karpenter", **CAPACITY_BLOCK},
     "trn1.2xlarge single node": {
         "instance_type": "trn1.2xlarge",
         "min_nodes": "1",

@@ -236,7 +236,6 @@ class TrainiumLaunchTemplate(Construct):
         Tags.of(self.launch_template).add("Name", launch_template_name(name_prefix))
 
 
-
 def efa_security_group(scope: Construct, id: str, vpc: ec2.IVpc) -> ec2.SecurityGroup:
     """A group that allows all traffic to and from itself, and nothing else (EFA needs it)."""
     group = ec2.SecurityGroup(

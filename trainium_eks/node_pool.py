@@ -16,7 +16,6 @@ Block's node is drained 40 minutes before the block ends (Karpenter's expiration
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from aws_cdk import Token
@@ -90,7 +89,9 @@ def ami_alias(release_version: str) -> str:
     """
     match = RELEASE_VERSION.match(release_version)
     if match is None:
-        raise ConfigError("trainium_ami_release_version", release_version, "give a release such as 1.35.2-20260625")
+        raise ConfigError(
+            "trainium_ami_release_version", release_version, "give a release such as 1.35.2-20260625"
+        )
     return f"al2023@v{release_version.rsplit('-', 1)[1]}"
 
 
@@ -183,7 +184,11 @@ def node_pool(
             "template": {
                 "metadata": {"labels": dict(TRAINIUM_NODE_LABEL)},
                 "spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": NODE_POOL_NAME},
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": NODE_POOL_NAME,
+                    },
                     "requirements": [
                         {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [facts.name]},
                         {"key": ZONE_ID_LABEL, "operator": "In", "values": [az_id]},
@@ -288,7 +293,9 @@ class TrainiumNodePool(Construct):
             access_policies=[],
         )
         self.efa_security_group = efa_security_group(self, "EfaSecurityGroup", cluster.vpc)
-        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        self.placement_group = ec2.PlacementGroup(
+            self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+        )
         groups = (cluster.cluster_security_group_id, self.efa_security_group.security_group_id)
         self.karpenter = KarpenterController(
             self,

@@ -18,8 +18,8 @@ from .launch import LaunchSpec, script_args_from_dict
 from .naming import content_named, max_name_prefix
 from .plan import TrainingPlan
 from .pod import pod_template, rank0_endpoint, volcano_job
-from .spec import BertJobSpec, context_key
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
+from .spec import BertJobSpec, context_key
 from .telemetry import METRICS_PORT
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).

@@ -19,6 +19,7 @@ from .model import Contract, Entry
 _FSX = "kubernetes-sigs/aws-fsx-csi-driver@helm-chart-aws-fsx-csi-driver-1.17.0:charts/aws-fsx-csi-driver"
 _EFA = "aws/eks-charts@bfe91c4:stable/aws-efa-k8s-device-plugin"
 _VOLCANO = "volcano-sh/volcano@v1.15.0:installer/helm/chart/volcano"
+_KARPENTER = "aws/karpenter-provider-aws@v1.14.1:charts/karpenter"
 #: Chart 1.10.0's values as ``helm show values oci://public.ecr.aws/neuron/neuron-helm-chart
 #: --version 1.10.0`` prints them (digest sha256:ed5d8f73...), recorded in a public Trainium
 #: workshop (2026-09); the chart's repository snapshot available here is older.
@@ -126,6 +127,11 @@ VOLCANO = Contract(
                 ("agent", 178, "agent.yaml"),
             )
         ),
+        Entry(
+            "custom.scheduler_config_override",
+            "replaces the scheduler's configuration file (the chart's config/volcano-scheduler.conf)",
+            f"{_VOLCANO}/values.yaml:115; templates/scheduler.yaml:18-22",
+        ),
     ),
 )
 
@@ -164,7 +170,82 @@ NEURON = Contract(
 )
 
 #: Chart name (as installed) -> the values it reads.
+KARPENTER = Contract(
+    consumer="karpenter chart",
+    version="1.14.1",
+    entries=(
+        Entry(
+            "serviceAccount.name",
+            "the controller's service account (default: the release's full name)",
+            f"{_KARPENTER}/values.yaml:23; templates/_helpers.tpl:59-65; templates/deployment.yaml:39",
+        ),
+        Entry(
+            "replicas",
+            "controller replicas (default 2)",
+            f"{_KARPENTER}/values.yaml:49; templates/deployment.yaml:13",
+        ),
+        Entry(
+            "nodeSelector",
+            "the controller's node selector (default kubernetes.io/os: linux)",
+            f"{_KARPENTER}/values.yaml:90-91; templates/deployment.yaml:252-255",
+            kind="map",
+        ),
+        Entry(
+            "topologySpreadConstraints",
+            "the controller's spread (default: zones, DoNotSchedule); the template adds its label selector",
+            f"{_KARPENTER}/values.yaml:104-107; templates/deployment.yaml:262-267",
+            kind="list",
+        ),
+        Entry(
+            "controller.resources",
+            "the controller container's resources (default {})",
+            f"{_KARPENTER}/values.yaml:145; templates/deployment.yaml:226-227",
+            kind="map",
+        ),
+        Entry(
+            "settings.clusterName",
+            "CLUSTER_NAME; the chart refuses to render without it",
+            f"{_KARPENTER}/values.yaml:196; templates/deployment.yaml:150-151",
+            required=True,
+        ),
+        Entry(
+            "settings.interruptionQueue",
+            "INTERRUPTION_QUEUE, the SQS queue's name; empty: no interruption handling",
+            f"{_KARPENTER}/values.yaml:209; templates/deployment.yaml:168-170; "
+            "pkg/controllers/controllers.go:122-126",
+        ),
+        Entry(
+            "settings.featureGates.nodeRepair",
+            "NodeRepair in FEATURE_GATES (alpha, default false)",
+            f"{_KARPENTER}/values.yaml:233; templates/deployment.yaml:128-129",
+            values=("True", "False"),
+        ),
+        Entry(
+            "settings.featureGates.reservedCapacity",
+            "ReservedCapacity in FEATURE_GATES (beta, default true)",
+            f"{_KARPENTER}/values.yaml:239; templates/deployment.yaml:128-129",
+            values=("True", "False"),
+        ),
+    ),
+)
+
+#: The CRD chart reads one value, which the platform does not set.
+KARPENTER_CRD = Contract(
+    consumer="karpenter-crd chart",
+    version="1.14.1",
+    entries=(
+        Entry(
+            "additionalAnnotations",
+            "annotations added to every CRD",
+            "aws/karpenter-provider-aws@v1.14.1:charts/karpenter-crd/values.yaml:2",
+            kind="map",
+        ),
+    ),
+)
+
 CHART_VALUES: dict[str, Contract] = {
+    "karpenter": KARPENTER,
+    "karpenter-crd": KARPENTER_CRD,
     "aws-fsx-csi-driver": FSX_CSI_DRIVER,
     "aws-efa-k8s-device-plugin": EFA_DEVICE_PLUGIN,
     "volcano": VOLCANO,

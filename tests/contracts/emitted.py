@@ -22,6 +22,7 @@ VARIANTS = variants(
     "etcd rendezvous",
     "trn1n.32xlarge",
     "trn1.2xlarge single node",
+    "karpenter",
 )
 #: What the TorchX test renders: the README's component on the training namespace and queue.
 TORCHX_COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"
@@ -105,7 +106,27 @@ def nodegroups() -> tuple[Nodegroup, ...]:
                 for t in props.get("Taints", [])
             )
             found.append(Nodegroup(f"{where} / {logical_id}", props.get("Labels", {}), taints, tuple(types)))
+        found.extend(_node_pools(where, template))
     return tuple(found)
+
+
+def _node_pools(where: str, template: Mapping[str, Any]) -> Iterator[Nodegroup]:
+    """Karpenter NodePools as the nodes they launch: the template's labels and taints, and the
+    instance types of its requirement (kubernetes-sigs/karpenter v1.14.1: a node gets its
+    NodeClaim template's labels and taints, pkg/controllers/nodeclaim/lifecycle/registration.go
+    ``syncNode``; its type is one the ``node.kubernetes.io/instance-type`` requirement allows)."""
+    for logical_id, obj in k8s_manifests(template):
+        if obj.get("kind") != "NodePool":
+            continue
+        node = obj["spec"]["template"]
+        requirements = {r["key"]: r for r in node["spec"].get("requirements", [])}
+        types = requirements.get("node.kubernetes.io/instance-type", {}).get("values", [])
+        yield Nodegroup(
+            f"{where} / {logical_id} / NodePool {obj['metadata']['name']}",
+            node.get("metadata", {}).get("labels", {}),
+            tuple(node["spec"].get("taints", [])),
+            tuple(types),
+        )
 
 
 def torchx_job() -> dict[str, Any]:
@@ -127,6 +148,8 @@ def torchx_job() -> dict[str, Any]:
 def pod_specs(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The pod specs of an object: a Pod, a workload's template, a Volcano Job's tasks."""
     spec = obj.get("spec", {})
+    if obj.get("kind") == "NodePool":
+        return  # its template is a node's, not a pod's
     if obj.get("kind") == "Pod":
         yield spec
     if isinstance(spec.get("template"), dict):

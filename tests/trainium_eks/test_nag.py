@@ -125,7 +125,9 @@ def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it
 
 
 @pytest.mark.parametrize("capacity", sorted(CAPACITY_ACKNOWLEDGEMENTS))
-def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch, capacity):
+def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(
+    monkeypatch, capacity
+):
     import trainium_eks.platform as platform_module
 
     applied = []

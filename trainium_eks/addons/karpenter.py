@@ -96,10 +96,16 @@ def controller_statements(
         ec2(f"subnet/{launch.subnet_id}"),
         *(ec2(f"security-group/{group}") for group in launch.security_group_ids),
         ec2(f"placement-group/{launch.placement_group}"),
-        *([ec2(f"capacity-reservation/{launch.capacity_reservation_id}")] if launch.capacity_reservation_id else []),
+        *(
+            [ec2(f"capacity-reservation/{launch.capacity_reservation_id}")]
+            if launch.capacity_reservation_id
+            else []
+        ),
     ]
 
-    tagged = [ec2(r) for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*")]
+    tagged = [
+        ec2(r) for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*")
+    ]
     request_tags = {
         "StringEquals": {f"aws:RequestTag/{CLUSTER_NAME_TAG}": cluster_name},
         "StringLike": {f"aws:RequestTag/{NODEPOOL_TAG}": "*"},
@@ -214,7 +220,11 @@ def chart_values(*, cluster_name: str, queue_name: str, replicas: int) -> dict:
         # The chart's default spreads the replicas over zones with DoNotSchedule: the system
         # nodes may all sit in one of the two AZs, which would leave a replica pending.
         "topologySpreadConstraints": [
-            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
         ],
         "controller": {
             "resources": {

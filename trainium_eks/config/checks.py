@@ -46,8 +46,8 @@ from ..launch_template import (
     check_efa_layout,
     check_root_volume_gib,
 )
-from ..node_pool import MIN_GANG_WAIT_MINUTES, TRAINIUM_CAPACITY_MODES
 from ..network import check_existing_vpc, check_nat_gateways, check_vpc_cidr
+from ..node_pool import MIN_GANG_WAIT_MINUTES, TRAINIUM_CAPACITY_MODES
 from ..nodegroup import check_multi_node, check_node_sizes, check_release_version
 from ..registry import check_keep_images
 from ..versions import ADDON_EVIDENCE, ADDON_PINS
@@ -285,7 +285,10 @@ def _validate_capacity(c: PlatformSettings) -> None:
     check_efa_layout(c.efa_interface_layout, field="efa_interface_layout")
     checks.one_of("trainium_capacity", c.trainium_capacity, TRAINIUM_CAPACITY_MODES)
     checks.whole_number(
-        "trainium_gang_wait_minutes", c.trainium_gang_wait_minutes, minimum=MIN_GANG_WAIT_MINUTES, maximum=24 * 60
+        "trainium_gang_wait_minutes",
+        c.trainium_gang_wait_minutes,
+        minimum=MIN_GANG_WAIT_MINUTES,
+        maximum=24 * 60,
     )
     checks.whole_number("trainium_idle_minutes", c.trainium_idle_minutes, minimum=0, maximum=24 * 60)
 

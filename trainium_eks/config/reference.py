@@ -36,8 +36,8 @@ from trainium_job.spec import JOB_SET_FLAGS, MODELS, BertJobSpec, context_key
 from ..dataset_preparation import MEMORY_GIB_PER_CPU
 from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from ..network import AZ_COUNT, SUBNET_LAYOUT
-from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
 from ..node_pool import TRAINIUM_CAPACITY_MODES
+from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
 from . import CAPACITY_TYPES, EFA_LAYOUTS, MAX_TAGS, OPTIONAL_ADDONS, PLATFORM_TAG_KEYS, SUPPORTED_PARTITIONS
 
 # The coercion's own key -> annotation table: the type a key takes is the one the context reader
