@@ -52,6 +52,8 @@ _ALL_LOG_TYPES = [
 #: (AmazonEC2ContainerRegistryPullOnly: no ECR list/describe, unlike ...ReadOnly). The VPC CNI's
 #: permissions sit on its own service account (:class:`TrainiumCluster`'s ``vpc_cni``).
 NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
+#: Root volume of each system node (GiB, encrypted gp3): the AL2023 AMI and the controllers' images.
+SYSTEM_ROOT_VOLUME_GIB = 50
 #: The VPC CNI's service account (EKS user guide, "Configure Amazon VPC CNI plugin to use IRSA":
 #: a role of its own for aws-node, then the policy removed from the node role).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
@@ -303,7 +305,10 @@ class TrainiumCluster(Construct):
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name="/dev/xvda",
                         ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                            volume_size=50, volume_type="gp3", encrypted=True, delete_on_termination=True
+                            volume_size=SYSTEM_ROOT_VOLUME_GIB,
+                            volume_type="gp3",
+                            encrypted=True,
+                            delete_on_termination=True,
                         ),
                     )
                 ],

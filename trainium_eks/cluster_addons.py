@@ -25,7 +25,8 @@ from .addons import (
 )
 from .cluster import TrainiumCluster
 from .escape_hatch import as_icluster
-from .node_pool import TrainiumNodePool
+from .monitoring.karpenter import KarpenterCapacity
+from .node_pool import NODE_POOL_NAME, TrainiumNodePool
 from .nodegroup import TrainiumNodegroup
 
 __all__ = ["TrainiumAddons"]
@@ -136,6 +137,13 @@ class TrainiumAddons(Construct):
                 storage_class_name=ebs_csi.storage_class_name,
                 options=monitoring,
                 amp_alias=f"{name_prefix}-metrics",
+                karpenter_capacity=(
+                    KarpenterCapacity(
+                        node_pool=NODE_POOL_NAME, instance_type=facts.name, az_id=trainium.az_id
+                    )
+                    if isinstance(trainium, TrainiumNodePool)
+                    else None
+                ),
             )
             # Its pods run on the system nodes, its volume comes from the driver, AMP's
             # credentials from the pod identity agent.

@@ -74,6 +74,9 @@ CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 #: (Karpenter v1.14.1 ec2nodeclass_status.go L238, docs tasks/odcrs.md L88-99); the training pod's
 #: own grace (the SIGTERM checkpoint) must fit in it (checked).
 TERMINATION_GRACE = "8m"
+#: Minutes before a Capacity Block's end that Karpenter drains its nodes (ec2nodeclass_status.go
+#: L238 ``capacityReservationExpirationPeriod``).
+CAPACITY_BLOCK_DRAIN_MINUTES = 40
 _TERMINATION_GRACE_S = 8 * 60
 #: Nodes a disruption may take at once, by reason: empty ones all; drifted ones (a changed NodePool
 #: or EC2NodeClass) never while in use: they go when empty, and new nodes take the new settings.
@@ -223,7 +226,7 @@ class TrainiumNodePool(Construct):
     placement group and node settings (module docstring), plus Karpenter itself.
 
     Attributes:
-        facts, subnet: as the nodegroup's.
+        facts, subnet: as the nodegroup's; az_id: the subnet's AZ ID.
         node_role: the nodes' IAM role (an ``EC2_LINUX`` access entry lets them join).
         efa_security_group: all traffic to and from itself.
         placement_group: the cluster placement group (one AZ).
@@ -249,6 +252,7 @@ class TrainiumNodePool(Construct):
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         system_nodes: int = 2,
+        monitored: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
     ) -> None:
         """
@@ -264,6 +268,8 @@ class TrainiumNodePool(Construct):
             capacity_reservation_id: reservation or Capacity Block to launch into. Default None.
             capacity_block: it is a Capacity Block (needs the id). Default False.
             system_nodes: system nodes (the controller's replicas). Default 2.
+            monitored: the platform's Prometheus scrapes Karpenter (see
+                :class:`KarpenterController`). Default False.
             name_prefix: prefix of the instances' ``Name`` tags. Default "trn-bert".
         """
         super().__init__(scope, id)
@@ -282,6 +288,7 @@ class TrainiumNodePool(Construct):
         ami_alias(release_version)
         self.facts = facts
         self.subnet = subnet
+        self.az_id = az_id
         self.node_role = node_role(self, "NodeRole")
         profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.node_role.role_name])
         eks.AccessEntry(
@@ -310,6 +317,7 @@ class TrainiumNodePool(Construct):
                 capacity_reservation_id=capacity_reservation_id,
             ),
             system_nodes=system_nodes,
+            monitored=monitored,
         )
         node_class = ec2_node_class(
             facts=facts,

@@ -145,6 +145,7 @@ class TrainiumPlatform(Construct):
                 capacity_reservation_id=config.capacity_reservation_id,
                 capacity_block=config.capacity_type == "capacity-block",
                 system_nodes=config.system_nodes,
+                monitored=config.monitoring_enabled,
                 name_prefix=config.name_prefix,
             )
             # The controller runs on the system nodes, with Pod Identity credentials.
@@ -221,6 +222,9 @@ class TrainiumPlatform(Construct):
             nodes.node.add_dependency(addons.observability.pod_identity_agent, self.cluster.vpc_cni)
         if isinstance(self.trainium, TrainiumNodePool):
             self.trainium.karpenter.chart.node.add_dependency(addons.observability.pod_identity_agent)
+            if addons.monitoring is not None:
+                # Its chart renders the ServiceMonitor only where the CRD already exists.
+                self.trainium.karpenter.chart.node.add_dependency(addons.monitoring.chart)
         return addons
 
     def _workload_outputs(self) -> dict[str, CfnOutput]:

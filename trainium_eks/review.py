@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trainium_job.stop_budget import stop_problem
 
+from . import prices
+from .addons.etcd import DEFAULT_VOLUME_GIB as ETCD_VOLUME_GIB
+from .cluster import SYSTEM_ROOT_VOLUME_GIB
 from .compatibility import label as component_label
 from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
+from .image_build import BUILD_MINUTES_ESTIMATE, CHECKS_MINUTES, PRECOMPILE_MINUTES, pull_minutes
 from .image_build import review_lines as image_review_lines
+from .image_build import start_line as image_start_line
 from .monitoring.stack_values import retention_size_gib
 from .node_fit import node_fit
+from .node_pool import MIN_GANG_WAIT_MINUTES
 from .training_image import build_context, context_bytes
-from .versions import neuron_ami_release
+from .versions import SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 
 #: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
 #: options": 200 MB/s/TiB).
@@ -23,12 +31,6 @@ def platform_review(config: PlatformConfig) -> str:
     """Lines describing the Trainium capacity of ``config``, from the facts table."""
     facts = config.facts
     nodes = config.desired_nodes
-    price = facts.on_demand_usd_per_hour
-    cost = (
-        f"${price * nodes:,.2f}/h on demand (${price:,.2f}/h per node, us-east-1 list price)"
-        if price is not None
-        else "unknown (no list price in the facts table)"
-    )
     endpoint = (
         ("public from " + ", ".join(config.endpoint_public_cidrs) + " + private")
         if config.endpoint_public_cidrs
@@ -37,12 +39,13 @@ def platform_review(config: PlatformConfig) -> str:
     return "\n".join(
         [
             f"Trainium platform '{config.name_prefix}' in {config.region} ({config.trainium_az_id})",
-            f"  nodes:        {nodes} x {facts.name} (min {config.min_nodes}, max {config.max_nodes})",
+            nodes_line(config),
             f"  NeuronCores:  {nodes * facts.neuron_cores} ({facts.neuron_cores} per node, "
             f"{nodes * facts.neuron_devices} Trainium devices)",
             f"  EFA:          {facts.efa_interfaces} interfaces per node, "
             f"{nodes * facts.network_gbps:,.0f} Gbps in all",
-            f"  cost:         {cost}",
+            f"  cost:         {cost_review(config)}",
+            *idle_review(config),
             f"  Kubernetes:   {config.kubernetes_version}, API endpoint {endpoint}; Trainium AMI release "
             f"{config.ami_release_version}",
             f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
@@ -60,6 +63,148 @@ def platform_review(config: PlatformConfig) -> str:
             ),
         ]
     )
+
+
+def cost_review(c: PlatformConfig) -> str:
+    """The ``cost:`` line's text: the Trainium nodes' on-demand price, and with Karpenter, that it
+    is paid only while a job runs (plus the empty nodes' wait after the last one)."""
+    price = c.facts.on_demand_usd_per_hour
+    if price is None:
+        return "unknown (no list price in the facts table)"
+    nodes = c.desired_nodes
+    cost = f"${price * nodes:,.2f}/h on demand (${price:,.2f}/h per node, us-east-1 list price)"
+    if c.trainium_capacity != "karpenter":
+        return cost
+    tail = price * nodes * c.trainium_idle_minutes / 60
+    cost += (
+        f" only while a job runs: Karpenter launches them per job and removes them "
+        f"{c.trainium_idle_minutes} min after the last job ends (~${tail:,.2f} of empty nodes each time)"
+    )
+    if c.capacity_reservation_id is not None:
+        # EC2 bills a capacity reservation whether instances run in it or not; a Capacity Block
+        # is paid in full when it is bought.
+        paid = (
+            "a Capacity Block is paid up front"
+            if c.capacity_type == "capacity-block"
+            else "a reservation bills"
+        )
+        cost += f"; {paid} for its whole term, nodes or not"
+    return cost
+
+
+@dataclass(frozen=True)
+class CostPart:
+    """One part of the idle cost: what, USD per hour (None: no list price) and the pricing pages
+    of its figures."""
+
+    label: str
+    usd_per_hour: float | None
+    pages: tuple[str, ...]
+
+
+def idle_parts(c: PlatformConfig, *, trainium_always_on: bool | None = None) -> list[CostPart]:
+    """What the platform costs per hour while no training runs, part by part, from
+    :mod:`trainium_eks.prices`. ``trainium_always_on`` counts the Trainium nodes (and their root
+    volumes); by default it does with ``trainium_capacity=nodegroup``, whose nodes never stop."""
+    if trainium_always_on is None:
+        trainium_always_on = c.trainium_capacity == "nodegroup"
+    facts, nodes = c.facts, c.desired_nodes
+    parts = []
+    if trainium_always_on:
+        price = facts.on_demand_usd_per_hour
+        parts.append(
+            CostPart(
+                f"{nodes} x {facts.name}",
+                None if price is None else price * nodes,
+                ("Amazon EC2 On-Demand pricing",),
+            )
+        )
+    eks = prices.EKS_CONTROL_PLANE
+    parts.append(CostPart("EKS control plane", eks.hourly(), (eks.page,)))
+    system = prices.EC2_ON_DEMAND[SYSTEM_NODE_INSTANCE_TYPE]
+    parts.append(
+        CostPart(
+            f"{c.system_nodes} x {SYSTEM_NODE_INSTANCE_TYPE} system nodes",
+            system.hourly(c.system_nodes),
+            (system.page,),
+        )
+    )
+    if c.existing_vpc_id is None:
+        nat, ipv4 = prices.NAT_GATEWAY, prices.PUBLIC_IPV4
+        label = (
+            "1 NAT gateway + its IPv4"
+            if c.nat_gateways == 1
+            else f"{c.nat_gateways} NAT gateways + their IPv4"
+        )
+        parts.append(CostPart(label, (nat.hourly() + ipv4.hourly()) * c.nat_gateways, (nat.page,)))
+    throughput = resolved_throughput(c.fsx_deployment_type, c.fsx_throughput_per_tib)
+    fsx = prices.fsx_storage(c.fsx_deployment_type, throughput)
+    tier = f" at {throughput} MB/s/TiB" if throughput is not None else ""
+    parts.append(
+        CostPart(
+            f"FSx {c.fsx_deployment_type} {c.fsx_storage_gib:,} GiB{tier}",
+            fsx.hourly(c.fsx_storage_gib),
+            (fsx.page,),
+        )
+    )
+    volumes = [  # (what, how many, GiB each)
+        *([("Prometheus", 1, c.monitoring_volume_gib)] if c.monitoring_enabled else []),
+        *([("etcd", 1, ETCD_VOLUME_GIB)] if c.etcd_enabled else []),
+        ("system roots", c.system_nodes, SYSTEM_ROOT_VOLUME_GIB),
+        *([("Trainium roots", nodes, c.root_volume_gib)] if trainium_always_on else []),
+    ]
+    gib = sum(count * size for _, count, size in volumes)
+    listed = ", ".join(
+        f"{what} {count} x {size:,}" if count > 1 else f"{what} {size:,}" for what, count, size in volumes
+    )
+    ebs = prices.EBS_GP3
+    parts.append(CostPart(f"EBS gp3 {gib:,} GiB ({listed})", ebs.hourly(gib), (ebs.page,)))
+    return parts
+
+
+def idle_total(parts: list[CostPart]) -> float:
+    """USD per hour of the parts that have a price."""
+    return sum(p.usd_per_hour for p in parts if p.usd_per_hour is not None)
+
+
+def idle_review(c: PlatformConfig) -> list[str]:
+    """The ``idle:`` lines: USD per hour with no job running, its parts, their sources and what is
+    left out."""
+    parts = idle_parts(c)
+    total = idle_total(parts)
+    head = f"  idle:         ${total:,.2f}/h with no job running (~${total * prices.HOURS_PER_MONTH:,.0f} a month)"
+    if c.trainium_capacity == "nodegroup":
+        per_job = idle_total(idle_parts(c, trainium_always_on=False))
+        head += f", the Trainium nodes always on (trainium_capacity=karpenter: ${per_job:,.2f}/h)"
+    else:
+        head += ", no Trainium node"
+    priced = " + ".join(
+        f"{p.label} " + (f"${p.usd_per_hour:,.2f}" if p.usd_per_hour is not None else "(no list price)")
+        for p in parts
+    )
+    pages = list(dict.fromkeys(page for p in parts for page in p.pages))
+    tables = "trainium_eks/prices.py" + (
+        ", trainium_job/instances.py" if c.trainium_capacity == "nodegroup" else ""
+    )
+    left_out = [*prices.NOT_COUNTED, *(["the existing VPC's NAT"] if c.existing_vpc_id else [])]
+    return [
+        head,
+        f"                {priced}",
+        f"                {prices.PRICE_BASIS}, {prices.HOURS_PER_MONTH} h a month: {'; '.join(pages)} "
+        f"({tables})",
+        f"                not counted: {', '.join(left_out)}",
+    ]
+
+
+def nodes_line(c: PlatformConfig) -> str:
+    """The review line of the Trainium nodes: the nodegroup's sizes, or Karpenter's per job."""
+    name = c.facts.name
+    if c.trainium_capacity == "karpenter":
+        return (
+            f"  nodes:        {c.desired_nodes} x {name} per job, launched by Karpenter (at most {c.max_nodes} at "
+            f"once; a gang not complete after {c.trainium_gang_wait_minutes} min is aborted and its nodes released)"
+        )
+    return f"  nodes:        {c.desired_nodes} x {name} (min {c.min_nodes}, max {c.max_nodes})"
 
 
 def monitoring_review(c: PlatformConfig) -> str:
@@ -186,9 +331,16 @@ def training_review(c: PlatformConfig) -> list[str]:
         f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
     ]
-    lines += image_review_lines(
-        context_bytes=context_bytes(build_context()), fast_image_pull=c.fast_image_pull
-    )
+    # The image module's own start line counts from a node joining; start_review counts from the
+    # deploy (or the job's submission) and replaces it.
+    lines += [
+        line
+        for line in image_review_lines(
+            context_bytes=context_bytes(build_context()), fast_image_pull=c.fast_image_pull
+        )
+        if line != image_start_line(fast_image_pull=c.fast_image_pull)
+    ]
+    lines += start_review(c)
     if c.preparation_enabled:
         lines.append(
             f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
@@ -208,3 +360,49 @@ def training_review(c: PlatformConfig) -> list[str]:
         cost = f", ${hours * price * c.desired_nodes:,.0f} on demand" if price is not None else ""
         lines.append(f"  estimate:     {rate:,.0f} seq/s ({label}): {hours:,.1f} h{cost}")
     return lines
+
+
+#: Minutes EKS takes to create a cluster's control plane: the EKS team's average
+#: (aws/containers-roadmap issue #1227, "Reduction in EKS cluster creation time").
+EKS_CLUSTER_CREATE_MINUTES = 15
+#: Minutes from a Trainium node's launch to its joining with its device plugins ready: an
+#: estimate (no published figure for trn1 was found): EC2 start and boot of the AL2023 Neuron AMI,
+#: nodeadm's join, the Neuron and EFA plugins. Bounded by Karpenter's 15-minute registration
+#: limit (which :data:`trainium_eks.node_pool.MIN_GANG_WAIT_MINUTES` equals).
+NODE_LAUNCH_MINUTES = 5
+
+
+def start_review(c: PlatformConfig) -> list[str]:
+    """The ``start:`` lines: expected minutes to the first training step, phase by phase, with the
+    source of each figure. From the deploy with a nodegroup; from the job's submission with
+    Karpenter (which launches the nodes then)."""
+    pull = pull_minutes()
+    after_join = (
+        f"~{pull:.0f} min image pull{' (parallel pull on: less)' if c.fast_image_pull else ''} + "
+        f"~{CHECKS_MINUTES} min checks + ~{PRECOMPILE_MINUTES} min precompile into an empty cache set"
+    )
+    job = NODE_LAUNCH_MINUTES + pull + CHECKS_MINUTES + PRECOMPILE_MINUTES
+    deploy = EKS_CLUSTER_CREATE_MINUTES + BUILD_MINUTES_ESTIMATE
+    if c.trainium_capacity == "karpenter":
+        lines = [
+            f"  start:        job submitted -> first step ~{job:.0f} min: ~{NODE_LAUNCH_MINUTES} min node launch "
+            f"and join + {after_join}; ~{job - PRECOMPILE_MINUTES:.0f} min once the cache on FSx holds the graphs",
+            f"                the first job also waits for the deploy (~{EKS_CLUSTER_CREATE_MINUTES} min EKS cluster "
+            f"+ ~{BUILD_MINUTES_ESTIMATE:.0f} min image build); one within {c.trainium_idle_minutes} min of the "
+            "last reuses its nodes (no launch, image on the node)",
+        ]
+    else:
+        lines = [
+            f"  start:        deploy -> first step ~{deploy + job:.0f} min: ~{EKS_CLUSTER_CREATE_MINUTES} min EKS "
+            f"cluster + ~{NODE_LAUNCH_MINUTES} min node launch and join, then ~{BUILD_MINUTES_ESTIMATE:.0f} min "
+            f"image build + {after_join}",
+            f"                a relaunch on the running nodes: ~{CHECKS_MINUTES} min checks, no pull of the same "
+            "image, no precompile once the cache on FSx holds the graphs",
+        ]
+    return [
+        *lines,
+        "                sources: EKS cluster aws/containers-roadmap#1227 (EKS team's average); node launch: "
+        f"estimate, no published trn1 figure (Karpenter gives up on a node after {MIN_GANG_WAIT_MINUTES} min); "
+        "build and pull: the image lines; precompile: Neuron BERT pretraining tutorial; dataset staging "
+        "not counted",
+    ]

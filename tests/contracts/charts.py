@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .karpenter_metrics import CHART_SERVICE_MONITOR
 from .kube_prometheus_stack import KUBE_PROMETHEUS_STACK
 from .model import Contract, Entry
 
@@ -226,6 +227,8 @@ KARPENTER = Contract(
             f"{_KARPENTER}/values.yaml:239; templates/deployment.yaml:128-129",
             values=("True", "False"),
         ),
+        # The ServiceMonitor of the platform's Prometheus (tests/contracts/karpenter_metrics.py).
+        *CHART_SERVICE_MONITOR.entries,
     ),
 )
 

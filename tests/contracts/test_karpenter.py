@@ -336,3 +336,13 @@ def test_given_karpenter_mode_then_volcano_creates_pods_without_enqueue_and_keep
         "nodeorder",
         "binpack",
     ]
+
+
+def test_given_karpenter_with_monitoring_then_its_chart_comes_after_the_servicemonitor_crd():
+    # The chart renders its ServiceMonitor only if monitoring.coreos.com/v1 is served when it is
+    # installed (tests/contracts/karpenter_metrics.py, CHART_SERVICE_MONITOR): after the monitoring chart.
+    template = _platform("karpenter")
+    charts = {props["Chart"]: logical_id for logical_id, props in helm_charts(template).items()}
+    karpenter = template["Resources"][charts["karpenter"]]
+    assert charts["kube-prometheus-stack"] in karpenter["DependsOn"]
+    assert helm_charts(template)[charts["karpenter"]]["Values"]["serviceMonitor"]["enabled"] is True

@@ -190,6 +190,10 @@ def _network_policy(namespace: str, client_namespaces: Sequence[str]) -> dict:
     }
 
 
+#: etcd's data volume (GiB, gp3): the v2 rendezvous keeps a few keys per job.
+DEFAULT_VOLUME_GIB = 2
+
+
 class EtcdServer(Construct):
     """A single-member etcd 3.5 (v2 API on) with a persistent, encrypted volume.
 
@@ -208,7 +212,7 @@ class EtcdServer(Construct):
         storage_class_name: str,
         namespace: str = "etcd",
         client_namespaces: Sequence[str] = (TRAINING_NAMESPACE,),
-        volume_gib: int = 2,
+        volume_gib: int = DEFAULT_VOLUME_GIB,
         quota_bytes: int = 1024**3,
         pin: AddonPin = ADDON_PINS["etcd"],
     ) -> None:

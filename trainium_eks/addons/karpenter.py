@@ -31,6 +31,7 @@ from constructs import Construct
 
 from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
+from ..monitoring.karpenter import karpenter_chart_monitoring_values
 from ..versions import ADDON_PINS, AddonPin
 from .helm import HELM_TIMEOUT
 
@@ -211,9 +212,11 @@ def controller_statements(
     ]
 
 
-def chart_values(*, cluster_name: str, queue_name: str, replicas: int) -> dict:
-    """Helm values of the controller chart (keys of charts/karpenter/values.yaml at v1.14.1)."""
+def chart_values(*, cluster_name: str, queue_name: str, replicas: int, monitored: bool = False) -> dict:
+    """Helm values of the controller chart (keys of charts/karpenter/values.yaml at v1.14.1);
+    ``monitored``: with the ServiceMonitor of the platform's Prometheus."""
     return {
+        **(karpenter_chart_monitoring_values() if monitored else {}),
         "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
         "replicas": replicas,
         "nodeSelector": {"kubernetes.io/os": "linux", **SYSTEM_NODE_LABEL},
@@ -259,6 +262,7 @@ class KarpenterController(Construct):
         node_role: iam.IRole,
         launch: LaunchResources,
         system_nodes: int = 2,
+        monitored: bool = False,
         crd_pin: AddonPin = ADDON_PINS["karpenter-crd"],
         pin: AddonPin = ADDON_PINS["karpenter"],
     ) -> None:
@@ -269,6 +273,9 @@ class KarpenterController(Construct):
             launch: the EC2NodeClass's subnet, groups, placement group, profile and reservation.
             system_nodes: system nodes; the controller runs one replica on each, at most 2.
                 Default 2.
+            monitored: the platform's Prometheus scrapes the controller (its chart's
+                ServiceMonitor; the chart must then be installed after kube-prometheus-stack's
+                CRDs, or it renders none). Default False.
             crd_pin, pin: the two charts. Default ``ADDON_PINS["karpenter-crd"]``,
                 ``ADDON_PINS["karpenter"]``.
         """
@@ -335,6 +342,7 @@ class KarpenterController(Construct):
                 cluster_name=cluster.cluster_name,
                 queue_name=self.queue.queue_name,
                 replicas=min(2, system_nodes),
+                monitored=monitored,
             ),
             wait=True,
             timeout=HELM_TIMEOUT,

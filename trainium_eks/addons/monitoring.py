@@ -12,7 +12,9 @@ it installs, each part in its module of :mod:`trainium_eks.monitoring`:
 * the training pods' PodMonitor and the NetworkPolicy that lets Prometheus reach them
   (:mod:`~trainium_eks.monitoring.scrape`), in the training namespace;
 * the alert rules (:mod:`~trainium_eks.monitoring.rules`) and the Grafana dashboard
-  (:mod:`~trainium_eks.monitoring.dashboard`);
+  (:mod:`~trainium_eks.monitoring.dashboard`); with ``karpenter_capacity``, the alert on Karpenter's
+  failed launches, whose metrics Karpenter's own chart has scraped
+  (:mod:`~trainium_eks.monitoring.karpenter`);
 * optionally, remote write to Amazon Managed Service for Prometheus (:mod:`~trainium_eks.monitoring.amp`).
 
 The EFA and FSx exporters run the workload's tools image and come with the workload
@@ -34,6 +36,7 @@ from trainium_job.security import namespace_manifest, pod_security_labels
 from ..monitoring import scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
+from ..monitoring.karpenter import KarpenterCapacity
 from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
 from ..monitoring.rules import prometheus_rule
@@ -111,6 +114,7 @@ class PlatformMonitoring(Construct):
         training_namespace: str = TRAINING_NAMESPACE,
         amp_alias: str = "trainium-eks",
         pin: AddonPin = ADDON_PINS["kube-prometheus-stack"],
+        karpenter_capacity: KarpenterCapacity | None = None,
     ) -> None:
         """
         Args:
@@ -120,6 +124,9 @@ class PlatformMonitoring(Construct):
             training_namespace: where the training pods run. Default ``TRAINING_NAMESPACE``.
             amp_alias: alias of the AMP workspace, with ``amp_remote_write``. Default "trainium-eks".
             pin: the chart. Default: ``ADDON_PINS["kube-prometheus-stack"]``.
+            karpenter_capacity: with ``trainium_capacity=karpenter``, the NodePool, instance type
+                and AZ ID Karpenter launches: adds the TrainiumCapacityMissing alert (Karpenter's
+                chart must then scrape itself: ``karpenter_chart_monitoring_values``). Default None.
         """
         super().__init__(scope, id)
         options = options or MonitoringOptions()
@@ -173,6 +180,7 @@ class PlatformMonitoring(Construct):
                 training_namespace=training_namespace,
                 stall_minutes=options.stall_minutes,
                 fsx_free_percent=options.fsx_free_percent,
+                karpenter_capacity=karpenter_capacity,
             ),
             scrape.training_pod_monitor(training_namespace),
         ]

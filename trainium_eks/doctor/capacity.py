@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..node_pool import CAPACITY_BLOCK_DRAIN_MINUTES
 from ..versions import SYSTEM_NODE_INSTANCE_TYPE
 from .aws import error_code
 from .findings import Status, Verdict
@@ -84,6 +86,26 @@ def system_offering(t: Target) -> Verdict:
 RESERVATION_TYPES = {"on-demand": "default", "capacity-block": "capacity-block"}
 
 
+#: How long before a Capacity Block's ``EndDate`` Karpenter drains the nodes it launched into it:
+#: it marks the block expiring then and disrupts its nodes (aws/karpenter-provider-aws v1.14.1
+#: pkg/apis/v1/ec2nodeclass_status.go L238, ``capacityReservationExpirationPeriod = time.Minute * 40``;
+#: docs tasks/odcrs.md L88-99). A managed nodegroup has no such step.
+KARPENTER_BLOCK_DRAIN = dt.timedelta(minutes=CAPACITY_BLOCK_DRAIN_MINUTES)
+
+
+def karpenter_drain(t: Target, r: dict[str, Any]) -> str:
+    """With Karpenter and a Capacity Block: when Karpenter drains the block's nodes (else "")."""
+    c = t.config
+    if c.trainium_capacity != "karpenter" or c.capacity_type != "capacity-block" or not r.get("EndDate"):
+        return ""
+    drain = r["EndDate"] - KARPENTER_BLOCK_DRAIN
+    minutes = KARPENTER_BLOCK_DRAIN.total_seconds() / 60
+    return (
+        f"; Karpenter drains its nodes {minutes:.0f} min before the block ends, at {drain:%Y-%m-%d %H:%M} UTC "
+        "(a job still running then is sent SIGTERM and checkpoints)"
+    )
+
+
 def capacity_reservation(t: Target) -> Verdict:
     """A configured reservation or Capacity Block: exists, is active, type, AZ and size match."""
     c = t.config
@@ -137,7 +159,8 @@ def _judge_reservation(t: Target, r: dict[str, Any]) -> Verdict:
             return _too_small(rid, r["TotalInstanceCount"], c.desired_nodes)
         return Verdict(
             Status.WARN,
-            f"{rid} ({r['TotalInstanceCount']} x {c.instance_type}) starts {r['StartDate']:%Y-%m-%d %H:%M} UTC",
+            f"{rid} ({r['TotalInstanceCount']} x {c.instance_type}) starts {r['StartDate']:%Y-%m-%d %H:%M} UTC"
+            f"{karpenter_drain(t, r)}",
             "deploy after it starts: nodes cannot launch into it before",
         )
     if state != "active":
@@ -147,7 +170,7 @@ def _judge_reservation(t: Target, r: dict[str, Any]) -> Verdict:
     return Verdict(
         Status.OK,
         f"{rid} is active in {c.trainium_az_id}{until}: {r['AvailableInstanceCount']} of "
-        f"{r['TotalInstanceCount']} x {c.instance_type} free, {c.desired_nodes} needed",
+        f"{r['TotalInstanceCount']} x {c.instance_type} free, {c.desired_nodes} needed{karpenter_drain(t, r)}",
     )
 
 

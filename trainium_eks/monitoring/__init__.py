@@ -8,6 +8,7 @@ One concept per module; the construct that installs them is
 - :mod:`.stack_values`: kube-prometheus-stack's values;
 - :mod:`.neuron_monitor`, :mod:`.exporters`: the node exporters beyond the chart's;
 - :mod:`.scrape`: PodMonitors and the training pods' NetworkPolicy;
+- :mod:`.karpenter`: Karpenter's metrics (its chart's ServiceMonitor) with ``trainium_capacity=karpenter``;
 - :mod:`.rules`, :mod:`.dashboard`: the alerts and the Grafana dashboard;
 - :mod:`.catalog`: every metric they read, with the exporter that emits it;
 - :mod:`.amp`, :mod:`.fsx_alarm`: Amazon Managed Service for Prometheus, the CloudWatch alarm on FSx.
@@ -16,5 +17,12 @@ One concept per module; the construct that installs them is
 from .amp import AmpRemoteWrite
 from .exporters import TrainingExporters
 from .fsx_alarm import FsxCapacityAlarm
+from .karpenter import KarpenterCapacity, karpenter_chart_monitoring_values
 
-__all__ = ["AmpRemoteWrite", "FsxCapacityAlarm", "TrainingExporters"]
+__all__ = [
+    "AmpRemoteWrite",
+    "FsxCapacityAlarm",
+    "KarpenterCapacity",
+    "TrainingExporters",
+    "karpenter_chart_monitoring_values",
+]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from trainium_job.efa_counters import PORT_COUNTERS
 from trainium_job.telemetry import TRAINING_METRICS
 
+from .karpenter import BUILD_INFO, NODECLAIMS_DISRUPTED
+
 
 @dataclass(frozen=True)
 class Source:
@@ -49,6 +51,11 @@ _EFA = Source(
 _FSX = Source(
     "FSx exporter (training/node/fsx_exporter.py)", "training/node/fsx_exporter.py StatvfsCollector"
 )
+_KARPENTER = Source(
+    "Karpenter controller 1.14.1 (the karpenter chart's ServiceMonitor, trainium_capacity=karpenter only)",
+    "kubernetes-sigs/karpenter v1.14.1 pkg/metrics/metrics.go L61-74 (NodeClaimsDisruptedTotal), "
+    "pkg/operator/operator.go L70-95 (BuildInfo); tests/contracts/karpenter_metrics.py",
+)
 _PROMETHEUS = Source(
     "Prometheus itself", "Prometheus docs, 'Jobs and instances': the up series of every target"
 )
@@ -82,5 +89,6 @@ CATALOG: dict[str, Source] = {
         ),
         _FSX,
     ),
+    **dict.fromkeys((NODECLAIMS_DISRUPTED, BUILD_INFO), _KARPENTER),
     "up": _PROMETHEUS,
 }

@@ -7,6 +7,10 @@ stays silent on a healthy run (tests/trainium_eks/monitoring).
 
 "During a run" means the training script stepped in the last :data:`RUNNING_WINDOW_S` seconds:
 precompilation and the wait for the dataset leave cores idle and EFA quiet by design.
+
+With ``trainium_capacity=karpenter`` (``karpenter_capacity``), ``TrainiumCapacityMissing`` says
+what a waiting gang lacks: Karpenter's launches of the NodePool's one instance type in its one AZ
+fail for EC2 capacity or the account's quota (:mod:`.karpenter`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from trainium_job.naming import TASK_NAME
 
 from . import scrape
+from .karpenter import BUILD_INFO, INSUFFICIENT_CAPACITY_REASON, NODECLAIMS_DISRUPTED, KarpenterCapacity
 from .names import NAMESPACE, RELEASE_LABEL
 
 #: Seconds since the last optimizer step within which a run counts as running.
@@ -27,6 +32,10 @@ IDLE_UTILIZATION = 0.05
 #: silent on EFA: a BERT-large data-parallel step all-reduces its ~0.7 GB of bf16 gradients, GB/s
 #: on every node, while sockets fallback leaves the EFA counters still.
 EFA_SILENT_BYTES_PER_S = 1e6
+#: Minutes TrainiumCapacityMissing holds after Karpenter's last failed launch. While pods wait,
+#: Karpenter tries an on-demand offering that failed for capacity again 3 minutes later (and counts
+#: again if it fails), so the alert stays on through a gang's wait and clears this long after it.
+CAPACITY_WINDOW_MINUTES = 15
 
 
 @dataclass(frozen=True)
@@ -56,14 +65,46 @@ def _training_pods(namespace: str) -> str:
     return f'kube_pod_info{{namespace="{namespace}", pod=~".+-{TASK_NAME}-[0-9]+(-[0-9]+)?"}}'
 
 
-def alerts(*, training_namespace: str, stall_minutes: int = 15, fsx_free_percent: int = 10) -> list[Alert]:
-    """The platform's alerts (``training_namespace``: where the training pods run)."""
+def _capacity_missing(capacity: KarpenterCapacity, training_namespace: str) -> Alert:
+    failures = (
+        f'{NODECLAIMS_DISRUPTED}{{reason="{INSUFFICIENT_CAPACITY_REASON}", nodepool="{capacity.node_pool}"}}'
+    )
+    window = f"{CAPACITY_WINDOW_MINUTES}m"
+    return Alert(
+        "TrainiumCapacityMissing",
+        # increase() needs two samples of a series, and the first failure after a controller start
+        # makes a new series whose first sample is already 1: the second term counts a series that
+        # is new within the window, provided Karpenter was scraped at its start (after a gap in
+        # Prometheus's data an old count would look new).
+        f"sum(increase({failures}[{window}])) > 0"
+        f" or (count({failures} unless {failures} offset {window}) and on () count({BUILD_INFO} offset {window}))",
+        "0m",
+        "critical",
+        f"Karpenter cannot launch {capacity.instance_type} in {capacity.az_id}: EC2 has no capacity "
+        "(InsufficientInstanceCapacity) or the account's On-Demand Trn vCPU quota is reached (VcpuLimitExceeded)",
+        "The gang waits trainium_gang_wait_minutes for all its nodes, then Volcano aborts the job and the "
+        "nodes that came are released; kubectl get events -A --field-selector reason=InsufficientCapacityError "
+        "shows EC2's error code. Capacity: retry later (vcctl job resume -N <job> -n "
+        f"{training_namespace}) or launch into a Capacity Block or On-Demand Capacity Reservation "
+        "(capacity_reservation_id). Quota: make doctor shows it and the increase request.",
+    )
+
+
+def alerts(
+    *,
+    training_namespace: str,
+    stall_minutes: int = 15,
+    fsx_free_percent: int = 10,
+    karpenter_capacity: KarpenterCapacity | None = None,
+) -> list[Alert]:
+    """The platform's alerts (``training_namespace``: where the training pods run;
+    ``karpenter_capacity``: the NodePool Karpenter launches the Trainium nodes for, if it does)."""
     pods = _training_pods(training_namespace)
     job_nodes = f"max by (node) ({pods})"
     running = f"(time() - max(bert_train_last_step_timestamp_seconds) < {RUNNING_WINDOW_S})"
     training_job = scrape.training_pod_monitor(training_namespace)["metadata"]
     training_scrape = f"{training_job['namespace']}/{training_job['name']}"
-    return [
+    platform_alerts = [
         Alert(
             "TrainingStalled",
             f"time() - max by (training_job) (bert_train_last_step_timestamp_seconds) > {stall_minutes * 60}",
@@ -160,6 +201,9 @@ def alerts(*, training_namespace: str, stall_minutes: int = 15, fsx_free_percent
             "target down on one node often means that node is short of resources.",
         ),
     ]
+    if karpenter_capacity is not None:
+        platform_alerts.append(_capacity_missing(karpenter_capacity, training_namespace))
+    return platform_alerts
 
 
 def rule_groups(**options: Any) -> list[dict[str, Any]]:

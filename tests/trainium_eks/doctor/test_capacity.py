@@ -163,3 +163,34 @@ def test_given_an_unknown_reservation_id_when_checked_then_fail_not_a_traceback(
     verdict = capacity.capacity_reservation(target(aws, config(**RESERVED)))
     assert verdict.status is Status.FAIL
     assert "does not exist in us-west-2" in verdict.found
+
+
+BLOCK = {**RESERVED, "capacity_type": "capacity-block"}
+
+
+@pytest.mark.parametrize("state", ["active", "scheduled"])
+def test_given_karpenter_and_a_capacity_block_when_checked_then_the_verdict_gives_karpenter_s_drain_time(
+    state,
+):
+    # The block ends 2026-11-27 11:30 UTC; Karpenter drains 40 minutes earlier.
+    row = reservation(ReservationType="capacity-block", State=state)
+    cfg = config(**BLOCK, trainium_capacity="karpenter")
+    verdict = capacity.capacity_reservation(target(aws_with([reservations_call(row)]), cfg))
+    assert verdict.status is (Status.OK if state == "active" else Status.WARN)
+    assert "Karpenter drains its nodes 40 min before the block ends, at 2026-11-27 10:50 UTC" in verdict.found
+    assert capacity.KARPENTER_BLOCK_DRAIN.total_seconds() == 40 * 60
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {**BLOCK},  # a nodegroup: no Karpenter drain
+        {**RESERVED, "trainium_capacity": "karpenter"},  # an On-Demand reservation: no drain
+    ],
+)
+def test_given_no_karpenter_capacity_block_when_checked_then_the_verdict_is_unchanged(context):
+    kind = "capacity-block" if context.get("capacity_type") == "capacity-block" else "default"
+    aws = aws_with([reservations_call(reservation(ReservationType=kind))])
+    verdict = capacity.capacity_reservation(target(aws, config(**context)))
+    assert verdict.status is Status.OK
+    assert verdict.found.endswith("until 2026-11-27 11:30 UTC: 2 of 2 x trn1.32xlarge free, 2 needed")

@@ -57,7 +57,7 @@ def check_expressions(tmp_path: Path, exprs: dict[str, str]) -> subprocess.Compl
 
 def metric_names(expr: str) -> set[str]:
     """Metric names a PromQL expression reads: identifiers outside label matchers, grouping
-    clauses and strings that are not functions or keywords, plus ``__name__`` matchers' literals."""
+    clauses, strings and offsets that are not functions or keywords, plus ``__name__`` matchers' literals."""
     names = set(re.findall(r'__name__=~?"([a-zA-Z_:][a-zA-Z0-9_:|()]*)"', expr))
     expanded: set[str] = set()
     for name in names:
@@ -67,6 +67,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\{[^}]*\}", "", text)
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
     text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\boffset\s+-?(?:[0-9]+(?:ms|[smhdwy]))+", "", text)
     text = re.sub(r"(?<![a-zA-Z_:])[0-9][0-9.]*(e[+-]?[0-9]+)?", "", text)
     for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text):
         word = match.group(0)

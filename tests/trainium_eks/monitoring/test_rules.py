@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.contracts import karpenter_metrics
 from tests.trainium_eks.monitoring.deployed import deployed_rule_groups
 from tests.trainium_eks.monitoring.promtool import metric_names, promtool, write_rules
 from trainium_eks.monitoring.catalog import CATALOG
-from trainium_eks.monitoring.rules import alerts
+from trainium_eks.monitoring.karpenter import KarpenterCapacity
+from trainium_eks.monitoring.rules import alerts, rule_groups
+from trainium_eks.node_pool import NODE_POOL_NAME
 
 
 @dataclass(frozen=True)
@@ -29,17 +32,59 @@ class Case:
     fires: list[dict[str, str]]
 
 
-CASES = [Case(**case) for case in yaml.safe_load((Path(__file__).parent / "alert_cases.yaml").read_text())]
+#: ``trainium_capacity=karpenter``: the NodePool the platform creates, an instance type and AZ ID.
+KARPENTER = KarpenterCapacity(NODE_POOL_NAME, "trn1.32xlarge", "usw2-az4")
+#: ``$<name>`` in alert_cases.yaml: Karpenter's series, named as the contract table names them.
+KARPENTER_SERIES: dict[str, tuple[str, dict[str, str]]] = {
+    "capacity_failures": (
+        karpenter_metrics.NODECLAIMS_DISRUPTED_TOTAL,
+        {
+            "reason": karpenter_metrics.INSUFFICIENT_CAPACITY_REASON,
+            "nodepool": NODE_POOL_NAME,
+            "capacity_type": "on-demand",
+        },
+    ),
+    "empty_disruptions": (
+        karpenter_metrics.NODECLAIMS_DISRUPTED_TOTAL,
+        {"reason": "empty", "nodepool": NODE_POOL_NAME, "capacity_type": "on-demand"},
+    ),
+    "build_info": (karpenter_metrics.BUILD_INFO, {"version": karpenter_metrics.VERSION}),
+}
+
+
+def _series(key: str) -> str:
+    """``$<name>{labels}`` -> the named series with its fixed labels and these; others unchanged."""
+    match = re.fullmatch(r"\$(\w+)\{(.*)\}", key)
+    if match is None:
+        return key
+    metric, labels = KARPENTER_SERIES[match[1]]
+    fixed = ", ".join(f'{name}="{value}"' for name, value in labels.items())
+    return f"{metric}{{{fixed}, {match[2]}}}" if match[2] else f"{metric}{{{fixed}}}"
+
+
+def _case(case: dict[str, Any]) -> Case:
+    return Case(**{**case, "series": {_series(k): v for k, v in case["series"].items()}})
+
+
+CASES = [_case(case) for case in yaml.safe_load((Path(__file__).parent / "alert_cases.yaml").read_text())]
+#: Every alert, the one only ``trainium_capacity=karpenter`` deploys included.
+ALL_ALERTS = alerts(training_namespace="training", karpenter_capacity=KARPENTER)
 
 
 def _render(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
 
 
-def _unit_tests(groups: list[dict[str, Any]]) -> dict[str, Any]:
+def _deployed(groups: list[dict[str, Any]]) -> set[str]:
+    return {r["alert"] for g in groups for r in g["rules"]}
+
+
+def _unit_tests(groups: list[dict[str, Any]], alert_names: set[str] | None = None) -> dict[str, Any]:
+    """promtool's unit tests of the cases of ``alert_names`` (default: every alert in ``groups``)."""
     rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    names = set(rules) if alert_names is None else alert_names
     tests = []
-    for case in CASES:
+    for case in (c for c in CASES if c.alert in names):
         annotations = rules[case.alert]["annotations"]
         tests.append(
             {
@@ -75,11 +120,46 @@ def test_given_synthetic_series_then_each_alert_fires_when_it_should_and_stays_s
     platform_json, tmp_path
 ):
     groups = deployed_rule_groups(platform_json)
+    # The default platform (a nodegroup) deploys every alert but Karpenter's: tested below.
+    assert {c.alert for c in CASES} - _deployed(groups) == {"TrainiumCapacityMissing"}
     write_rules(tmp_path / "rules.yaml", groups)
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(_unit_tests(groups), sort_keys=False))
     proc = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
+
+
+def test_given_karpenter_capacity_then_the_capacity_alert_fires_on_failed_launches_only(tmp_path):
+    groups = rule_groups(training_namespace="training", karpenter_capacity=KARPENTER)
+    added = _deployed(groups) - {a.name for a in alerts(training_namespace="training")}
+    assert added == {"TrainiumCapacityMissing"}
+    write_rules(tmp_path / "rules.yaml", groups)
+    tests = _unit_tests(groups, added)
+    assert len(tests["tests"]) == len([c for c in CASES if c.alert in added])
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    proc = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_given_karpenter_capacity_then_the_alert_names_the_instance_type_and_az_id_in_one_line():
+    (alert,) = [a for a in ALL_ALERTS if a.name == "TrainiumCapacityMissing"]
+    assert KARPENTER.instance_type in alert.summary and KARPENTER.az_id in alert.summary
+    assert "\n" not in alert.summary and "{{" not in alert.summary
+    assert f'nodepool="{KARPENTER.node_pool}"' in alert.expr
+    for step in ("trainium_gang_wait_minutes", "vcctl job resume", "capacity_reservation_id", "make doctor"):
+        assert step in alert.runbook, step
+
+
+def test_given_the_case_series_then_karpenters_are_named_as_the_contract_names_them():
+    labels = {e.name for e in karpenter_metrics.NODECLAIMS_DISRUPTED_LABELS.entries}
+    reasons = {e.name for e in karpenter_metrics.DISRUPTION_REASONS.entries}
+    for metric, fixed in KARPENTER_SERIES.values():
+        if metric == karpenter_metrics.NODECLAIMS_DISRUPTED_TOTAL:
+            assert set(fixed) == labels and fixed["reason"] in reasons
+    raw = yaml.safe_load((Path(__file__).parent / "alert_cases.yaml").read_text())
+    typed = [k for case in raw for k in case["series"] if k.startswith(("karpenter_", "$"))]
+    assert typed and all(k.startswith("$") for k in typed)  # never spelled out in the YAML
 
 
 def test_given_a_wrong_expectation_then_promtool_fails(platform_json, tmp_path):
@@ -93,12 +173,12 @@ def test_given_a_wrong_expectation_then_promtool_fails(platform_json, tmp_path):
 
 
 def test_given_every_alert_then_it_has_a_firing_case_and_a_silent_one():
-    names = {a.name for a in alerts(training_namespace="training")}
+    names = {a.name for a in ALL_ALERTS}
     assert {c.alert for c in CASES if c.fires} == names
     assert {c.alert for c in CASES if not c.fires} == names
 
 
-@pytest.mark.parametrize("alert", alerts(training_namespace="training"), ids=lambda a: a.name)
+@pytest.mark.parametrize("alert", ALL_ALERTS, ids=lambda a: a.name)
 def test_given_an_alert_then_it_reads_only_emitted_series_and_says_what_to_do(alert):
     assert metric_names(alert.expr) <= set(CATALOG), metric_names(alert.expr) - set(CATALOG)
     rule = alert.rule()
