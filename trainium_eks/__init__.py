@@ -6,6 +6,7 @@ The public API is what this module re-exports; submodules are implementation det
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
 
+from .addons.karpenter import KarpenterController
 from .addons.monitoring import MonitoringOptions, PlatformMonitoring
 from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
 from .cluster_addons import TrainiumAddons
@@ -27,6 +28,7 @@ from .nag import (
 from .network import TrainiumNetwork
 from .node_daemons import NodeDaemon, trainium_node_daemons
 from .node_fit import NodeFit, node_fit
+from .node_pool import TRAINIUM_CAPACITY_MODES, TrainiumNodePool
 from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup, TrainiumNodegroup
 from .platform import TrainiumPlatform
 from .registry import TrainingImageRepository
@@ -59,9 +61,10 @@ __all__ = [
     "efa_network_interfaces",
     "FsxCapacityAlarm",
     "FsxCsiVolume",
-    "instance_facts",
     "INSTANCE_FACTS",
+    "instance_facts",
     "InstanceFacts",
+    "KarpenterController",
     "KUBERNETES_COMPATIBILITY",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
@@ -75,11 +78,11 @@ __all__ = [
     "NodeFit",
     "OUTPUT_PATH",
     "plan_training",
-    "PlatformChecks",
     "platform_review",
+    "platform_stack_name",
+    "PlatformChecks",
     "PlatformConfig",
     "PlatformMonitoring",
-    "platform_stack_name",
     "PUBLIC_BERT_SHAPE",
     "PUBLIC_BERT_SHARDS",
     "repository_name",
@@ -89,20 +92,22 @@ __all__ = [
     "SYSTEM_NODE_LABEL",
     "TensorBoard",
     "TRAINING_NAMESPACE",
+    "training_stack_name",
     "TrainingExporters",
     "TrainingFileSystem",
     "TrainingImageRepository",
     "TrainingImages",
-    "training_stack_name",
-    "TrainingWorkload",
     "TrainingPlan",
+    "TrainingWorkload",
+    "TRAINIUM_CAPACITY_MODES",
+    "trainium_node_daemons",
     "TRAINIUM_NODE_LABEL",
     "TrainiumAddons",
     "TrainiumCluster",
     "TrainiumLaunchTemplate",
-    "trainium_node_daemons",
     "TrainiumNetwork",
+    "TrainiumNodegroup",
+    "TrainiumNodePool",
     "TrainiumPlatform",
     "WorkloadTarget",
-    "TrainiumNodegroup",
 ]

@@ -15,7 +15,12 @@ from constructs import Construct, IConstruct
 
 from trainium_job.naming import content_named
 from trainium_job.paths import DATA_MOUNT, JobPaths
-from trainium_job.scheduling import TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
+from trainium_job.scheduling import (
+    DATASET_NODE_LABEL,
+    DATASET_TOLERATION,
+    TRAINIUM_NODE_LABEL,
+    WORKLOAD_TOLERATION,
+)
 from trainium_job.security import container_security_context
 
 #: Size of the scratch ``/tmp`` of a dataset pod (the tools' temporary files, not the data).
@@ -35,6 +40,11 @@ def pod_identity(service_account: str) -> dict[str, Any]:
 def trainium_placement() -> dict[str, Any]:
     """On a Trainium node (it pulls the training image anyway), tolerating its taint."""
     return {"nodeSelector": dict(TRAINIUM_NODE_LABEL), "tolerations": [dict(WORKLOAD_TOLERATION)]}
+
+
+def dataset_node_placement() -> dict[str, Any]:
+    """On the small node Karpenter launches for staging (``trainium_capacity=karpenter``)."""
+    return {"nodeSelector": dict(DATASET_NODE_LABEL), "tolerations": [dict(DATASET_TOLERATION)]}
 
 
 def dataset_container(

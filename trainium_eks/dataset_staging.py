@@ -31,7 +31,14 @@ from trainium_job.errors import ConfigError
 from trainium_job.paths import DATA_MOUNT, SHARD_PATTERN, JobPaths
 from trainium_job.security import pod_security_context
 
-from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
+from .dataset_job import (
+    DatasetJob,
+    dataset_container,
+    dataset_node_placement,
+    dataset_volumes,
+    pod_identity,
+    trainium_placement,
+)
 
 #: The reference's public copy of the tokenized BERT shards (sequence length 128).
 PUBLIC_BERT_SHARDS = (
@@ -111,8 +118,10 @@ def staging_job(
     paths: JobPaths,
     claim_name: str,
     service_account: str,
+    on_dataset_node: bool = False,
 ) -> dict[str, Any]:
-    """The batch/v1 Job. It runs on a Trainium node, which pulls the training image anyway."""
+    """The batch/v1 Job. It runs on a Trainium node, which pulls the training image anyway, or
+    with ``on_dataset_node`` on the small node Karpenter launches for it."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -127,7 +136,7 @@ def staging_job(
                 "metadata": {"labels": {"app.kubernetes.io/name": "dataset-staging"}},
                 "spec": {
                     **pod_identity(service_account),
-                    **trainium_placement(),
+                    **(dataset_node_placement() if on_dataset_node else trainium_placement()),
                     "containers": [
                         dataset_container(
                             name="stage",
@@ -164,12 +173,16 @@ class DatasetStaging(DatasetJob):
         claim_name: str,
         service_account: str,
         source: str = PUBLIC_BERT_SHARDS,
+        on_dataset_node: bool = False,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
         Args:
             source: where the shards come from, see the module docstring. Default
                 :data:`PUBLIC_BERT_SHARDS` (the public bucket needs no sign-in).
+            on_dataset_node: run on the ``dataset`` NodePool's small node
+                (``trainium_capacity=karpenter``: :class:`~trainium_eks.node_pool.TrainiumNodePool`),
+                not on a Trainium node. Default False.
 
         The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
@@ -185,6 +198,7 @@ class DatasetStaging(DatasetJob):
                 paths=paths,
                 claim_name=claim_name,
                 service_account=service_account,
+                on_dataset_node=on_dataset_node,
             ),
             draft_name="stage",
             cluster=cluster,

@@ -96,6 +96,8 @@ class FitSettings(DaemonSettings, Protocol):
     def preparation_pods(self) -> int: ...
     @property
     def preparation_cpus_per_pod(self) -> int: ...
+    @property
+    def trainium_capacity(self) -> str: ...
 
 
 def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
@@ -106,6 +108,8 @@ def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
         per_node = pods_per_node(c.preparation_pods, c.desired_nodes)
         requests = pod_resources(c.preparation_cpus_per_pod).times(per_node)
         return ((f"{per_node} preparation pod(s)", requests),)
+    if c.trainium_capacity == "karpenter":
+        return ()  # staging has a node of its own (the "dataset" NodePool)
     return (("staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
 
 

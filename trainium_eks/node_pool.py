@@ -27,7 +27,13 @@ from constructs import Construct
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, node_name
-from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINIUM_NODE_LABEL
+from trainium_job.scheduling import (
+    DATASET_NODE_LABEL,
+    DATASET_TAINT,
+    INSTANCE_TYPE_LABEL,
+    NEURON_TAINT,
+    TRAINIUM_NODE_LABEL,
+)
 from trainium_job.stop_budget import termination_grace_period_s
 
 from .addons.karpenter import KarpenterController, LaunchResources
@@ -43,6 +49,7 @@ from .launch_template import (
     node_user_data,
 )
 from .nodegroup import RELEASE_VERSION, check_multi_node
+from .versions import DATASET_NODE_INSTANCE_TYPE
 
 __all__ = [
     "MIN_GANG_WAIT_MINUTES",
@@ -63,6 +70,12 @@ TRAINIUM_CAPACITY_MODES = ("nodegroup", "karpenter")
 MIN_GANG_WAIT_MINUTES = 15
 #: Name of the NodePool and of its EC2NodeClass (cluster-scoped objects).
 NODE_POOL_NAME = "trainium"
+#: Name of the NodePool and EC2NodeClass of the dataset staging node.
+DATASET_POOL_NAME = "dataset"
+#: The staging node's root volume (GiB): the training image it runs is ~20 GB (image_build.py).
+DATASET_ROOT_VOLUME_GIB = 100
+#: Minutes an empty staging node is kept: a retried staging pod comes back within seconds.
+DATASET_IDLE_MINUTES = 1
 #: API groups and versions of the two objects (Karpenter v1).
 NODE_POOL_API = "karpenter.sh/v1"
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
@@ -218,12 +231,90 @@ def node_pool(
     }
 
 
+def dataset_node_class(
+    *, release_version: str, instance_profile: str, subnet_id: str, security_group_id: str, name_prefix: str
+) -> dict[str, Any]:
+    """The EC2NodeClass of the staging node: the same AMI release (its standard variant, for a type
+    without accelerators), subnet and IMDS settings; the cluster group only; an encrypted gp3 root."""
+    return {
+        "apiVersion": NODE_CLASS_API,
+        "kind": "EC2NodeClass",
+        "metadata": {"name": DATASET_POOL_NAME},
+        "spec": {
+            "amiSelectorTerms": [{"alias": ami_alias(release_version)}],
+            "instanceProfile": instance_profile,
+            "subnetSelectorTerms": [{"id": subnet_id}],
+            "securityGroupSelectorTerms": [{"id": security_group_id}],
+            "metadataOptions": {
+                "httpEndpoint": "enabled",
+                "httpProtocolIPv6": "disabled",
+                "httpPutResponseHopLimit": 1,
+                "httpTokens": "required",
+            },
+            "blockDeviceMappings": [
+                {
+                    "deviceName": ROOT_DEVICE,
+                    "rootVolume": True,
+                    "ebs": {
+                        "volumeSize": f"{DATASET_ROOT_VOLUME_GIB}Gi",
+                        "volumeType": ROOT_VOLUME_TYPE,
+                        "encrypted": True,
+                        "deleteOnTermination": True,
+                    },
+                }
+            ],
+            "tags": {"Name": node_name(name_prefix, DATASET_NODE_INSTANCE_TYPE)},
+        },
+    }
+
+
+def dataset_node_pool(*, az_id: str) -> dict[str, Any]:
+    """The NodePool of the staging node: one small on-demand node in the Trainium AZ (beside FSx),
+    tainted so that only the staging pod lands there, gone a minute after it ends."""
+    return {
+        "apiVersion": NODE_POOL_API,
+        "kind": "NodePool",
+        "metadata": {"name": DATASET_POOL_NAME},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(DATASET_NODE_LABEL)},
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": DATASET_POOL_NAME,
+                    },
+                    "requirements": [
+                        {
+                            "key": INSTANCE_TYPE_LABEL,
+                            "operator": "In",
+                            "values": [DATASET_NODE_INSTANCE_TYPE],
+                        },
+                        {"key": ZONE_ID_LABEL, "operator": "In", "values": [az_id]},
+                        {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": ["on-demand"]},
+                    ],
+                    "taints": [dict(DATASET_TAINT)],
+                },
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": f"{DATASET_IDLE_MINUTES}m",
+                "budgets": [dict(b) for b in DISRUPTION_BUDGETS],
+            },
+            # One staging node (4 vCPU), and room for a second while the first drains.
+            "limits": {"cpu": "8"},
+        },
+    }
+
+
 class TrainiumNodePool(Construct):
     """Trainium nodes that Karpenter launches for a waiting training pod and removes when empty.
 
     The counterpart of :class:`~trainium_eks.nodegroup.TrainiumNodegroup` for
     ``trainium_capacity=karpenter``: the same node role policies, EFA security group, cluster
-    placement group and node settings (module docstring), plus Karpenter itself.
+    placement group and node settings (module docstring), plus Karpenter itself, and a second
+    NodePool (``dataset``) of one small node for dataset staging, so staging never starts a
+    Trainium node.
 
     Attributes:
         facts, subnet: as the nodegroup's; az_id: the subnet's AZ ID.
@@ -339,7 +430,19 @@ class TrainiumNodePool(Construct):
             idle_minutes=idle_minutes,
             reserved=capacity_reservation_id is not None,
         )
-        self.manifest = eks.KubernetesManifest(self, "NodePool", cluster=cluster, manifest=[node_class, pool])
+        dataset = [
+            dataset_node_class(
+                release_version=release_version,
+                instance_profile=Token.as_string(profile.ref),
+                subnet_id=subnet.subnet_id,
+                security_group_id=cluster.cluster_security_group_id,
+                name_prefix=name_prefix,
+            ),
+            dataset_node_pool(az_id=az_id),
+        ]
+        self.manifest = eks.KubernetesManifest(
+            self, "NodePool", cluster=cluster, manifest=[node_class, pool, *dataset]
+        )
         self.manifest.node.add_dependency(self.karpenter.chart)
 
     @property

@@ -68,6 +68,7 @@ PUBLIC_IPV4: Final = Price(0.005, "address-hour", "Amazon VPC pricing: public IP
 #: (:data:`trainium_eks.versions.SYSTEM_NODE_INSTANCE_TYPE`; a test keeps it in this table).
 EC2_ON_DEMAND: Final = {
     "m7i.large": Price(0.1008, "instance-hour", "Amazon EC2 On-Demand pricing: m7i.large, Linux"),
+    "m7i.xlarge": Price(0.2016, "instance-hour", "Amazon EC2 On-Demand pricing: m7i.xlarge, Linux"),
 }
 
 #: FSx for Lustre PERSISTENT_2 (SSD) storage by throughput tier (MB/s per TiB). The 250, 500 and

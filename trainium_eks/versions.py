@@ -63,6 +63,11 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 #: CoreDNS) so they never occupy Trainium capacity.
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 
+#: With ``trainium_capacity=karpenter``: the instance type Karpenter launches for the dataset
+#: staging pod (2-4 vCPU, 4-8 GiB: ``STAGING_RESOURCES``), so staging never starts a Trainium
+#: node. 4 vCPU / 16 GiB: the pod and the node's DaemonSets fit beside each other.
+DATASET_NODE_INSTANCE_TYPE = "m7i.xlarge"
+
 #: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
 #: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.
 FSX_LUSTRE_VERSION = "2.15"

@@ -125,7 +125,11 @@ class TrainingWorkload(Construct):
             self.job.manifest.node.add_dependency(self.staging.manifest)
         else:
             self.staging = DatasetStaging(
-                self, "DatasetStaging", **dataset, source=config.training_dataset_source
+                self,
+                "DatasetStaging",
+                **dataset,
+                source=config.training_dataset_source,
+                on_dataset_node=config.trainium_capacity == "karpenter",
             )
         self.tensorboard = TensorBoard(
             self,

@@ -12,6 +12,17 @@ NODE_POOL_LABEL_KEY: Final = "trainium-eks/pool"
 SYSTEM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "system"}
 #: Node label of the Trainium nodegroup (node selectors use it next to the instance type).
 TRAINIUM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "trainium"}
+#: Node label and taint of the nodes Karpenter launches for dataset staging
+#: (``trainium_capacity=karpenter``): the taint keeps every other pod off them, so they go as
+#: soon as staging ends.
+DATASET_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "dataset"}
+DATASET_TAINT: Final = {"key": "trainium-eks/dataset", "value": "true", "effect": "NoSchedule"}
+DATASET_TOLERATION: Final = {
+    "key": DATASET_TAINT["key"],
+    "operator": "Equal",
+    "value": DATASET_TAINT["value"],
+    "effect": DATASET_TAINT["effect"],
+}
 #: Well-known label the kubelet sets to the EC2 instance type.
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 

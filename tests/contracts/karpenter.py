@@ -185,3 +185,20 @@ PUBLISHED_INTERRUPTION_EVENTS = frozenset(
 )
 PUBLISHED_QUEUE = {"MessageRetentionPeriod": 300, "SqsManagedSseEnabled": True}
 PUBLISHED_QUEUE_SOURCE = f"{_CFN}:381-464"
+
+#: What Karpenter 1.14.1 takes a node of each Trainium type to offer pods (its instance-type
+#: reference, generated from its own capacity and overhead code: kube-reserved, eviction threshold
+#: and 7.5% VM memory overhead, pkg/providers/instancetype/types.go L332-364, L522): it launches a
+#: node for a pod only if the pod and the node's DaemonSets fit in this. (cpu millicores, memory
+#: MiB, pods, Neuron devices, EFA interfaces.) Its ephemeral storage is for its default 20 GiB
+#: root volume; the EC2NodeClass sets the nodegroup's.
+KARPENTER_ALLOCATABLE = {
+    "trn1.32xlarge": (127610, 481894, 247, 16, 8),
+    "trn1n.32xlarge": (127610, 481894, 247, 16, 16),
+    "trn2.48xlarge": (191450, 1938410, 100, 16, 16),
+    "trn1.2xlarge": (7910, 29317, 58, 1, 0),
+}
+KARPENTER_ALLOCATABLE_SOURCE = (
+    "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/reference/instance-types.md:"
+    "36674-36690 (trn1.2xlarge), 36708-36743 (trn1.32xlarge), 36744-36779 (trn1n), 36780-36815 (trn2)"
+)

@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from tests.support import VARIANTS, helm_charts, k8s_manifests, resources, synth_platform, synth_training
-from trainium_job.instances import instance_facts
+from trainium_eks.config import config_from_context
+from trainium_eks.node_fit import node_fit
+from trainium_job.instances import INSTANCE_FACTS, instance_facts
 
 from .karpenter import (
     DO_NOT_DISRUPT,
+    KARPENTER_ALLOCATABLE,
     NODE_CLASS_FIELDS,
     NODE_POOL_FIELDS,
     OMITTED_STATEMENTS,
@@ -41,8 +44,8 @@ def _objects(template: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
     return [obj for _, obj in k8s_manifests(template) if obj["kind"] == kind]
 
 
-def _one(template: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    (found,) = _objects(template, kind)
+def _one(template: Mapping[str, Any], kind: str, name: str = "trainium") -> dict[str, Any]:
+    (found,) = [obj for obj in _objects(template, kind) if obj["metadata"]["name"] == name]
     return found
 
 
@@ -75,10 +78,11 @@ def _problems(spec: Mapping[str, Any], fields: tuple[Field, ...], free: tuple[st
     return problems
 
 
+@pytest.mark.parametrize("pool_name", ["trainium", "dataset"])
 @pytest.mark.parametrize("variant", ["karpenter", "karpenter capacity block"])
-def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant):
+def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, pool_name):
     template = _platform(variant)
-    pool, node_class = _one(template, "NodePool"), _one(template, "EC2NodeClass")
+    pool, node_class = _one(template, "NodePool", pool_name), _one(template, "EC2NodeClass", pool_name)
     assert _problems(pool["spec"], NODE_POOL_FIELDS, ("template.metadata.labels.",)) == []
     assert _problems(node_class["spec"], NODE_CLASS_FIELDS, ("tags.",)) == []
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
@@ -346,3 +350,34 @@ def test_given_karpenter_with_monitoring_then_its_chart_comes_after_the_servicem
     karpenter = template["Resources"][charts["karpenter"]]
     assert charts["kube-prometheus-stack"] in karpenter["DependsOn"]
     assert helm_charts(template)[charts["karpenter"]]["Values"]["serviceMonitor"]["enabled"] is True
+
+
+@pytest.mark.parametrize("variant", ["karpenter", "karpenter capacity block"])
+def test_given_karpenter_mode_then_the_training_pod_and_the_daemons_fit_what_karpenter_takes_a_node_to_offer(
+    variant,
+):
+    # Karpenter launches a node only for a pod it believes fits one; a pod a few MiB too big for
+    # its model would wait for ever with no node launched.
+    config = config_from_context(VARIANTS[variant])
+    job = _volcano_job(synth_training(**VARIANTS[variant]))
+    requests = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    daemons = node_fit(config).daemon_requests
+    cpu, memory, pods, neuron, efa = KARPENTER_ALLOCATABLE[config.instance_type]
+    assert int(requests["cpu"].removesuffix("m")) + daemons.millicpu <= cpu
+    assert int(requests["memory"].removesuffix("Mi")) + daemons.memory_mib <= memory
+    assert 1 + daemons.pods <= pods
+    assert int(requests["aws.amazon.com/neuron"]) <= neuron
+    assert int(requests.get("vpc.amazonaws.com/efa", "0")) <= efa
+
+
+def test_given_karpenter_mode_then_staging_runs_on_the_dataset_pool_not_on_trainium():
+    template = synth_training(**VARIANTS["karpenter"])
+    (staging,) = [
+        o for _, o in k8s_manifests(template) if o["kind"] == "Job" and o["apiVersion"] == "batch/v1"
+    ]
+    pod = staging["spec"]["template"]["spec"]
+    pool = _one(_platform("karpenter"), "NodePool", "dataset")["spec"]["template"]
+    assert pod["nodeSelector"] == pool["metadata"]["labels"]
+    assert [t["key"] for t in pod["tolerations"]] == [t["key"] for t in pool["spec"]["taints"]]
+    requirements = {r["key"]: r["values"] for r in pool["spec"]["requirements"]}
+    assert requirements["node.kubernetes.io/instance-type"][0] not in INSTANCE_FACTS  # not a Trainium type
