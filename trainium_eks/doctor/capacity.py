@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..node_pool import CAPACITY_BLOCK_DRAIN_MINUTES
-from ..versions import SYSTEM_NODE_INSTANCE_TYPE
+from ..versions import DATASET_NODE_INSTANCE_TYPE, SYSTEM_NODE_INSTANCE_TYPE
 from .aws import error_code
 from .findings import Status, Verdict
 from .quotas import TRN_VCPUS, quota_value, renamed
@@ -80,6 +80,22 @@ def system_offering(t: Target) -> Verdict:
             "availability-zone-id)",
         )
     return Verdict(Status.OK, f"{SYSTEM_NODE_INSTANCE_TYPE} (system nodes) is offered in {', '.join(wanted)}")
+
+
+def dataset_offering(t: Target) -> Verdict:
+    """With Karpenter: the staging node's type offered in the Trainium AZ ID (beside FSx)."""
+    c = t.config
+    if c.trainium_capacity != "karpenter":
+        return Verdict(Status.OK, "not used: dataset staging runs on the Trainium nodegroup")
+    if c.trainium_az_id in _offered_in(t, DATASET_NODE_INSTANCE_TYPE, [c.trainium_az_id]):
+        return Verdict(
+            Status.OK, f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is offered in {c.trainium_az_id}"
+        )
+    return Verdict(
+        Status.FAIL,
+        f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is not offered in {c.trainium_az_id}",
+        "change DATASET_NODE_INSTANCE_TYPE in trainium_eks/versions.py to a type offered there",
+    )
 
 
 #: ``capacity_type`` -> the reservation's ``ReservationType`` (EC2 API CapacityReservation).

@@ -41,6 +41,7 @@ CHECKS: tuple[Check, ...] = (
     Check("eip-quota", account.eip_quota),
     Check("system-offering", capacity.system_offering),
     Check("instance-offering", capacity.instance_offering),
+    Check("dataset-offering", capacity.dataset_offering),
     Check("trn-quota", capacity.trn_quota),
     Check("capacity-reservation", capacity.capacity_reservation),
     Check("base-image", sources.base_image),

@@ -18,7 +18,7 @@ from tests.trainium_eks.doctor.stubs import (
 )
 from trainium_eks.doctor import capacity
 from trainium_eks.doctor.findings import Status
-from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
+from trainium_eks.versions import DATASET_NODE_INSTANCE_TYPE, SYSTEM_NODE_INSTANCE_TYPE
 from trainium_job.instances import instance_facts
 
 TRN = ("ec2", "L-2C3B7624", "Running On-Demand Trn instances")
@@ -104,6 +104,19 @@ def test_given_the_system_type_missing_in_the_second_az_when_checked_then_fail()
     verdict = capacity.system_offering(target(aws))
     assert verdict.status is Status.FAIL
     assert "not offered in usw2-az3" in verdict.found
+
+
+def test_given_karpenter_when_the_staging_type_is_missing_in_the_trainium_az_then_fail():
+    aws = aws_with([offerings_call(DATASET_NODE_INSTANCE_TYPE, [], ["usw2-az4"])])
+    verdict = capacity.dataset_offering(target(aws, config(trainium_capacity="karpenter")))
+    assert verdict.status is Status.FAIL
+    assert f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is not offered in usw2-az4" == verdict.found
+
+
+def test_given_the_nodegroup_mode_then_the_staging_type_is_not_asked_about():
+    aws = aws_with([])
+    assert capacity.dataset_offering(target(aws)).status is Status.OK
+    assert aws.asked == []
 
 
 def test_given_no_reservation_configured_when_checked_then_ok_without_any_call():
