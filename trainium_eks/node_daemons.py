@@ -408,6 +408,15 @@ CHARTS_OFF_TRAINIUM: dict[str, tuple[ValuesPath, str]] = {
 }
 
 
+#: Charts with no DaemonSet at all, at the versions read (their templates list none).
+CHARTS_WITHOUT_DAEMONSETS: dict[str, tuple[str, str]] = {
+    # aws/karpenter-provider-aws v1.14.1 charts/karpenter/templates: a Deployment, its Service,
+    # PDB, RBAC and ServiceMonitor; charts/karpenter-crd/templates: the CRDs only.
+    "karpenter": ("1.14.1", "a Deployment (on the system nodes), no DaemonSet"),
+    "karpenter-crd": ("1.14.1", "CustomResourceDefinitions only"),
+}
+
+
 def chart_facts(chart: str, version: str) -> ChartFacts:
     """The facts of ``chart`` at ``version``; ``KeyError`` asking for them otherwise."""
     for facts in CHART_FACTS:
@@ -424,6 +433,11 @@ def chart_daemons(
 ) -> list[NodeDaemon]:
     """The DaemonSets the release of ``chart`` at ``version`` with ``values`` runs on a Trainium
     node of ``instance_type``, with their requests."""
+    if chart in CHARTS_WITHOUT_DAEMONSETS:
+        read, _ = CHARTS_WITHOUT_DAEMONSETS[chart]
+        if version != read:
+            raise KeyError(f"{chart} {version}: its templates were read at {read}; read them again")
+        return []
     if chart in CHARTS_OFF_TRAINIUM:
         switch, why = CHARTS_OFF_TRAINIUM[chart]
         if lookup(values, switch):

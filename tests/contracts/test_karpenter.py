@@ -5,13 +5,24 @@ the managed nodegroup (the two modes must not drift)."""
 from __future__ import annotations
 
 import base64
+import json
 import re
+import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from tests.support import VARIANTS, helm_charts, k8s_manifests, resources, synth_platform, synth_training
+from tests.support import (
+    REPO,
+    VARIANTS,
+    VENV_BIN,
+    helm_charts,
+    k8s_manifests,
+    resources,
+    synth_platform,
+    synth_training,
+)
 from trainium_eks.config import config_from_context
 from trainium_eks.node_fit import node_fit
 from trainium_job.instances import INSTANCE_FACTS, instance_facts
@@ -381,3 +392,16 @@ def test_given_karpenter_mode_then_staging_runs_on_the_dataset_pool_not_on_train
     assert [t["key"] for t in pod["tolerations"]] == [t["key"] for t in pool["spec"]["taints"]]
     requirements = {r["key"]: r["values"] for r in pool["spec"]["requirements"]}
     assert requirements["node.kubernetes.io/instance-type"][0] not in INSTANCE_FACTS  # not a Trainium type
+
+
+def test_given_karpenter_mode_then_cfn_lint_finds_nothing(tmp_path):
+    for variant in ("karpenter", "karpenter capacity block"):
+        path = tmp_path / f"{variant.replace(' ', '-')}.template.json"
+        path.write_text(json.dumps(_platform(variant)))
+    proc = subprocess.run(
+        [str(VENV_BIN / "cfn-lint"), "--format", "parseable", *sorted(str(p) for p in tmp_path.iterdir())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -19,6 +19,7 @@ VARIANTS = variants(
     "trn1n.32xlarge",
     "trn2.48xlarge",
     "trn1.2xlarge single node",
+    "karpenter",
 )
 
 
@@ -41,7 +42,11 @@ def test_given_the_stacks_then_gang_dataset_pods_and_daemonsets_fit_one_node_tog
     else:
         spec, _ = pods["dataset-staging"]
         dataset = pod_spec_requests(spec)
-    assert on_trainium(spec, config.instance_type)
+    # With Karpenter the staging pod has a node of its own (the "dataset" NodePool).
+    staged_elsewhere = config.trainium_capacity == "karpenter" and not config.preparation_enabled
+    assert on_trainium(spec, config.instance_type) is not staged_elsewhere
+    if staged_elsewhere:
+        dataset = Resources()
 
     together = daemons + training + dataset
     assert together.fits_in(node), f"{together.describe()} ({together.pods} pods) > {node.describe()}"
