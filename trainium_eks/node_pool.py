@@ -111,6 +111,31 @@ def ami_alias(release_version: str) -> str:
     return f"al2023@v{release_version.rsplit('-', 1)[1]}"
 
 
+def _imds_v2() -> dict[str, Any]:
+    """IMDSv2 only, hop limit 1: pods outside the host network cannot reach IMDS (as the launch
+    template's ``metadata_options``)."""
+    return {
+        "httpEndpoint": "enabled",
+        "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "required",
+    }
+
+
+def _root_volume(size_gib: int) -> dict[str, Any]:
+    """The encrypted gp3 root volume, deleted with its instance (as the launch template's)."""
+    return {
+        "deviceName": ROOT_DEVICE,
+        "rootVolume": True,
+        "ebs": {
+            "volumeSize": f"{size_gib}Gi",
+            "volumeType": ROOT_VOLUME_TYPE,
+            "encrypted": True,
+            "deleteOnTermination": True,
+        },
+    }
+
+
 def efa_only_interfaces(facts: InstanceFacts) -> list[dict[str, Any]]:
     """``spec.networkInterfaces`` of the ``efa-only`` layout: the launch template's, in Karpenter's
     spelling (an ENA primary, then one ``efa-only`` interface per network card)."""
@@ -146,25 +171,9 @@ def ec2_node_class(
         "subnetSelectorTerms": [{"id": subnet_id}],
         "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
         "placementGroupSelector": {"name": placement_group},
-        "metadataOptions": {
-            "httpEndpoint": "enabled",
-            "httpProtocolIPv6": "disabled",
-            "httpPutResponseHopLimit": 1,
-            "httpTokens": "required",
-        },
+        "metadataOptions": _imds_v2(),
         # Replaces Karpenter's default mapping (20 GiB): the same volume as the launch template's.
-        "blockDeviceMappings": [
-            {
-                "deviceName": ROOT_DEVICE,
-                "rootVolume": True,
-                "ebs": {
-                    "volumeSize": f"{root_volume_gib}Gi",
-                    "volumeType": ROOT_VOLUME_TYPE,
-                    "encrypted": True,
-                    "deleteOnTermination": True,
-                },
-            }
-        ],
+        "blockDeviceMappings": [_root_volume(root_volume_gib)],
         "tags": {"Name": node_name(name_prefix, facts.name)},
     }
     user_data = node_user_data(fast_image_pull=fast_image_pull)
@@ -245,24 +254,8 @@ def dataset_node_class(
             "instanceProfile": instance_profile,
             "subnetSelectorTerms": [{"id": subnet_id}],
             "securityGroupSelectorTerms": [{"id": security_group_id}],
-            "metadataOptions": {
-                "httpEndpoint": "enabled",
-                "httpProtocolIPv6": "disabled",
-                "httpPutResponseHopLimit": 1,
-                "httpTokens": "required",
-            },
-            "blockDeviceMappings": [
-                {
-                    "deviceName": ROOT_DEVICE,
-                    "rootVolume": True,
-                    "ebs": {
-                        "volumeSize": f"{DATASET_ROOT_VOLUME_GIB}Gi",
-                        "volumeType": ROOT_VOLUME_TYPE,
-                        "encrypted": True,
-                        "deleteOnTermination": True,
-                    },
-                }
-            ],
+            "metadataOptions": _imds_v2(),
+            "blockDeviceMappings": [_root_volume(DATASET_ROOT_VOLUME_GIB)],
             "tags": {"Name": node_name(name_prefix, DATASET_NODE_INSTANCE_TYPE)},
         },
     }
