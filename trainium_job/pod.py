@@ -35,7 +35,10 @@ from .worker import container_command
 #: Port of the c10d rendezvous store on the pod of node 0.
 RDZV_PORT = 29400
 #: Volcano job-level policies: any failed or evicted pod restarts the whole gang (the script
-#: resumes from its newest checkpoint), as TorchX's APPLICATION retry policy does.
+#: resumes from its newest checkpoint), as TorchX's APPLICATION retry policy does. A worker ended
+#: by the step watchdog (``trainium_job.hang``) arrives here as ``PodFailed`` with exit code 1:
+#: torchrun restarts its workers first, and exits 1 whatever their codes once it has no restart
+#: left, so no policy names the watchdog's code.
 RESTART_POLICIES = (
     {"event": "PodEvicted", "action": "RestartJob"},
     {"event": "PodFailed", "action": "RestartJob"},

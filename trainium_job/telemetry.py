@@ -55,4 +55,14 @@ TRAINING_METRICS: dict[str, tuple[str, bool]] = {
         True,
     ),
     "bert_train_mfu_ratio": ("Model FLOPs utilization (0-1); absent when the device peak is unknown", True),
+    "bert_train_phase": (
+        "What the training loop is in (trainium_job.hang.PHASES): warmup, step, checkpoint, or hung "
+        "(its step watchdog is ending the process)",
+        False,
+    ),
+    "bert_train_hang_bound_seconds": (
+        "Seconds the current optimizer step may wait before the step watchdog ends the process "
+        "(0: no bound now, in warm-up, a checkpoint save, or with --hang_floor_s 0)",
+        False,
+    ),
 }

@@ -138,6 +138,31 @@ class RuntimeArguments:
 
 
 @dataclass(frozen=True)
+class HangArguments:
+    """The step watchdog (training.trainer.watchdog): a rank whose optimizer step waits past its bound
+    ends its process (trainium_job.hang.HANG_EXIT_CODE), so the job restarts from the last checkpoint."""
+
+    hang_floor_s: float = flag(
+        300.0,
+        "an optimizer step may always take this long before the watchdog ends the process; 0: no watchdog",
+    )
+    hang_factor: float = flag(
+        10.0,
+        "the bound is max(--hang_floor_s, this x the median of the last 50 optimizer step times)",
+    )
+    hang_warmup_steps: int = flag(
+        3,
+        "optimizer steps at the start of each process with no bound (graph compilation on XLA); "
+        "checkpoint saves have none either",
+    )
+    collective_timeout_s: float = flag(
+        1800.0,
+        "a gloo or NCCL collective waiting longer raises (torch's timeout of the process group): the "
+        "ceiling where the watchdog sets none; above --hang_floor_s. XLA's own collectives ignore it",
+    )
+
+
+@dataclass(frozen=True)
 class PretrainArgs:
     """Every flag of a run, by group; made by ``parse_args``."""
 
@@ -146,6 +171,7 @@ class PretrainArgs:
     data: DataArguments
     checkpoint: CheckpointArguments
     runtime: RuntimeArguments
+    hang: HangArguments
 
     def flags(self) -> dict[str, Any]:
         """Flag name (without ``--``) -> value, flat: what a checkpoint records of its run."""
@@ -231,6 +257,13 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--num_workers must be 0 or 1")
     if args.seq_len > 512 or args.max_pred_len > args.seq_len:
         p.error("--seq_len must be <= 512 (position embeddings) and >= --max_pred_len")
+    if args.hang_floor_s < 0 or args.hang_factor < 1 or args.hang_warmup_steps < 0:
+        p.error("--hang_floor_s and --hang_warmup_steps must be >= 0, --hang_factor >= 1")
+    if args.collective_timeout_s <= args.hang_floor_s:
+        p.error(
+            f"--collective_timeout_s {args.collective_timeout_s:g} must be above --hang_floor_s "
+            f"{args.hang_floor_s:g}: a collective would raise before the watchdog names the hang"
+        )
 
 
 def resolved_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
@@ -133,9 +134,12 @@ class Backend:
     def configure_precision(self, precision: str, fp32_master_weights: bool) -> None:
         """Called before the device runtime starts (env vars must be set by then)."""
 
-    def init_distributed(self) -> None:
+    def init_distributed(self, timeout: timedelta | None = None) -> None:
+        """The default process group; ``timeout``: how long its collectives wait for a peer before
+        they raise (torch's default when None: 30 min, NCCL 10 min; ``init_process_group``'s
+        ``timeout``, torch/distributed/distributed_c10d.py L1601-1606 at v2.9.0)."""
         if self.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group(self.dist_backend)
+            dist.init_process_group(self.dist_backend, timeout=timeout)
 
     def shutdown(self) -> None:
         if dist.is_initialized():
@@ -280,11 +284,16 @@ class XlaBackend(Backend):
             if os.environ.get(var):
                 log.warning("%s is set: deprecated and ignored by recent torch-xla; unset it", var)
 
-    def init_distributed(self) -> None:
+    def init_distributed(self, timeout: timedelta | None = None) -> None:
+        """``timeout`` is handed on, but torch-xla 2.9's process group only keeps it: its
+        collectives run on the device and wait as long as the runtime does
+        (``ProcessGroupXla.__init__`` and ``allreduce``, torch_xla/distributed/xla_backend.py L41-45
+        and L81 at v2.9.0). The step watchdog bounds a hang there; the stop agreement's gloo group
+        has the timeout (``training.trainer.stop``)."""
         if self.world_size > 1 and not dist.is_initialized():
             import torch_xla.distributed.xla_backend  # noqa: F401 - registers the 'xla' backend
 
-            dist.init_process_group("xla", init_method="xla://")
+            dist.init_process_group("xla", init_method="xla://", timeout=timeout)
             # xla:// takes the world from the XLA runtime, not from torchrun. Where the runtime
             # does not span the processes (PJRT_DEVICE=CPU: one client per process, no
             # coordinator), every collective would silently reduce over this process alone.

@@ -7,7 +7,8 @@ script's names and defaults are kept.
 
 Exit codes: 0 done (``--steps_this_run`` or ``--max_steps`` reached); 2 a bad input, found by
 pre-flight before the first step or by a check later (one line on stderr; ``--debug`` shows the
-traceback); 143 stopped by SIGTERM after writing a checkpoint (``training.trainer.stop``).
+traceback); 143 stopped by SIGTERM after writing a checkpoint (``training.trainer.stop``); 86 an
+optimizer step waited past the watchdog's bound (``training.trainer.watchdog``, ``trainium_job.hang``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ from training.trainer.resume import ResumeError, check_flags, check_resumed_loss
 from training.trainer.step import StepState, make_step_state, optimizer_step
 from training.trainer.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from training.trainer.train_state import recorded_run, restore_state, save_state
+from training.trainer.watchdog import HangBound, StepWatchdog
 from trainium_job.launch import launch_env
 
 log = logging.getLogger("training.trainer.pretrain")
@@ -153,6 +157,8 @@ class Run:
     last_position: torch.Tensor | None = None
     #: This node's Prometheus metrics (LOCAL_RANK 0 with --metrics_port), else None.
     metrics: TrainingMetrics | None = None
+    #: The step watchdog of the loop (None outside it, and in a precompile trial).
+    watchdog: StepWatchdog | None = None
 
     @property
     def backend(self) -> Backend:
@@ -207,7 +213,13 @@ def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     reporter = make_reporter(run)
     t0 = time.perf_counter()
     reporter.last, reporter.last_step = t0, start_step
-    stopped = loop(run, batches, reporter, end_step, stop)
+    run.watchdog = start_watchdog(run)
+    try:
+        stopped = loop(run, batches, reporter, end_step, stop)
+    finally:
+        if run.watchdog is not None:
+            run.watchdog.close()
+            run.watchdog = None
     run.backend.synchronize()
     wall = time.perf_counter() - t0
     reporter.logger.close()
@@ -236,8 +248,9 @@ def set_up(args: PretrainArgs, stop: GracefulStop) -> Run:
     precision = resolve_precision(device, rt.precision, optim.fp32_master_weights)
     backend = make_backend(device, int(os.environ.get("LOCAL_RANK", "0")), rank, world)
     backend.configure_precision(precision, optim.fp32_master_weights)
-    backend.init_distributed()
-    stop.attach(world)
+    collective_timeout = timedelta(seconds=args.hang.collective_timeout_s)
+    backend.init_distributed(collective_timeout)
+    stop.attach(world, collective_timeout)
     if rank == 0:
         warn_if_restarts_will_fail()
 
@@ -323,6 +336,32 @@ def serve_metrics(run: Run) -> TrainingMetrics | None:
     return metrics
 
 
+def start_watchdog(run: Run) -> StepWatchdog | None:
+    """The loop's step watchdog, started (none in a precompile trial: its steps are compiles)."""
+    if run.args.runtime.precompile:
+        return None
+    h = run.args.hang
+    watchdog = StepWatchdog(
+        HangBound(floor_s=h.hang_floor_s, factor=h.hang_factor, warmup_steps=h.hang_warmup_steps),
+        rank=run.rank,
+        report=run.metrics,
+    )
+    watchdog.start(run.step, last_checkpoint=run.step if run.loaded is not None else None)
+    return watchdog
+
+
+def step_progress(watchdog: StepWatchdog | None, step: int) -> Callable[[str], None] | None:
+    """What ``optimizer_step`` waits for, told to the watchdog as part of step ``step``."""
+    if watchdog is None:
+        return None
+    return lambda what: watchdog.doing(f"step {step}'s {what}")
+
+
+def unbounded(run: Run, phase: str) -> AbstractContextManager[None]:
+    """A phase the watchdog does not bound (a checkpoint save)."""
+    return run.watchdog.paused(phase) if run.watchdog is not None else nullcontext()
+
+
 def log_start(run: Run, end_step: int) -> None:
     log.info(
         "device %s, precision %s%s, world %d, global batch %d, model %s (%.1fM params), steps %d -> %d of %d",
@@ -381,19 +420,27 @@ def loop(
     """Optimizer steps up to ``end_step``, checkpointing on the way; True when a SIGTERM stopped it."""
     precompile, every = run.args.runtime.precompile, run.args.checkpoint.checkpoint_every
     log_every = resolve_log_every(run.device, run.args.runtime.log_every)
+    watchdog = run.watchdog
     while run.step < end_step:
         logs = run.rank == 0 and ((run.step + 1) % log_every == 0 or run.step + 1 == end_step)
         report = (lambda r, s=run.step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
-        run.last_position = optimizer_step(run.state, batches, report).position
+        progress = step_progress(watchdog, run.step + 1)
+        run.last_position = optimizer_step(run.state, batches, report, progress).position
         run.step += 1
+        if watchdog is not None:
+            watchdog.stepped(run.step)
         if run.metrics is not None:
             run.metrics.stepped(run.step)
         saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
-            save(run, reporter)  # every N steps and at the end of this run
+            with unbounded(run, "checkpoint"):
+                save(run, reporter)  # every N steps and at the end of this run
+        if watchdog is not None:
+            watchdog.doing(f"the stop agreement after step {run.step} (a gloo all-reduce of every rank)")
         if run.step < end_step and stop.agreed():  # every rank, after the same step
             if not saved and not precompile:
-                save(run, reporter, stopping=True)
+                with unbounded(run, "checkpoint"):
+                    save(run, reporter, stopping=True)
             return True
     return False
 
@@ -415,6 +462,8 @@ def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
     )
     if run.metrics is not None:
         run.metrics.checkpointed(run.step, time.perf_counter() - started)
+    if run.watchdog is not None:
+        run.watchdog.checkpointed(run.step)
     if run.rank == 0:
         log.info("checkpoint step %d written", run.step)
 

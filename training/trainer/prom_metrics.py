@@ -19,8 +19,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Info, start_http_server
 
+from trainium_job.hang import PHASES
 from trainium_job.telemetry import TRAINING_METRICS as METRICS
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class TrainingMetrics:
         self.checkpoints = Counter(
             "bert_train_checkpoints", METRICS["bert_train_checkpoints_total"][0], registry=r
         )
+        # The step watchdog's view (training.trainer.watchdog): one series per phase, 1 for the current.
+        self.phase = Enum("bert_train_phase", METRICS["bert_train_phase"][0], states=list(PHASES), registry=r)
+        self.hang_bound = _gauge("bert_train_hang_bound_seconds", r)
         # Rank 0's values are registered with their first report: absent, not 0, until then
         # (and on every other node, whose process never reports).
         self.reported: dict[str, Gauge] = {}
@@ -95,6 +99,11 @@ class TrainingMetrics:
             if name not in self.reported:
                 self.reported[name] = _gauge(f"{PREFIX}_{name}", self.registry)
             self.reported[name].set(value)
+
+    def watchdog(self, phase: str, bound_s: float | None) -> None:
+        """The step watchdog's phase and bound (None: no bound now)."""
+        self.phase.state(phase)
+        self.hang_bound.set(bound_s or 0.0)
 
     def checkpointed(self, step: int, seconds: float) -> None:
         self.last_checkpoint_step.set(step)

@@ -60,6 +60,10 @@ STATELESS_FLAGS: dict[str, str] = {
     "precompile": "a trial run writes no checkpoint",
     "debug": "tracebacks of input errors",
     "param_digest": "a debugging dump of the final weights",
+    "hang_floor_s": "how long a step may wait before the watchdog ends the process",
+    "hang_factor": "the watchdog's bound; the step times it follows are this process's",
+    "hang_warmup_steps": "steps of each process without a bound",
+    "collective_timeout_s": "the process group's timeout, set when the process starts",
 }
 #: A resumed run fails when its first loss is above FACTOR x recorded + MARGIN (nats) or not
 #: finite. Loose on purpose: one batch's loss varies by tens of percent; a wrong state is off by

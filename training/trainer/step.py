@@ -86,26 +86,40 @@ def optimizer_step(
     t: StepState,
     batches: Iterator[dict[str, torch.Tensor]],
     report: Callable[[StepResult], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> StepResult:
     """Run ``grad_accum`` micro-batches and one update; nothing here waits for the device.
 
     ``report`` gets the result once its tensors are computed: at once on CPU/CUDA, after this
-    step's graph ran on XLA (a step closure, registered before the step is cut).
+    step's graph ran on XLA (a step closure, registered before the step is cut). ``progress`` is
+    told what the host is about to wait for (the step watchdog names it if the wait never ends).
     """
     b = t.backend
+    ddp = isinstance(t.model, nn.parallel.DistributedDataParallel)
     # Started from the first loss, not a zeros tensor made before the first batch: on XLA that
     # tensor would be cut into a graph of its own by the loader's sync (one more execution).
     running: torch.Tensor | None = None
     position = None
     for micro in range(t.grad_accum):
+        last = micro == t.grad_accum - 1
+        if progress:
+            progress(f"micro-batch {micro + 1}/{t.grad_accum} from the data loader")
         batch = next(batches)
         position = batch.pop("data_position", None)
+        if progress:
+            # DDP broadcasts rank 0's buffers in every forward, all-reduces in the last backward.
+            collectives = " (with DDP's buffer broadcast" + (" and gradient all-reduce)" if last else ")")
+            progress(
+                f"micro-batch {micro + 1}/{t.grad_accum} forward and backward{collectives if ddp else ''}"
+            )
         # DDP all-reduces gradients only in the last micro-batch's backward.
-        with b.no_sync(t.model, micro == t.grad_accum - 1), b.autocast(t.precision):
+        with b.no_sync(t.model, last), b.autocast(t.precision):
             loss = t.model(batch) / t.grad_accum
         loss.backward()
         running = loss.detach().float() if running is None else running + loss.detach().float()
     assert running is not None  # grad_accum >= 1
+    if progress:
+        progress("gradient all-reduce, clipping and optimizer update")
     b.reduce_gradients(t.model_params)  # XLA: one all-reduce after accumulation
     if t.master:
         t.master.grads_to_master()
@@ -117,8 +131,12 @@ def optimizer_step(
     if t.master:
         t.module.zero_grad(set_to_none=True)
         t.master.master_to_model()
+    if progress:
+        progress("loss all-reduce and report")
     result = StepResult(b.all_reduce_mean(running), grad_norm, lr, position)
     if report is not None:
         b.defer(report, result)
+    if progress:
+        progress("graph (XLA mark_step)")
     b.mark_step()
     return result

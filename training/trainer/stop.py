@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from datetime import timedelta
 from types import FrameType
 
 import torch
@@ -54,10 +55,15 @@ class GracefulStop:
         # Only set a flag: the step in flight must finish, and logging here is not signal-safe.
         self.requested = True
 
-    def attach(self, world_size: int) -> None:
-        """Collective: make the CPU group of the agreement (after the process group exists)."""
+    def attach(self, world_size: int, timeout: timedelta | None = None) -> None:
+        """Collective: make the CPU group of the agreement (after the process group exists).
+
+        ``timeout``: how long its all-reduce waits for a peer before it raises. A new group does
+        not inherit the default group's: without one it gets torch's default, 30 min for gloo
+        (``new_group`` -> ``_get_default_timeout``, torch/distributed/distributed_c10d.py
+        L741-753 and L5325-5326 at v2.9.0)."""
         if world_size > 1:
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend="gloo", timeout=timeout)
 
     def agreed(self) -> bool:
         """Collective over all ranks: True when any rank has been asked to stop."""
