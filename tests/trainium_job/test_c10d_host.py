@@ -112,10 +112,20 @@ def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProces
     return done
 
 
+#: What torch's elastic agent logs when its rendezvous shutdown, after the workers succeeded, loses
+#: the race with the store host's exit (torch/distributed/elastic/agent/server/api.py, the
+#: agent's ``_shutdown``); the agent then exits 1 (seen here once in six CI runs, under load).
+SHUTDOWN_RACE = "has failed to shutdown the rendezvous"
+
+
 def test_given_the_script_s_decision_then_the_pod_named_like_the_endpoint_hosts_and_the_gang_meets(tmp_path):
     pods = run_gang(tmp_path, decide=True)
-    assert [p.returncode for p in pods] == [0, 0], [p.stderr[-2000:] for p in pods]
-    assert all("sum 2" in p.stdout for p in pods)
+    # The gang met: both workers joined the store's group and all-reduced (what is under test).
+    assert all("sum 2" in p.stdout for p in pods), [p.stderr[-2000:] for p in pods]
+    # And ended cleanly, but for the agents' teardown race after the work was done.
+    assert [p.returncode == 0 or SHUTDOWN_RACE in p.stderr for p in pods] == [True, True], [
+        p.stderr[-2000:] for p in pods
+    ]
 
 
 def test_given_torch_s_guess_alone_then_no_pod_hosts_and_the_gang_fails(tmp_path):
