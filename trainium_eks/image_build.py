@@ -111,16 +111,7 @@ PRECOMPILE_MINUTES: Final = 15
 CHECKS_MINUTES: Final = 1
 
 
-def start_line(*, fast_image_pull: bool) -> str:
-    """The review's line from a node joining to the first training step."""
-    pull = f"~{pull_minutes():.0f} min image pull" + (" (parallel pull on: less)" if fast_image_pull else "")
-    return (
-        f"  start:        node join -> first step: {pull} + ~{CHECKS_MINUTES} min checks + "
-        f"~{PRECOMPILE_MINUTES} min precompile into an empty cache set (none once it holds the graphs)"
-    )
-
-
-def review_lines(*, context_bytes: int, fast_image_pull: bool = True) -> list[str]:
+def review_lines(*, context_bytes: int) -> list[str]:
     """The synth review's lines on the images."""
     return [
         f"  image:        built in the region at deploy (CodeBuild {BUILD_COMPUTE_TYPE.split('_')[-1].lower()}, "
@@ -128,5 +119,4 @@ def review_lines(*, context_bytes: int, fast_image_pull: bool = True) -> list[st
         f"the deploy uploads {context_bytes / 1024:,.0f} KiB, no Docker needed",
         f"                ~{TRAINING_IMAGE_GB:.0f} GB assumed (no published size; AWS: DLC pulls of 15-20 GB "
         f"take 4-6 min): ~{pull_minutes():.0f} min pull per node",
-        start_line(fast_image_pull=fast_image_pull),
     ]

@@ -86,11 +86,11 @@ CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 #: drained 40 minutes before the block ends and EC2 starts terminating it 30 minutes before
 #: (Karpenter v1.14.1 ec2nodeclass_status.go L238, docs tasks/odcrs.md L88-99); the training pod's
 #: own grace (the SIGTERM checkpoint) must fit in it (checked).
-TERMINATION_GRACE = "8m"
+TERMINATION_GRACE_MINUTES = 8
+TERMINATION_GRACE = f"{TERMINATION_GRACE_MINUTES}m"
 #: Minutes before a Capacity Block's end that Karpenter drains its nodes (ec2nodeclass_status.go
 #: L238 ``capacityReservationExpirationPeriod``).
 CAPACITY_BLOCK_DRAIN_MINUTES = 40
-_TERMINATION_GRACE_S = 8 * 60
 #: Nodes a disruption may take at once, by reason: empty ones all; drifted ones (a changed NodePool
 #: or EC2NodeClass) never while in use: they go when empty, and new nodes take the new settings.
 DISRUPTION_BUDGETS = ({"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "0", "reasons": ["Drifted"]})
@@ -363,7 +363,7 @@ class TrainiumNodePool(Construct):
         check_multi_node(facts, max_nodes)
         if capacity_block:
             check_capacity_block("capacity_block", True, capacity_reservation_id)
-        if termination_grace_period_s() >= _TERMINATION_GRACE_S:
+        if termination_grace_period_s() >= TERMINATION_GRACE_MINUTES * 60:
             raise ConfigError(
                 "terminationGracePeriod",
                 TERMINATION_GRACE,

@@ -15,7 +15,6 @@ from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
 from .image_build import BUILD_MINUTES_ESTIMATE, CHECKS_MINUTES, PRECOMPILE_MINUTES, pull_minutes
 from .image_build import review_lines as image_review_lines
-from .image_build import start_line as image_start_line
 from .monitoring.stack_values import retention_size_gib
 from .node_fit import node_fit
 from .node_pool import MIN_GANG_WAIT_MINUTES
@@ -331,15 +330,7 @@ def training_review(c: PlatformConfig) -> list[str]:
         f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
         f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
     ]
-    # The image module's own start line counts from a node joining; start_review counts from the
-    # deploy (or the job's submission) and replaces it.
-    lines += [
-        line
-        for line in image_review_lines(
-            context_bytes=context_bytes(build_context()), fast_image_pull=c.fast_image_pull
-        )
-        if line != image_start_line(fast_image_pull=c.fast_image_pull)
-    ]
+    lines += image_review_lines(context_bytes=context_bytes(build_context()))
     lines += start_review(c)
     if c.preparation_enabled:
         lines.append(

@@ -202,3 +202,11 @@ KARPENTER_ALLOCATABLE_SOURCE = (
     "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/reference/instance-types.md:"
     "36674-36690 (trn1.2xlarge), 36708-36743 (trn1.32xlarge), 36744-36779 (trn1n), 36780-36815 (trn2)"
 )
+
+#: Requirement keys Karpenter knows (``WellKnownLabels``): a NodePool requirement on another key in
+#: a restricted domain is refused; on these, Karpenter picks offerings and labels the node.
+WELL_KNOWN_REQUIREMENT_KEYS = {
+    "node.kubernetes.io/instance-type": f"{_CORE}:pkg/apis/v1/labels.go:75-79",
+    "karpenter.sh/capacity-type": f"{_CORE}:pkg/apis/v1/labels.go:45",
+    "topology.k8s.aws/zone-id": f"{_AWS}:pkg/apis/v1/labels.go:33,58,172",
+}

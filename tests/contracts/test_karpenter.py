@@ -36,6 +36,7 @@ from .karpenter import (
     PUBLISHED_INTERRUPTION_EVENTS,
     PUBLISHED_QUEUE,
     PUBLISHED_STATEMENTS,
+    WELL_KNOWN_REQUIREMENT_KEYS,
     Field,
 )
 from .nodes import EKS_TAINT_EFFECTS
@@ -97,6 +98,8 @@ def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, po
     assert _problems(pool["spec"], NODE_POOL_FIELDS, ("template.metadata.labels.",)) == []
     assert _problems(node_class["spec"], NODE_CLASS_FIELDS, ("tags.",)) == []
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
+    keys = {r["key"] for r in pool["spec"]["template"]["spec"]["requirements"]}
+    assert keys <= set(WELL_KNOWN_REQUIREMENT_KEYS)
 
 
 def test_given_a_bad_value_then_the_field_check_names_it():
