@@ -8,7 +8,9 @@ none left it exits 1 itself, whatever its workers' codes (its ``@record`` entry 
 ``ChildFailedError``: torch/distributed/elastic/multiprocessing/errors/__init__.py ``record``,
 L365-378 at v2.9.0), so the pod fails with 1 and the Volcano Job's ``PodFailed`` policy
 restarts the gang (``trainium_job.pod.RESTART_POLICIES``). The code names the cause in torchrun's
-failure summary (``exitcode  : 86``) and in the worker's log line.
+failure summary (``exitcode  : 86``) and in the worker's log line; since no exit code that
+reaches the pod carries it, the watchdog also leaves a marker that the run's restart ledger
+records as a ``hang`` (``trainium_job.restarts``).
 """
 
 from __future__ import annotations

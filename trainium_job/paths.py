@@ -12,6 +12,12 @@ SHARD_PATTERN = "*_training_*.hdf5"
 SHARD_NAME = "{prefix}_training_{index}.hdf5"
 #: The shard set's manifest, beside its shards.
 MANIFEST_NAME = "manifest.json"
+#: A run's restart ledger, in its output directory: one JSON line per ended attempt and per
+#: training start (:mod:`trainium_job.restarts`).
+RESTART_LEDGER = "restarts.jsonl"
+#: Directory of the step watchdog's hang markers, in the run's output directory: one file per hung
+#: rank, turned into ledger lines by the next reader (:func:`trainium_job.restarts.drain_hang_markers`).
+HANG_MARKERS = "hang"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,11 @@ class JobPaths:
     def cache_marker(self) -> str:
         """Written after a successful precompile pass: later runs skip it."""
         return f"{self.cache_dir}/.precompiled"
+
+    @property
+    def restart_ledger(self) -> str:
+        """The run's restart ledger (:data:`RESTART_LEDGER`)."""
+        return f"{self.output_dir}/{RESTART_LEDGER}"
 
 
 def job_paths(*, dataset_name: str, cache_set: str, run_name: str) -> JobPaths:

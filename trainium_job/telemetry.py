@@ -65,4 +65,21 @@ TRAINING_METRICS: dict[str, tuple[str, bool]] = {
         "(0: no bound now, in warm-up, a checkpoint save, or with --hang_floor_s 0)",
         False,
     ),
+    # The run's restart ledger (trainium_job.restarts), read by rank 0 at its start: the values
+    # carry over from one attempt to the next, so they only grow over a run (across pods too).
+    "bert_train_restarts_total": (
+        "Restarts of the run so far by cause (trainium_job.restarts.CAUSES: hang, device, fabric, "
+        "driver, failure, preemption), from its restart ledger",
+        True,
+    ),
+    "bert_train_lost_seconds_total": (
+        "Wall time the run's restarts cost by cause: from the newest point each could resume from "
+        "(checkpoint or previous start) to the next start",
+        True,
+    ),
+    "bert_train_suspect_nodes": (
+        "Nodes the run's restart ledger names for a hang, device, fabric or driver cause (the names: "
+        "the ledger and the run's last log line)",
+        True,
+    ),
 }

@@ -19,6 +19,25 @@ from .launch import (
 from .paths import JobPaths
 from .pid1 import STOP_ON_SIGTERM, background
 
+#: The restart ledger's module (:mod:`trainium_job.restarts`), by name: importing it here would
+#: load it with the package, and ``python -m`` warns about a module loaded before it runs.
+LEDGER_MODULE = "trainium_job.restarts"
+#: Seconds the ledger's line may take (timeout(1)): within the pod's grace after torchrun's own
+#: stop window (``stop_budget.AGENT_EXIT_MARGIN_S``, tested), so a stopped pod still writes it.
+LEDGER_TIMEOUT_S = 10
+
+
+def record_on_exit(paths: JobPaths) -> str:
+    """Shell line: on a non-zero exit (the SIGTERM trap's 143 included) append the pod's line to the
+    run's restart ledger (``python -m trainium_job.restarts end``, which names the cause from the
+    exit code); whatever happens to it, the script's exit code stays its own, and it gets
+    :data:`LEDGER_TIMEOUT_S` (a hung FSx mount must not keep the pod from ending)."""
+    record = (
+        f"timeout {LEDGER_TIMEOUT_S} python -m {LEDGER_MODULE} end --run-dir {shlex.quote(paths.output_dir)}"
+    )
+    action = f'rc=$?; if [ "$rc" != 0 ]; then {record} --exit-code "$rc" || true; fi'
+    return f"trap {shlex.quote(action)} EXIT"
+
 
 def worker_script(
     spec: LaunchSpec,
@@ -43,6 +62,10 @@ def worker_script(
        :mod:`trainium_job.fabric_check`; a failed check ends the script with its exit code.
     4. ``torchrun``: training resumes from the newest checkpoint in ``output_dir``.
 
+    On any non-zero exit the script appends one line to the run's restart ledger
+    (:mod:`trainium_job.restarts`: the cause, the node, the newest checkpoint), and turns the hang
+    markers a step watchdog left into lines of their own.
+
     The script stays the container's PID 1 and runs each step in the background
     (:mod:`trainium_job.pid1`): a SIGTERM (the pod deleted, drained, evicted, or the gang
     restarted by Volcano) is passed on to the step in flight, and once it has ended the pod exits
@@ -57,6 +80,7 @@ def worker_script(
     lines = [
         "set -euo pipefail",
         STOP_ON_SIGTERM,
+        record_on_exit(paths),
         *host_lines,
         background(f"python -m {DRIVER_CHECK}"),
         f"until [ -f {marker} ]; do echo 'waiting for the dataset ({paths.dataset_marker})'; "

@@ -54,6 +54,11 @@ def samples(body: str) -> dict[str, float]:
     return found
 
 
+def served(body: str) -> set[str]:
+    """The names of every sample of a Prometheus text exposition, labelled or not."""
+    return {line.split("{")[0].split()[0] for line in body.splitlines() if line and not line.startswith("#")}
+
+
 def all_gang_logs(rehearsal: Observations) -> dict[str, str]:
     """Every log of a gang pod on good nodes: the first gang, the relaunch, the fallback's."""
     logs = {}
@@ -223,12 +228,18 @@ def test_given_training_then_each_pods_metrics_port_serves_the_runs_series_and_t
     assert later["bert_train_step"] > first["bert_train_step"]
     assert later["bert_train_last_step_timestamp_seconds"] > first["bert_train_last_step_timestamp_seconds"]
     rank0_only = {name for name, (_, only) in TRAINING_METRICS.items() if only} - {"bert_train_mfu_ratio"}
-    assert rank0_only <= set(later)  # loss, learning rate, seq/s...: MFU only where the peak is known
+    # Loss, learning rate, seq/s, the restart ledger's totals (labelled by cause)...: MFU only
+    # where the peak is known.
+    assert rank0_only <= served(rehearsal.metrics[rank0][-1])
     assert "bert_train_mfu_ratio" not in later  # CPU: no device peak
+    # A first attempt: every cause's series exists, at 0.
+    restarts = {
+        line for line in rehearsal.metrics[rank0][-1].splitlines() if "bert_train_restarts_total{" in line
+    }
+    assert restarts and all(line.endswith(" 0.0") for line in restarts), restarts
     # Every node's LOCAL_RANK 0 serves the progress series (its own port, in its own pod).
     for body in rehearsal.metrics[other]:
-        served = samples(body)
-        assert served["bert_train_max_steps"] == MAX_STEPS and not rank0_only & set(served)
+        assert samples(body)["bert_train_max_steps"] == MAX_STEPS and not rank0_only & served(body)
 
 
 def test_given_efa_counters_that_stand_still_then_every_pod_exits_69_with_one_line_naming_its_node_and_the_job_aborts(

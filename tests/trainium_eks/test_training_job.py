@@ -18,6 +18,7 @@ from tests.trainium_eks.training_support import (
 )
 from trainium_eks.config import ConfigError
 from trainium_job.naming import DEFAULT_NAME_PREFIX
+from trainium_job.pid1 import STOP_ON_SIGTERM
 
 
 @pytest.fixture(scope="module")
@@ -123,15 +124,20 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
     lines = command[2].splitlines()
     name = default_job.job_name
     # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there), once
-    # the SIGTERM trap is set (the script is the container's PID 1).
-    assert lines[0] == "set -euo pipefail" and lines[1].startswith("trap ")
+    # the SIGTERM trap (the script is the container's PID 1) and the restart ledger's EXIT trap are set.
+    assert lines[0] == "set -euo pipefail" and lines[1] == STOP_ON_SIGTERM
+    assert (
+        lines[2].startswith("trap ")
+        and lines[2].endswith(" EXIT")
+        and "trainium_job.restarts end" in lines[2]
+    )
     # c10d: the pod named like the endpoint hosts the store (tests/contracts/test_torch_elastic.py)
-    assert lines[2] == (
+    assert lines[3] == (
         f'if [ "${{HOSTNAME%%.*}}" = {name}-worker-0 ]; then rdzv_is_host=1; else rdzv_is_host=0; fi'
     )
-    assert lines[3] == 'export PET_RDZV_CONF="is_host=${rdzv_is_host}"'
-    assert lines[4].startswith("python -m training.node.driver_check")
-    assert lines[5].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
+    assert lines[4] == 'export PET_RDZV_CONF="is_host=${rdzv_is_host}"'
+    assert lines[5].startswith("python -m training.node.driver_check")
+    assert lines[6].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
     pre = next(line for line in lines if "neuron_parallel_compile" in line)
     assert "--steps_this_run 3" in pre and "--precompile" in pre
     assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]

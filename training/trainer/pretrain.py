@@ -32,6 +32,7 @@ import torch
 from transformers import BertConfig
 
 from training.trainer import checkpoint as ckpt
+from training.trainer import restarts
 from training.trainer.cli import PretrainArgs, parse_args
 from training.trainer.data import (
     DataPosition,
@@ -50,7 +51,7 @@ from training.trainer.resume import ResumeError, check_flags, check_resumed_loss
 from training.trainer.step import StepState, make_step_state, optimizer_step
 from training.trainer.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from training.trainer.train_state import recorded_run, restore_state, save_state
-from training.trainer.watchdog import HangBound, StepWatchdog
+from training.trainer.watchdog import HangBound, StepWatchdog, exit_hung
 from trainium_job.launch import launch_env
 
 log = logging.getLogger("training.trainer.pretrain")
@@ -202,6 +203,13 @@ def _train(args: PretrainArgs, stop: GracefulStop) -> dict[str, Any] | None:
 def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     args = run.args
     run.metrics = serve_metrics(run)
+    if run.writes:  # rank 0, not precompiling: this start into the restart ledger, its totals exported
+        restarts.started(
+            Path(args.checkpoint.output_dir),
+            checkpoint=run.step if run.loaded is not None else None,
+            torchrun_restart=run.restart,
+            metrics=run.metrics,
+        )
     start_step = run.step
     end_step = min(args.optim.max_steps, start_step + args.optim.steps_this_run)
     if run.rank == 0:
@@ -341,10 +349,12 @@ def start_watchdog(run: Run) -> StepWatchdog | None:
     if run.args.runtime.precompile:
         return None
     h = run.args.hang
+    run_dir = Path(run.args.checkpoint.output_dir)
     watchdog = StepWatchdog(
         HangBound(floor_s=h.hang_floor_s, factor=h.hang_factor, warmup_steps=h.hang_warmup_steps),
         rank=run.rank,
         report=run.metrics,
+        on_expiry=lambda expiry: exit_hung(expiry, run_dir),  # with its marker for the restart ledger
     )
     watchdog.start(run.step, last_checkpoint=run.step if run.loaded is not None else None)
     return watchdog
@@ -503,6 +513,7 @@ def finish(run: Run, stats: RunStats, start_step: int, wall: float) -> dict[str,
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         ckpt.write_json_durably(metrics_file, result)
     log.info("done: %s", json.dumps(result))
+    log.info("%s", restarts.summary(Path(run.args.checkpoint.output_dir)))
     return result
 
 

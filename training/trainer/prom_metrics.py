@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Info, start_http_server
 
 from trainium_job.hang import PHASES
+from trainium_job.restarts import CAUSES, Totals
 from trainium_job.telemetry import TRAINING_METRICS as METRICS
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class TrainingMetrics:
         # Rank 0's values are registered with their first report: absent, not 0, until then
         # (and on every other node, whose process never reports).
         self.reported: dict[str, Gauge] = {}
+        self.restart_metrics: tuple[Counter, Counter, Gauge] | None = None
         self._server: Any = None
 
     def started(
@@ -104,6 +106,23 @@ class TrainingMetrics:
         """The step watchdog's phase and bound (None: no bound now)."""
         self.phase.state(phase)
         self.hang_bound.set(bound_s or 0.0)
+
+    def restarts(self, totals: Totals) -> None:
+        """The restart ledger's totals (rank 0, once at its start): every cause from 0, so a
+        restart shows as an increase of its series and the series exist before the first."""
+        if self.restart_metrics is not None:
+            raise RuntimeError("the restart totals are exported once per process")
+        r = self.registry
+        count = Counter("bert_train_restarts", METRICS["bert_train_restarts_total"][0], ["cause"], registry=r)
+        lost = Counter(
+            "bert_train_lost_seconds", METRICS["bert_train_lost_seconds_total"][0], ["cause"], registry=r
+        )
+        nodes = _gauge("bert_train_suspect_nodes", r)
+        for cause in CAUSES:
+            count.labels(cause).inc(totals.count[cause])
+            lost.labels(cause).inc(totals.lost_s[cause])
+        nodes.set(len({host for host, _ in totals.nodes}))
+        self.restart_metrics = (count, lost, nodes)
 
     def checkpointed(self, step: int, seconds: float) -> None:
         self.last_checkpoint_step.set(step)

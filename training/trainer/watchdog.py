@@ -35,9 +35,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from trainium_job.hang import HANG_EXIT_CODE
+from trainium_job.restarts import write_hang_marker
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +114,24 @@ class PhaseReport(Protocol):
     def watchdog(self, phase: str, bound_s: float | None) -> None: ...
 
 
-def exit_hung(expiry: Expiry) -> None:
-    """Log the expiry and end the process with ``HANG_EXIT_CODE``, whatever its other threads do."""
+def exit_hung(expiry: Expiry, run_dir: Path | None = None) -> None:
+    """Log the expiry, leave the hang marker in ``run_dir`` (when given) and end the process with
+    ``HANG_EXIT_CODE``, whatever its other threads do (the backstop timer covers a blocked write)."""
     backstop = threading.Timer(EXIT_GRACE_S, os._exit, args=(HANG_EXIT_CODE,))
     backstop.daemon = True
     backstop.start()
     log.critical("%s", expiry.line())
+    if run_dir is not None:
+        try:
+            write_hang_marker(
+                run_dir,
+                rank=expiry.rank,
+                step=expiry.step,
+                waiting_for=expiry.waiting_for,
+                last_checkpoint=expiry.last_checkpoint,
+            )
+        except OSError as e:
+            log.error("hang marker not written in %s: %s", run_dir, e)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

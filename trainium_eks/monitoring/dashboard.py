@@ -6,8 +6,8 @@ labelValue "1", searchNamespace ALL). The JSON is Grafana's classic dashboard mo
 own dashboards are (``schemaVersion`` 39, migrated on load by Grafana 13): a ``datasource``
 variable of type ``datasource`` and every panel and query referring to it by ``${datasource}``.
 
-Layout: a "Run" row (throughput, MFU, loss, step time, progress, checkpoints of the selected
-training job), then one row per Trainium node (a row repeated by the ``node`` variable):
+Layout: a "Run" row (throughput, MFU, loss, step time, progress, checkpoints, restarts and the
+time they cost, of the selected training job), then one row per Trainium node (a row repeated by the ``node`` variable):
 NeuronCore utilization per core, Neuron device memory, EFA traffic, host memory and CPU.
 Every query reads series of :mod:`.catalog`; ``$__rate_interval`` is Grafana's own rate window.
 """
@@ -91,6 +91,32 @@ RUN_PANELS = (
             ),
         ),
         "Steps a restart would repeat, and the last checkpoint's write time.",
+    ),
+    Panel(
+        "Restarts",
+        "short",
+        (
+            (
+                f"max by (training_job, cause) (bert_train_restarts_total{_JOB})",
+                "{{training_job}} {{cause}}",
+            ),
+            (f"max by (training_job) (bert_train_suspect_nodes{_JOB})", "{{training_job}} nodes named"),
+        ),
+        "Restarts of the run by cause (every cause, 0 until one happens), from its restart ledger "
+        "(rank 0 reads it at each start), and the nodes its hang, fabric, device or driver lines "
+        "name (docs/monitoring.md, Restarts).",
+    ),
+    Panel(
+        "Time lost to restarts",
+        "s",
+        (
+            (
+                f"max by (training_job, cause) (bert_train_lost_seconds_total{_JOB})",
+                "{{training_job}} {{cause}}",
+            ),
+        ),
+        "Wall time each cause cost: from the point a restart went back to (its checkpoint) to the "
+        "next start of training.",
     ),
 )
 #: One row of these per Trainium node.

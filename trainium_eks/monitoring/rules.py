@@ -36,6 +36,9 @@ EFA_SILENT_BYTES_PER_S = 1e6
 #: Karpenter tries an on-demand offering that failed for capacity again 3 minutes later (and counts
 #: again if it fails), so the alert stays on through a gang's wait and clears this long after it.
 CAPACITY_WINDOW_MINUTES = 15
+#: TrainingRestartingWithoutProgress: this many restarts within the window, and no newer checkpoint.
+RESTARTS_WITHOUT_PROGRESS = 3
+RESTART_WINDOW_HOURS = 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,29 @@ def _capacity_missing(capacity: KarpenterCapacity, training_namespace: str) -> A
         "shows EC2's error code. Capacity: retry later (vcctl job resume -N <job> -n "
         f"{training_namespace}) or launch into a Capacity Block or On-Demand Capacity Reservation "
         "(capacity_reservation_id). Quota: make doctor shows it and the increase request.",
+    )
+
+
+def _restarting_without_progress() -> Alert:
+    # The ledger's totals only grow over a run, but rank 0's series move to another pod or node when
+    # the gang restarts, and are absent while it is down: aggregated per job first, then a subquery
+    # over the window (increase() would count a new series as none).
+    window = f"[{RESTART_WINDOW_HOURS}h:1m]"
+    restarts = "sum by (training_job) (max by (training_job, cause) (bert_train_restarts_total))"
+    checkpoint = "max by (training_job) (bert_train_last_checkpoint_step)"
+    return Alert(
+        "TrainingRestartingWithoutProgress",
+        f"(max_over_time({restarts}{window}) - min_over_time({restarts}{window})) >= {RESTARTS_WITHOUT_PROGRESS}"
+        f" and on (training_job) (max_over_time({checkpoint}{window}) - min_over_time({checkpoint}{window})) == 0",
+        "0m",
+        "critical",
+        f"Job {{{{ $labels.training_job }}}} restarted {RESTARTS_WITHOUT_PROGRESS} times or more in "
+        f"{RESTART_WINDOW_HOURS} h without a new checkpoint",
+        "The run pays for its nodes and keeps redoing the same steps. Rank 0's last log line of each "
+        "attempt and <output_dir>/restarts.jsonl on FSx give each restart's cause and node "
+        "(python -m trainium_job.restarts summary --run-dir /data/runs/<run> prints the totals): "
+        "cordon a node named for hangs or the fabric and delete the job's pods; preemptions in a row "
+        "mean the capacity is going away; failures mean reading the log. vcctl job suspend stops the spending.",
     )
 
 
@@ -200,6 +226,7 @@ def alerts(
             "Prometheus's Targets page names the failing endpoints and their errors; a DaemonSet "
             "target down on one node often means that node is short of resources.",
         ),
+        _restarting_without_progress(),
     ]
     if karpenter_capacity is not None:
         platform_alerts.append(_capacity_missing(karpenter_capacity, training_namespace))

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args
 from training.trainer.cli import parse_args
 from training.trainer.prom_metrics import METRICS, TrainingMetrics, start_metrics
+from trainium_job.restarts import CAUSES, Totals
 
 
 def samples(metrics: TrainingMetrics) -> dict[str, float]:
@@ -31,6 +32,7 @@ def test_given_a_report_then_every_metric_is_exported_with_its_value():
     m.stepped(5)
     m.report(loss=7.5, lr=1e-3, grad_norm=2.0, seq_per_s=100.0, step_s=0.08, mfu=0.31)
     m.checkpointed(6, 1.25)
+    m.restarts(Totals(dict.fromkeys(CAUSES, 0), dict.fromkeys(CAUSES, 0.0), {("n1", "hang"): 1}))
     got = samples(m)
     assert {name for name in got} == set(METRICS)
     assert got["bert_train_step"] == 5
@@ -44,6 +46,7 @@ def test_given_a_report_then_every_metric_is_exported_with_its_value():
     assert got["bert_train_checkpoint_duration_seconds"] == 1.25
     assert got["bert_train_checkpoints_total"] == 1
     assert got["bert_train_checkpoint_interval_steps"] == 3
+    assert got["bert_train_suspect_nodes"] == 1
     assert abs(got["bert_train_last_step_timestamp_seconds"] - time.time()) < 60
 
 
@@ -71,7 +74,12 @@ def test_given_an_unknown_peak_then_mfu_stays_absent():
 def test_given_metric_names_then_they_follow_the_prometheus_conventions():
     for name in METRICS:
         assert name.startswith("bert_train_")
-        assert name.endswith("_total") == (name == "bert_train_checkpoints_total"), name
+        counters = (
+            "bert_train_checkpoints_total",
+            "bert_train_restarts_total",
+            "bert_train_lost_seconds_total",
+        )
+        assert name.endswith("_total") == (name in counters), name
 
 
 @pytest.mark.parametrize("local_rank, port", [(1, 9400), (0, 0)])

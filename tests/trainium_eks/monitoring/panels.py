@@ -32,8 +32,12 @@ def plot_panels(run: ScrapedRun, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5), constrained_layout=True)
-    for ax, panel in zip(axes.flat, RUN_PANELS, strict=True):
+    rows = -(-len(RUN_PANELS) // 3)
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 3.75 * rows), constrained_layout=True)
+    shown, spare = list(axes.flat)[: len(RUN_PANELS)], list(axes.flat)[len(RUN_PANELS) :]
+    for ax in spare:
+        ax.set_visible(False)
+    for ax, panel in zip(shown, RUN_PANELS, strict=True):
         for expr, legend in panel.queries:
             for variable, value in GRAFANA_VARIABLES.items():
                 expr = expr.replace(variable, value)
