@@ -8,7 +8,7 @@ import pytest
 
 from tests.rehearsal.cluster import namespaces_available, pod_network_available
 from tests.rehearsal.manifests import Workload, workload
-from tests.rehearsal.scenario import Observations, play, source_tar, variant_context
+from tests.rehearsal.scenario import PHASES, Observations, play, source_tar, variant_context
 from tests.support import synth_training
 
 
@@ -34,3 +34,20 @@ def rehearsal(
     if why is not None:
         pytest.skip(f"the rehearsal's pods {why}")
     return play(tmp_path_factory.mktemp("rehearsal"), variant, rehearsal_tar[0])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "after(phase): the rehearsal phase (scenario.PHASES) whose observations the test reads"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _phase_played(request: pytest.FixtureRequest) -> None:
+    """A rehearsal test whose phase did not play fails at once, naming the phase that failed and
+    carrying its pods' log tails, instead of asserting on what that phase never saw."""
+    if "rehearsal" not in request.fixturenames:
+        return
+    marker = request.node.get_closest_marker("after")
+    phase = marker.args[0] if marker is not None else PHASES[-1]
+    request.getfixturevalue("rehearsal").require(phase)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 from tests.rehearsal.cluster import Cluster, Pod, container_exit_code
@@ -108,6 +108,22 @@ class RehearsalError(AssertionError):
     """A phase did not reach its end; the message carries every pod's log tail."""
 
 
+#: The story's phases, in the order :meth:`Rehearsal.play` plays them (each a method of it).
+PHASES: Final = (
+    "refuse_driver",
+    "stop_while_waiting",
+    "start_gang",
+    "wait_until_polling",
+    "stage",
+    "train_until_stopped",
+    "relaunch",
+    "restage",
+    "tensorboard",
+    "fabric_fallback",
+    "stop_in_fabric_check",
+)
+
+
 @dataclass
 class Stop:
     """What happened to one gang pod after the SIGTERM to the victim."""
@@ -166,6 +182,22 @@ class Observations:
     calls: list[dict[str, Any]] = field(default_factory=list)  # every stand-in call, at the end
     tensorboard: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log, for failure messages
+    #: The phases that reached their end, in order (:data:`PHASES`).
+    done: list[str] = field(default_factory=list)
+    #: The phase that failed and why (every pod's log tail), or None: the story stops there, and
+    #: each test that needs that phase or a later one fails with this message, naming it.
+    failed_phase: str | None = None
+    failure: str = ""
+
+    def require(self, phase: str) -> None:
+        """Fail the calling test, naming the phase, unless ``phase`` and those before it ended."""
+        if phase not in PHASES:
+            raise ValueError(f"no rehearsal phase {phase!r}: {', '.join(PHASES)}")
+        if phase not in self.done:
+            where = self.failed_phase or "an earlier phase"
+            raise RehearsalError(
+                f"rehearsal phase {where!r} failed, so {phase!r} did not play: {self.failure}"
+            )
 
     def local(self, pod_path: str) -> Path:
         """Where a path on the claim (``/data/...``) is on this machine."""
@@ -194,18 +226,18 @@ class Rehearsal:
         self.started = 0.0  # when the gang started
 
     def play(self) -> Observations:
-        self.refuse_driver()
-        self.stop_while_waiting()
-        self.start_gang()
-        self.wait_until_polling()
-        self.stage()
-        self.train_until_stopped()
-        self.relaunch()
-        self.restage()
-        self.tensorboard()
-        self.fabric_fallback()
-        self.stop_in_fabric_check()
-        self.seen.calls = self.cluster.calls()
+        """Each phase of :data:`PHASES` in order, until one fails: what it saw is kept and the
+        failure recorded (the tests of the phases that ended still run)."""
+        try:
+            for phase in PHASES:
+                try:
+                    getattr(self, phase)()
+                except RehearsalError as e:
+                    self.seen.failed_phase, self.seen.failure = phase, str(e)
+                    break
+                self.seen.done.append(phase)
+        finally:
+            self.seen.calls = self.cluster.calls()
         return self.seen
 
     # --- phases -----------------------------------------------------------------------------
@@ -250,7 +282,7 @@ class Rehearsal:
 
     def stage(self) -> None:
         pod = self.cluster.start_staging()
-        self.seen.staging_code = pod.wait(PHASE_TIMEOUT_S)
+        self.seen.staging_code = self._wait_all([pod], "staging")[pod.hostname]
         self.seen.staging_log = pod.output()
         marker = self.seen.local(self.seen.paths.dataset_marker)
         self.seen.marker_time = marker.stat().st_mtime if marker.exists() else 0.0
@@ -294,17 +326,15 @@ class Rehearsal:
         """RestartJob's second half: the same commands in fresh pods, run to the end."""
         self.seen.relaunch_time = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
-        deadline = time.monotonic() + PHASE_TIMEOUT_S
-        for pod in self.gang:
-            self.seen.relaunch_codes[pod.hostname] = pod.wait(max(1.0, deadline - time.monotonic()))
-        self.seen.gang_logs.append({p.hostname: p.output() for p in self.gang})
-        if set(self.seen.relaunch_codes.values()) != {0}:
-            raise self._failed("the relaunched gang")
+        try:
+            self.seen.relaunch_codes.update(self._wait_all(self.gang, "the relaunched gang"))
+        finally:
+            self.seen.gang_logs.append({p.hostname: p.output() for p in self.gang})
 
     def restage(self) -> None:
         """The staging Job again (a re-deploy, a second job on the same dataset)."""
         pod = self.cluster.start_staging()
-        self.seen.restage_code = pod.wait(PHASE_TIMEOUT_S)
+        self.seen.restage_code = self._wait_all([pod], "staging again")[pod.hostname]
         self.seen.restage_log = pod.output()
 
     def tensorboard(self) -> None:
@@ -396,6 +426,23 @@ class Rehearsal:
             )
         seen.seconds = time.time() - seen.started
         return seen
+
+    def _wait_all(self, pods: list[Pod], what: str) -> dict[str, int]:
+        """Each pod's exit code once all have ended 0; at the first that ends otherwise, or at
+        the timeout, the phase fails at once with every pod's log tail (its peers are not waited
+        for: a gang whose member failed would only wait for it until the timeout)."""
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        codes: dict[str, int] = {}
+        while len(codes) < len(pods):
+            for pod in pods:
+                if pod.hostname not in codes and not pod.running:
+                    codes[pod.hostname] = code = container_exit_code(pod.proc.wait())
+                    if code != 0:
+                        raise self._failed(f"{what}: {pod.name} exited {code}")
+            if time.monotonic() > deadline:
+                raise self._failed(f"timed out: {what}")
+            time.sleep(0.05)
+        return codes
 
     def _scrape_metrics(self) -> None:
         """GET /metrics on every gang pod's metrics port, as the PodMonitor does."""

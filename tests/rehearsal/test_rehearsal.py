@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.rehearsal import standins
 from tests.rehearsal.scenario import (
     CHECKPOINT_EVERY,
@@ -67,6 +69,7 @@ def all_gang_logs(rehearsal: Observations) -> dict[str, str]:
     return logs
 
 
+@pytest.mark.after("fabric_fallback")
 def test_given_nodes_of_the_platforms_default_ami_then_every_gang_pod_first_says_the_driver_pair_is_supported(
     rehearsal: Observations,
 ):
@@ -80,6 +83,7 @@ def test_given_nodes_of_the_platforms_default_ami_then_every_gang_pod_first_says
     assert queries and all(q == ["-W", "-f", "${Version}", RUNTIME_PACKAGE] for q in queries)
 
 
+@pytest.mark.after("train_until_stopped")
 def test_given_nodes_whose_driver_the_runtime_refuses_then_each_pod_stops_with_one_line_before_the_dataset_wait(
     rehearsal: Observations, variant
 ):
@@ -99,6 +103,7 @@ def test_given_nodes_whose_driver_the_runtime_refuses_then_each_pod_stops_with_o
     assert refused.action == "RestartJob" and refused.seconds < 60
 
 
+@pytest.mark.after("stop_while_waiting")
 def test_given_a_gang_pod_deleted_while_it_waits_for_the_dataset_then_it_ends_at_once_with_143(
     rehearsal: Observations,
 ):
@@ -106,6 +111,7 @@ def test_given_a_gang_pod_deleted_while_it_waits_for_the_dataset_then_it_ends_at
     assert stop is not None and stop.code == 143 and stop.seconds < 10, stop
 
 
+@pytest.mark.after("train_until_stopped")
 def test_given_the_gang_started_before_staging_then_every_pod_waits_for_the_marker_and_nothing_runs(
     rehearsal: Observations, variant
 ):
@@ -121,6 +127,7 @@ def test_given_the_gang_started_before_staging_then_every_pod_waits_for_the_mark
     assert min(r["time"] for r in rehearsal.records()) > rehearsal.marker_time
 
 
+@pytest.mark.after("stage")
 def test_given_the_staging_command_then_it_publishes_the_streamed_shards_with_a_manifest_and_the_marker(
     rehearsal: Observations,
 ):
@@ -133,6 +140,7 @@ def test_given_the_staging_command_then_it_publishes_the_streamed_shards_with_a_
     assert download["argv"][:2] == ["s3", "cp"] and PUBLIC_BERT_SHARDS in download["argv"]
 
 
+@pytest.mark.after("train_until_stopped")
 def test_given_an_empty_cache_set_then_precompile_runs_once_across_the_gang_into_that_set_and_marks_it(
     rehearsal: Observations, variant
 ):
@@ -149,6 +157,7 @@ def test_given_an_empty_cache_set_then_precompile_runs_once_across_the_gang_into
     assert rehearsal.steps_at_stop == list(range(1, len(rehearsal.steps_at_stop) + 1))
 
 
+@pytest.mark.after("relaunch")
 def test_given_the_training_command_then_it_trains_on_cpu_across_the_gang_and_checkpoints(
     rehearsal: Observations, variant
 ):
@@ -162,6 +171,7 @@ def test_given_the_training_command_then_it_trains_on_cpu_across_the_gang_and_ch
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # it learns
 
 
+@pytest.mark.after("train_until_stopped")
 def test_given_sigterm_to_one_pod_then_the_gang_ends_in_its_grace_period_with_at_most_one_step_lost(
     rehearsal: Observations, variant
 ):
@@ -186,6 +196,7 @@ def test_given_sigterm_to_one_pod_then_the_gang_ends_in_its_grace_period_with_at
     assert CHECKPOINT_EVERY > 1  # so the stop's own checkpoint, not a periodic one, may be the one
 
 
+@pytest.mark.after("relaunch")
 def test_given_the_gang_started_again_then_it_resumes_from_the_newest_checkpoint_without_precompiling(
     rehearsal: Observations,
 ):
@@ -200,6 +211,7 @@ def test_given_the_gang_started_again_then_it_resumes_from_the_newest_checkpoint
     assert newest.name in rank0  # it says which checkpoint it resumed from
 
 
+@pytest.mark.after("relaunch")
 def test_given_the_gang_after_precompile_then_each_pod_checks_the_fabric_and_passes_naming_its_node_before_training(
     rehearsal: Observations,
 ):
@@ -219,6 +231,7 @@ def test_given_the_gang_after_precompile_then_each_pod_checks_the_fabric_and_pas
     assert "precompiling into an empty cache set" in rank0[: rank0.index(FABRIC_START)]
 
 
+@pytest.mark.after("train_until_stopped")
 def test_given_training_then_each_pods_metrics_port_serves_the_runs_series_and_they_move(
     rehearsal: Observations, variant
 ):
@@ -242,6 +255,7 @@ def test_given_training_then_each_pods_metrics_port_serves_the_runs_series_and_t
         assert samples(body)["bert_train_max_steps"] == MAX_STEPS and not rank0_only & served(body)
 
 
+@pytest.mark.after("fabric_fallback")
 def test_given_efa_counters_that_stand_still_then_every_pod_exits_69_with_one_line_naming_its_node_and_the_job_aborts(
     rehearsal: Observations, variant
 ):
@@ -262,12 +276,14 @@ def test_given_efa_counters_that_stand_still_then_every_pod_exits_69_with_one_li
     assert fallback.action == "AbortJob"
 
 
+@pytest.mark.after("restage")
 def test_given_the_staging_command_again_then_it_leaves_the_published_set_alone(rehearsal: Observations):
     assert rehearsal.restage_code == 0, rehearsal.restage_log
     assert len([c for c in rehearsal.calls if c["tool"] == "aws"]) == 1  # downloaded once
     assert rehearsal.local(rehearsal.paths.dataset_marker).stat().st_mtime == rehearsal.marker_time
 
 
+@pytest.mark.after("tensorboard")
 def test_given_the_tensorboard_command_then_it_serves_the_runs_loss_once_per_step(rehearsal: Observations):
     tb = rehearsal.tensorboard
     run_dir = rehearsal.paths.output_dir.rsplit("/", 1)[1]
@@ -278,6 +294,7 @@ def test_given_the_tensorboard_command_then_it_serves_the_runs_loss_once_per_ste
     assert tb["code"] != 137  # it stopped on SIGTERM
 
 
+@pytest.mark.after("stop_in_fabric_check")
 def test_given_a_pod_deleted_during_the_fabric_check_then_the_other_restarts_the_job_rather_than_abort_it(
     rehearsal: Observations, variant
 ):
