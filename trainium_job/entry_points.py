@@ -23,6 +23,9 @@ VOCAB: Final = "training.dataprep.vocab"
 DRIVER_CHECK: Final = "training.node.driver_check"
 #: The EFA all-reduce check across the gang before training (training image).
 FABRIC_CHECK: Final = "training.node.fabric_check"
+#: The deep health check of a new Trainium node, before it takes work (training image, a
+#: DaemonSet on the nodes not yet checked).
+NODE_HEALTH: Final = "training.node.health_check"
 #: EFA counters for Prometheus (tools image, a DaemonSet on the Trainium nodes).
 EFA_EXPORTER: Final = "training.node.efa_exporter"
 #: FSx capacity for Prometheus (tools image, one pod on the system nodes).
@@ -37,6 +40,7 @@ ENTRY_POINTS: Final[dict[str, str]] = {
     VOCAB: "training",
     DRIVER_CHECK: "training",
     FABRIC_CHECK: "training",
+    NODE_HEALTH: "training",
     EFA_EXPORTER: "tools",
     FSX_EXPORTER: "tools",
 }

@@ -6,9 +6,12 @@ Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for
    rendezvous endpoint and environment) times an all-reduce across every worker and reads the
    node's EFA byte counters before and after it; each node's ``LOCAL_RANK`` 0 writes one JSON
    result to :data:`RESULT_FILE` in its pod.
+   With three or more nodes it then times an all-reduce between every pair of nodes
+   (``training.node.fabric_pairs``), so that a slow fabric can be pinned on a node or a link.
 2. ``python -m training.node.fabric_check verdict``: reads that result and prints one line naming the
-   node; it exits :data:`EXIT_CODE` when the bus bandwidth is below the floor, too few bytes
-   crossed EFA, libfabric is told to use another provider, or no EFA device is visible. The
+   node (and, when the bandwidth failed, lines naming the slow node or link); it exits
+   :data:`EXIT_CODE` when the bus bandwidth is below the floor, too few bytes crossed EFA,
+   libfabric is told to use another provider, or no EFA device is visible. The
    Volcano Job maps that exit code to ``AbortJob`` (``trainium_job.pod``), so a bad fabric stops
    the job instead of restarting it. A measurement that did not run is no verdict on the fabric:
    it exits :data:`NOT_MEASURED_EXIT_CODE`, which the Job restarts like any failed pod.
@@ -30,6 +33,7 @@ from typing import Final
 
 from .entry_points import FABRIC_CHECK
 from .launch import LaunchSpec, render, torchrun_args
+from .node_health import HEAL_MODES
 from .pid1 import background
 
 #: Exit code of a failed check: EX_UNAVAILABLE of sysexits(3) ("a service is unavailable"),
@@ -88,12 +92,27 @@ class FabricCheck:
             bandwidth-bound (Neuron's example reaches 83% of its 1 GiB figure there).
         iters: timed all-reduces.
         warmup: untimed all-reduces first (the first compiles the graph on Neuron).
+        pair_size_mib: all-reduce buffer per worker between two nodes (3 nodes or more: the pairs
+            that name a slow node, ``training.node.fabric_pairs``). A quarter of ``size_mib`` so
+            the pairs add little time; Neuron's two-instance figure at 32 MiB, 22.69 GB/s
+            (nccom-test.rst L826-863), is still twice the default floor the pairs are held to.
+        pair_iters: timed all-reduces per pair (after one untimed).
+        heal: what a failure that names nodes does to them (:data:`trainium_job.node_health.HEAL_MODES`):
+            ``off``, the default, aborts the job as before; the training job sets ``taint`` or
+            ``replace`` when the platform's deep node health check is on.
     """
 
     min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
     size_mib: int = 128
     iters: int = 20
     warmup: int = 5
+    pair_size_mib: int = 32
+    pair_iters: int = 5
+    heal: str = "off"
+
+    def __post_init__(self) -> None:
+        if self.heal not in HEAL_MODES:
+            raise ValueError(f"FabricCheck.heal is {self.heal!r}; one of {', '.join(HEAL_MODES)}")
 
 
 def measure_args(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RESULT_FILE) -> list[str]:
@@ -108,6 +127,10 @@ def measure_args(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RES
         str(check.iters),
         "--warmup",
         str(check.warmup),
+        "--pair_size_mib",
+        str(check.pair_size_mib),
+        "--pair_iters",
+        str(check.pair_iters),
     )
     trial = replace(
         spec, module=MODULE, script_args=args, rdzv_id=f"{spec.rdzv_id}-fabric-check", max_restarts=0
@@ -133,6 +156,7 @@ def verdict_args(
         str(check.min_busbw_gbps),
         "--nodes",
         str(nodes),
+        *(["--heal", check.heal] if check.heal != "off" else []),
     ]
     return f"{render(argv)} --seconds {seconds}"
 

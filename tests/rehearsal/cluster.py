@@ -213,6 +213,25 @@ class Pod:
             time.sleep(0.02)
         raise RuntimeError(f"pod {self.name}: no PID 1 found")
 
+    def worker(self, module: str, local_rank: int) -> int:
+        """The host PID of the process in this pod that runs ``python -m module`` with that
+        ``LOCAL_RANK`` (torchrun's worker), found among the pod's processes."""
+        pending, seen = [self.proc.pid], set()
+        while pending:
+            pid = pending.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            pending.extend(_children(pid))
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if module.encode() in argv and f"LOCAL_RANK={local_rank}".encode() in environ:
+                return pid
+        raise RuntimeError(f"pod {self.name}: no {module} worker of LOCAL_RANK {local_rank}")
+
     def terminate(self) -> None:
         """What the kubelet does first when a pod is deleted or evicted: SIGTERM to PID 1."""
         os.kill(self.pid1(), signal.SIGTERM)

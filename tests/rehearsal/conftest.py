@@ -42,12 +42,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.fixture(autouse=True)
-def _phase_played(request: pytest.FixtureRequest) -> None:
-    """A rehearsal test whose phase did not play fails at once, naming the phase that failed and
-    carrying its pods' log tails, instead of asserting on what that phase never saw."""
-    if "rehearsal" not in request.fixturenames:
-        return
-    marker = request.node.get_closest_marker("after")
-    phase = marker.args[0] if marker is not None else PHASES[-1]
-    request.getfixturevalue("rehearsal").require(phase)
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A rehearsal test whose phase did not play fails, in its own call (a failure, not a setup
+    error), naming the phase that failed and carrying its pods' log tails, instead of asserting on
+    what that phase never saw."""
+    observations = getattr(item, "funcargs", {}).get("rehearsal")
+    if isinstance(observations, Observations):
+        marker = item.get_closest_marker("after")
+        observations.require(marker.args[0] if marker is not None else PHASES[-1])

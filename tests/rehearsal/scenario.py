@@ -10,6 +10,8 @@ them.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import tarfile
 import time
 from collections.abc import Callable
@@ -39,6 +41,15 @@ CHECKPOINT_EVERY = 3
 STEPS_BEFORE_STOP = 2
 #: The pod stopped: not the one that hosts the rendezvous store (pod 0), the harder case.
 VICTIM = 1
+#: The step watchdog's floor in the rehearsal (``--hang_floor_s``; 300 s by default): above any
+#: step of the tiny model on 2 busy cores (well under 5 s), short enough for the hang scene.
+HANG_FLOOR_S = 20
+#: Steps the relaunched gang logs before one of its workers is stopped for good (SIGSTOP): past
+#: the watchdog's warm-up (3 steps unbounded, --hang_warmup_steps) and into its bounded steps.
+STEPS_BEFORE_HANG = 5
+#: The worker stopped: LOCAL_RANK 1 of the :data:`VICTIM` pod, so the watchdogs that fire are
+#: those of every other rank, rank 0 (which writes the step log and the ledger) among them.
+HUNG_LOCAL_RANK = 1
 #: Polls of the dataset marker each gang pod makes before staging starts.
 POLLS_BEFORE_STAGING = 2
 #: Seconds a phase may take on 2 busy cores before the rehearsal gives up.
@@ -90,7 +101,9 @@ def variant_context(vocab_size: int) -> dict[str, str]:
         "training_dataset_name": DATASET,
         "training_cache_set": CACHE_SET,
         "training_run_name": RUN,
-        "training_script_args": json.dumps({"vocab_size": str(vocab_size), "warmup_steps": "2"}),
+        "training_script_args": json.dumps(
+            {"vocab_size": str(vocab_size), "warmup_steps": "2", "hang_floor_s": str(HANG_FLOOR_S)}
+        ),
     }
 
 
@@ -167,6 +180,10 @@ class Observations:
     newest_after_stop: Path | None = None
     relaunch_codes: dict[str, int | None] = field(default_factory=dict)
     relaunch_time: float = 0.0
+    #: The relaunched gang's worker stopped for good: when (time.time()), and the last step rank 0
+    #: had logged then.
+    hang_time: float = 0.0
+    steps_before_hang: int = 0
     #: Host name -> log, of the first gang and of the relaunched one.
     gang_logs: list[dict[str, str]] = field(default_factory=list)
     #: Host name -> node name of the gang's pods.
@@ -194,10 +211,9 @@ class Observations:
         if phase not in PHASES:
             raise ValueError(f"no rehearsal phase {phase!r}: {', '.join(PHASES)}")
         if phase not in self.done:
-            where = self.failed_phase or "an earlier phase"
-            raise RehearsalError(
-                f"rehearsal phase {where!r} failed, so {phase!r} did not play: {self.failure}"
-            )
+            failed = self.failed_phase or "an earlier phase"
+            after = "" if failed == phase else f", so {phase!r} did not play"
+            raise RehearsalError(f"rehearsal phase {failed!r} failed{after}: {self.failure}")
 
     def local(self, pod_path: str) -> Path:
         """Where a path on the claim (``/data/...``) is on this machine."""
@@ -323,10 +339,21 @@ class Rehearsal:
         self.seen.gang_logs.append({p.hostname: p.output() for p in self.gang})
 
     def relaunch(self) -> None:
-        """RestartJob's second half: the same commands in fresh pods, run to the end."""
+        """RestartJob's second half: the same commands in fresh pods, run to the end. On the way
+        one worker stops for good (SIGSTOP: a device or a collective that never returns): the
+        other ranks' watchdogs end them, torchrun restarts the worker group (its agent kills the
+        stopped one) and the gang resumes from its newest checkpoint with no one acting."""
         self.seen.relaunch_time = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
         try:
+            self._until(
+                lambda: len(self._records_since(self.seen.relaunch_time)) >= STEPS_BEFORE_HANG,
+                "the relaunched gang logs its first steps",
+            )
+            hung = self.gang[VICTIM].worker("training.trainer.pretrain", HUNG_LOCAL_RANK)
+            self.seen.steps_before_hang = max(r["step"] for r in self._records_since(self.seen.relaunch_time))
+            self.seen.hang_time = time.time()
+            os.kill(hung, signal.SIGSTOP)
             self.seen.relaunch_codes.update(self._wait_all(self.gang, "the relaunched gang"))
         finally:
             self.seen.gang_logs.append({p.hostname: p.output() for p in self.gang})
@@ -443,6 +470,9 @@ class Rehearsal:
                 raise self._failed(f"timed out: {what}")
             time.sleep(0.05)
         return codes
+
+    def _records_since(self, since: float) -> list[dict[str, Any]]:
+        return [r for r in self.seen.records() if r["time"] > since]
 
     def _scrape_metrics(self) -> None:
         """GET /metrics on every gang pod's metrics port, as the PodMonitor does."""

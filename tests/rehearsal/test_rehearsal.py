@@ -14,6 +14,8 @@ import pytest
 from tests.rehearsal import standins
 from tests.rehearsal.scenario import (
     CHECKPOINT_EVERY,
+    HANG_FLOOR_S,
+    HUNG_LOCAL_RANK,
     MAX_STEPS,
     NPROC_PER_NODE,
     REFUSED_DRIVER_AMI,
@@ -29,6 +31,7 @@ from training.trainer import checkpoint as ckpt
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
+from trainium_job.hang import HANG_EXIT_CODE
 from trainium_job.telemetry import TRAINING_METRICS
 
 #: The fabric check's lines (trainium_job/fabric_check.py, training/node/fabric_check.py ``judge``).
@@ -40,6 +43,13 @@ FABRIC_PASSED = re.compile(
 #: The first line of the training run on rank 0 (training.trainer.pretrain ``log_start``), not the
 #: precompile's trial run (which trains 3 steps from 0).
 TRAINING_START = re.compile(r"training\.trainer\.pretrain: device cpu, .* steps (\d+) -> 40 of 40")
+
+
+#: The step watchdog's line (training/trainer/watchdog.py) before it ends a hung rank.
+HANG_LINE = re.compile(
+    r"hang: rank (\d+) waiting for (.+?) for ([\d.]+) s, bound ([\d.]+) s .*?last step done (\d+); "
+    rf"exiting {HANG_EXIT_CODE} so the job restarts from the checkpoint of step (\d+)"
+)
 
 
 def step_of(checkpoint) -> int:
@@ -209,6 +219,32 @@ def test_given_the_gang_started_again_then_it_resumes_from_the_newest_checkpoint
     assert rerun[0]["step"] == step_of(newest) + 1 and rerun[-1]["step"] == MAX_STEPS
     rank0 = next(iter(rehearsal.gang_logs[1].values()))
     assert newest.name in rank0  # it says which checkpoint it resumed from
+
+
+@pytest.mark.after("relaunch")
+def test_given_a_worker_stopped_for_good_then_the_other_ranks_end_themselves_and_the_gang_resumes_by_itself(
+    rehearsal: Observations,
+):
+    # No pod failed: torchrun restarted the worker group in place, no Volcano policy was needed.
+    assert set(rehearsal.relaunch_codes.values()) == {0}, rehearsal.relaunch_codes
+    logs = "".join(rehearsal.gang_logs[1].values())
+    hangs = HANG_LINE.findall(logs)
+    stopped = VICTIM * NPROC_PER_NODE + HUNG_LOCAL_RANK
+    # The first watchdog to fire ends its rank; the others' collectives then fail on the closed
+    # connection (or their torchrun restarts them) before their own bounds run out.
+    assert hangs and stopped not in {int(h[0]) for h in hangs}, logs[-3000:]
+    for _rank, what, waited, bound, _step, _ckpt in hangs:
+        assert float(bound) >= HANG_FLOOR_S and float(waited) >= float(bound)
+        assert re.search(r"all-reduce|broadcast|reduce", what), what
+    (checkpoint,) = {int(h[5]) for h in hangs}
+    lost = rehearsal.steps_before_hang - checkpoint
+    assert 0 <= lost <= CHECKPOINT_EVERY
+    # The gang went back to that checkpoint by itself, soon after the bound, and ran to the end.
+    after = [r for r in rehearsal.records() if r["time"] > rehearsal.hang_time]
+    assert after[0]["step"] == checkpoint + 1 and after[-1]["step"] == MAX_STEPS
+    assert after[0]["time"] - rehearsal.hang_time < HANG_FLOOR_S + 120
+    # The run's ledger counted it: the first gang's stop, then this hang.
+    assert re.search(r"restarts: 2 \(hang 1, preemption 1\); lost \d+ (s|min) ", logs), logs[-3000:]
 
 
 @pytest.mark.after("relaunch")

@@ -34,7 +34,7 @@ def test_given_the_job_launch_then_the_measurement_runs_through_the_same_torchru
     assert argv[argv.index("--max_restarts") + 1] == "0"
     assert argv[argv.index("-m") :] == [
         "-m", "training.node.fabric_check", "measure", "--result_file", RESULT_FILE,
-        "--size_mib", "128", "--iters", "20", "--warmup", "5",
+        "--size_mib", "128", "--iters", "20", "--warmup", "5", "--pair_size_mib", "32", "--pair_iters", "5",
     ]  # fmt: skip
 
 

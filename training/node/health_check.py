@@ -1,0 +1,401 @@
+"""The deep health check of a new Trainium node, before it takes work: run in the training image by
+the ``node-health-check`` DaemonSet on every Trainium node not yet labelled
+``trainium-eks/node-health``.
+
+    python -m training.node.health_check --instance-type trn1.32xlarge [--node-name NAME]
+        [--sysfs /host/sys/class/infiniband] [--replace | --no-replace] [--dry-run]
+
+Four checks, in order; the first failure stops the rest (what the table expects:
+:mod:`trainium_job.node_health`):
+
+1. ``devices``: ``neuron-ls --json-output`` lists the instance's Neuron devices and NeuronCores.
+2. ``compute``: every NeuronCore computes a fixed integer-valued matrix product, one short process
+   per core (``NEURON_RT_VISIBLE_CORES=<core>``), compared exactly with the answer worked out here.
+3. ``collective``: ``nccom-test`` all-reduce across all NeuronCores, with its correctness check,
+   reaches the bus bandwidth floor.
+4. ``efa``: the host's ``/sys/class/infiniband`` has the instance's EFA devices, every port ACTIVE
+   and LinkUp.
+
+Then it acts (``training.node.node_actions``): passed, the label ``passed`` and the pending taint
+removed; failed, the label ``failed``, the failed check's taint, a Warning Event, and with
+``--replace`` a second Event and the instance terminated. One line per check and a verdict line.
+
+After acting it waits for SIGTERM instead of exiting: a DaemonSet pod's containers always restart
+(``restartPolicy: Always`` is the only one a DaemonSet allows), so an exit would run the checks
+again; the label just set makes the DaemonSet controller delete the pod, whose SIGTERM ends the wait
+with exit code 0. ``--dry-run`` prints the verdict and exits, touching nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from training.node.efa_counters import SYSFS_ROOT, devices
+from trainium_job.entry_points import NODE_HEALTH
+from trainium_job.node_health import (
+    NCCOM_DATATYPE,
+    NCCOM_SIZE_BYTES,
+    NodeExpectation,
+    expectation,
+)
+
+#: Seconds one tool run may take: the first compile of a core's graph (neuronx-cc) or the
+#: all-reduce with its correctness check.
+TOOL_TIMEOUT_S: Final = 600
+#: Core processes run at once (each loads torch and the Neuron runtime).
+COMPUTE_PARALLEL: Final = 8
+
+#: The compute check's operands: small integers, exact in bf16 (8 significant bits), which the
+#: Neuron compiler casts matrix multiplications to by default (neuronx-cc ``--auto-cast matmult``
+#: with ``--auto-cast-type bf16``); every product and sum is an integer far below 2^24, exact in
+#: the fp32 accumulation and result. So a correct core gives exactly :data:`EXPECTED_PRODUCT`.
+_N: Final = 8
+A: Final = tuple(tuple((3 * i + 5 * k) % 17 - 8 for k in range(_N)) for i in range(_N))
+B: Final = tuple(tuple((7 * k + 2 * j) % 13 - 6 for j in range(_N)) for k in range(_N))
+EXPECTED_PRODUCT: Final = tuple(
+    tuple(sum(A[i][k] * B[k][j] for k in range(_N)) for j in range(_N)) for i in range(_N)
+)
+
+#: Port states as the Linux RDMA core prints them: ``state`` "4: ACTIVE", ``phys_state`` "5: LinkUp";
+#: readers take the leading number (linux-rdma/rdma-core libibumad/umad.c L191-L193 reads both with
+#: ``sys_read_uint``; L327-L329: phys_state 5 is up, state 4 active; infiniband-diags/ibstat.c
+#: L86-L103 names them). The efa driver reports its ports ACTIVE / LinkUp
+#: (Linux drivers/infiniband/hw/efa/efa_verbs.c, ``efa_query_port``).
+PORT_ACTIVE: Final = 4
+PHYS_LINK_UP: Final = 5
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's outcome."""
+
+    check: str
+    passed: bool
+    expected: str
+    found: str
+
+    @property
+    def line(self) -> str:
+        return (
+            f"{self.check}: {'ok' if self.passed else 'FAILED'}: expected {self.expected}; found {self.found}"
+        )
+
+    @property
+    def message(self) -> str:
+        """The failure as the Event and the log say it."""
+        return f"expected {self.expected}; found {self.found}"
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A tool's exit status and output (stdout then stderr)."""
+
+    returncode: int
+    output: str
+
+
+def run_tool(
+    argv: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = TOOL_TIMEOUT_S
+) -> ToolRun:
+    """Run ``argv``; a missing program or a timeout is a failed run, not an exception."""
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+    except FileNotFoundError:
+        return ToolRun(127, f"{argv[0]}: not found")
+    except subprocess.TimeoutExpired:
+        return ToolRun(124, f"{argv[0]}: no answer in {timeout_s:.0f} s")
+    return ToolRun(done.returncode, done.stdout + done.stderr)
+
+
+# --- devices -----------------------------------------------------------------------------------
+
+
+def check_devices(neuron_ls: ToolRun, expect: NodeExpectation) -> CheckResult:
+    """Devices and NeuronCores in ``neuron-ls --json-output``: a list with one object per device,
+    its NeuronCores in ``nc_count`` (aws-neuron-sdk tools/neuron-sys-tools/neuron-ls.rst L213-L282)."""
+    wanted = f"{expect.neuron_devices} Neuron devices, {expect.neuron_cores} NeuronCores"
+    try:
+        if neuron_ls.returncode != 0:
+            raise ValueError(f"exit {neuron_ls.returncode}")
+        listed = json.loads(neuron_ls.output)
+        count = len(listed)
+        cores = sum(int(device["nc_count"]) for device in listed)
+    except (ValueError, TypeError, KeyError) as err:
+        last = neuron_ls.output.strip().splitlines()[-1:] or [""]
+        return CheckResult("devices", False, wanted, f"neuron-ls failed ({err}): {last[0][:200]}")
+    found = f"{count} Neuron devices, {cores} NeuronCores"
+    ok = count >= expect.neuron_devices and cores >= expect.neuron_cores
+    return CheckResult("devices", ok, wanted, found)
+
+
+# --- compute -----------------------------------------------------------------------------------
+
+#: Python run in each core's process: the product on the XLA device when torch_xla is there (the
+#: Neuron device in the training image), else on the CPU, printed as JSON.
+_CORE_PROGRAM: Final = "from training.node.health_check import core_main; core_main()"
+
+
+def core_main() -> None:
+    """One core's computation (this process sees one NeuronCore): print the product as JSON."""
+    import torch
+
+    try:
+        import torch_xla
+
+        device = torch_xla.device()
+    except ImportError:  # no XLA here (the CPU tests): the same comparison on the CPU
+        device = torch.device("cpu")
+    a = torch.tensor(A, dtype=torch.float32, device=device)
+    b = torch.tensor(B, dtype=torch.float32, device=device)
+    print(json.dumps((a @ b).cpu().tolist()))
+
+
+def run_core(core: int) -> list[list[float]] | str:
+    """The product computed on NeuronCore ``core``, or what went wrong."""
+    env = {**os.environ, "NEURON_RT_VISIBLE_CORES": str(core)}
+    done = run_tool([sys.executable, "-c", _CORE_PROGRAM], env=env)
+    lines = done.output.strip().splitlines()
+    if done.returncode != 0:
+        return f"exit {done.returncode}: {(lines or [''])[-1][:200]}"
+    for line in reversed(lines):  # the runtime may log around the answer
+        if line.startswith("[["):
+            try:
+                return [[float(v) for v in row] for row in json.loads(line)]
+            except (ValueError, TypeError):
+                break
+    return "no result printed"
+
+
+def check_compute(
+    expect: NodeExpectation,
+    run: Callable[[int], list[list[float]] | str] = run_core,
+    parallel: int = COMPUTE_PARALLEL,
+) -> CheckResult:
+    """Every NeuronCore's product compared exactly with :data:`EXPECTED_PRODUCT`; ``run`` computes
+    one core's."""
+    cores = range(expect.neuron_cores)
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        answers = list(pool.map(run, cores))
+    wrong = []
+    for core, answer in zip(cores, answers, strict=True):
+        if isinstance(answer, str):
+            wrong.append(f"core {core}: {answer}")
+        elif [list(row) for row in answer] != [list(row) for row in EXPECTED_PRODUCT]:
+            bad = sum(
+                a != e
+                for row, erow in zip(answer, EXPECTED_PRODUCT, strict=False)
+                for a, e in zip(row, erow, strict=False)
+            )
+            wrong.append(f"core {core}: wrong product ({bad or 'shape'} of {_N * _N} elements differ)")
+    found = f"{len(cores) - len(wrong)} of {len(cores)} right" + (
+        f" ({'; '.join(wrong[:4])})" if wrong else ""
+    )
+    return CheckResult(
+        "compute", not wrong, f"the exact {_N}x{_N} product on all {len(cores)} NeuronCores", found
+    )
+
+
+# --- collective --------------------------------------------------------------------------------
+
+
+def nccom_test_argv(expect: NodeExpectation) -> list[str]:
+    """All-reduce (``allr``) across every NeuronCore at :data:`NCCOM_SIZE_BYTES`, with the
+    correctness check on random data (nccom-test.rst L143-L158 ``-r``, L174-L180 ``-b``/``-e``,
+    L251-L258 ``-d`` and ``--check``, L398-L400 ``--non-interactive``)."""
+    size = f"{NCCOM_SIZE_BYTES // 2**20}MB"  # the tool's units are binary (32M prints 33554432)
+    return [
+        "nccom-test", "allr", "-r", str(expect.neuron_cores), "-b", size, "-e", size,
+        "-d", NCCOM_DATATYPE, "--check", "random", "--non-interactive",
+    ]  # fmt: skip
+
+
+_FAILURE = re.compile(r"fail|error", re.IGNORECASE)
+
+
+def parse_busbw(output: str, size: int = NCCOM_SIZE_BYTES) -> float | None:
+    """The ``busbw(GB/s)`` of the row for ``size`` bytes in nccom-test's table, or None. Columns are
+    found by the header's names: options add some (``--show-algorithm``, ``--stats``; nccom-test.rst
+    L43-L66)."""
+    columns: list[str] = []
+    for line in output.splitlines():
+        fields = line.split()
+        if fields[:1] == ["size(B)"]:
+            columns = fields
+        elif columns and len(fields) == len(columns) and fields[0] == str(size) and "busbw(GB/s)" in columns:
+            try:
+                return float(fields[columns.index("busbw(GB/s)")])
+            except ValueError:
+                return None
+    return None
+
+
+def check_collective(nccom_test: ToolRun, expect: NodeExpectation) -> CheckResult:
+    """nccom-test's all-reduce: it succeeded (exit 0, no failure line, such as a failed
+    ``--check`` or "N errors found - test failed", nccom-test.rst L605-L612) and its bus bandwidth
+    reaches the floor."""
+    wanted = (
+        f"all-reduce across {expect.neuron_cores} NeuronCores correct, "
+        f"bus bandwidth >= {expect.min_busbw_gbps:.2f} GB/s"
+    )
+    failures = [line.strip() for line in nccom_test.output.splitlines() if _FAILURE.search(line)]
+    busbw = parse_busbw(nccom_test.output)
+    if nccom_test.returncode != 0 or failures:
+        detail = "; ".join(failures[:2]) or (nccom_test.output.strip().splitlines() or [""])[-1]
+        return CheckResult(
+            "collective", False, wanted, f"nccom-test failed (exit {nccom_test.returncode}): {detail[:300]}"
+        )
+    if busbw is None:
+        return CheckResult(
+            "collective", False, wanted, f"no {NCCOM_SIZE_BYTES}-byte result in nccom-test's output"
+        )
+    return CheckResult(
+        "collective", busbw >= expect.min_busbw_gbps, wanted, f"{busbw:.2f} GB/s ({expect.busbw_basis})"
+    )
+
+
+# --- efa ---------------------------------------------------------------------------------------
+
+
+def efa_devices(root: Path) -> list[str]:
+    """RDMA devices under ``root`` that are EFA's: those with EFA port counters (as the exporter and
+    the fabric check find them, :func:`training.node.efa_counters.devices`), less any whose PCI
+    driver (``<device>/device/driver``, a link to the driver's folder) is another one's."""
+    found = []
+    for name in devices(root):
+        driver = root / name / "device" / "driver"
+        if driver.exists() and driver.resolve().name != "efa":
+            continue
+        found.append(name)
+    return found
+
+
+def _leading_number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split(":", 1)[0].strip())
+    except (OSError, ValueError):
+        return None
+
+
+def check_efa(root: Path, expect: NodeExpectation) -> CheckResult:
+    """The EFA devices in the host's ``/sys/class/infiniband`` (``root``) and their ports' states."""
+    wanted = f"{expect.efa_devices} EFA devices, every port ACTIVE and LinkUp"
+    names = efa_devices(root)
+    down = []
+    for name in names:
+        for port in sorted((root / name / "ports").iterdir()):
+            state, phys = _leading_number(port / "state"), _leading_number(port / "phys_state")
+            if state != PORT_ACTIVE or phys != PHYS_LINK_UP:
+                down.append(f"{name} port {port.name} state {state} phys_state {phys}")
+    found = f"{len(names)} EFA devices" + (f", ports not up: {'; '.join(down[:4])}" if down else "")
+    return CheckResult("efa", len(names) >= expect.efa_devices and not down, wanted, found)
+
+
+# --- the program -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tools:
+    """How the checks reach the node (tests replace them)."""
+
+    neuron_ls: Callable[[], ToolRun] = lambda: run_tool(["neuron-ls", "--json-output"])
+    nccom_test: Callable[[NodeExpectation], ToolRun] = lambda expect: run_tool(nccom_test_argv(expect))
+    core: Callable[[int], list[list[float]] | str] = run_core
+
+
+def run_checks(
+    expect: NodeExpectation, sysfs: Path, tools: Tools = Tools(), log: Callable[[str], None] = print
+) -> list[CheckResult]:
+    """The checks in order, logging each; stops after the first failure."""
+    steps: list[Callable[[], CheckResult]] = [
+        lambda: check_devices(tools.neuron_ls(), expect),
+        lambda: check_compute(expect, tools.core),
+        lambda: check_collective(tools.nccom_test(expect), expect),
+        lambda: check_efa(sysfs, expect),
+    ]
+    results = []
+    for step in steps:
+        result = step()
+        log(result.line)
+        results.append(result)
+        if not result.passed:
+            break
+    return results
+
+
+def wait_for_removal() -> None:
+    """Block until SIGTERM or SIGINT (the pod's deletion)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+
+
+def _flush_print(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    tools: Tools = Tools(),
+    actions: Any = None,
+    wait: Callable[[], None] = wait_for_removal,
+) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {NODE_HEALTH}", description=__doc__.split("\n")[0])
+    parser.add_argument("--instance-type", required=True, help="the node's EC2 instance type")
+    parser.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), help="the Node (default: $NODE_NAME)"
+    )
+    parser.add_argument("--sysfs", type=Path, default=SYSFS_ROOT, help="the host's /sys/class/infiniband")
+    parser.add_argument(
+        "--replace", action=argparse.BooleanOptionalAction, default=False,
+        help="terminate a failed node's instance so a fresh one replaces it",
+    )  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="print the verdict; change nothing")
+    args = parser.parse_args(argv)
+    try:
+        expect = expectation(args.instance_type)
+    except KeyError as err:
+        parser.error(str(err.args[0]))
+    if not args.dry_run and not args.node_name:
+        parser.error("--node-name (or NODE_NAME) is required unless --dry-run")
+
+    results = run_checks(expect, args.sysfs, tools, _flush_print)
+    failed = next((r for r in results if not r.passed), None)
+    node = args.node_name or "this node"
+    if failed is None:
+        _flush_print(f"verdict: {node} ({expect.instance_type}) passed all {len(results)} checks")
+    else:
+        then = "; replacing it" if args.replace else ""
+        _flush_print(f"verdict: {node} ({expect.instance_type}) failed the {failed.check} check{then}")
+    if args.dry_run:
+        return 0
+
+    if actions is None:
+        from training.node import node_actions as actions
+    if failed is None:
+        actions.mark_passed(args.node_name)
+    else:
+        actions.mark_failed(args.node_name, failed.check, failed.message, replace=args.replace)
+    _flush_print("acted on the verdict; waiting for the DaemonSet to remove this pod")
+    wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
