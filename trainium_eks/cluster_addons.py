@@ -63,6 +63,7 @@ class TrainiumAddons(Construct):
         monitoring_enabled: bool = True,
         monitoring: MonitoringOptions | None = None,
         name_prefix: str = "trainium-eks",
+        health_check: bool = False,
     ) -> None:
         """
         Args:
@@ -81,6 +82,8 @@ class TrainiumAddons(Construct):
                 defaults.
             name_prefix: prefix of named AWS resources (the AMP workspace's alias). Default
                 "trainium-eks".
+            health_check: the device plugins tolerate the node health check's pending taint
+                (:mod:`trainium_eks.node_health`). Default False.
         """
         super().__init__(scope, id)
         eks_cluster = as_icluster(cluster.cluster)
@@ -102,11 +105,14 @@ class TrainiumAddons(Construct):
             cluster=eks_cluster,
             scheduler_extension=neuron_scheduler_extension,
             node_problem_detector=neuron_node_problem_detector,
+            health_check=health_check,
         )
         self.neuron.chart.node.add_dependency(trainium.capacity)
         self.efa = None
         if facts.multi_node:
-            self.efa = EfaDevicePlugin(self, "Efa", cluster=eks_cluster, facts=facts)
+            self.efa = EfaDevicePlugin(
+                self, "Efa", cluster=eks_cluster, facts=facts, health_check=health_check
+            )
             self.efa.chart.node.add_dependency(trainium.capacity)
 
         self.volcano = VolcanoScheduler(

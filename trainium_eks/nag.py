@@ -274,6 +274,15 @@ OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
             "publishing metrics and logs.",
         ),
     ),
+    "node_health_replacement": (
+        (
+            "NodeReplacement/Role/DefaultPolicy",
+            f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:instance/*]",
+            "The node health check terminates the Trainium node that failed it, whose instance ID is "
+            "known only then: ec2:TerminateInstances alone, on instances whose tags name this cluster "
+            "and its Trainium nodegroup (or the Trainium NodePool), nothing else (trainium_eks/node_health.py).",
+        ),
+    ),
 }
 
 

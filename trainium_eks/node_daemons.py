@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from trainium_job.allocatable import Resources
 from trainium_job.instances import InstanceFacts
+from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
 
 from .addons.efa import efa_chart_values
@@ -35,6 +36,7 @@ from .fsx_csi import driver_values
 from .monitoring.exporters import efa_exporter_daemonset
 from .monitoring.neuron_monitor import neuron_monitor_daemonset
 from .monitoring.stack_values import stack_values
+from .node_health import NAME as NODE_HEALTH_CHECK
 from .versions import ADDON_PINS, AddonPin
 
 
@@ -60,9 +62,11 @@ def total(daemons: Iterable[NodeDaemon]) -> Resources:
 
 
 def trainium_node_labels(instance_type: str) -> dict[str, str]:
-    """The labels a Trainium node carries that node selectors may name."""
+    """The labels a Trainium node carries that node selectors may name, once it has passed the
+    node health check (what training pods in nodegroup mode require)."""
     return {
         **TRAINIUM_NODE_LABEL,
+        HEALTH_LABEL: PASSED,
         INSTANCE_TYPE_LABEL: instance_type,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
@@ -115,12 +119,22 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
     )
 
 
+#: DaemonSets (by name) whose pod leaves a Trainium node before any training pod can land there,
+#: so it takes nothing from the training pod's budget, and why.
+PRE_TRAINING_DAEMONS: dict[str, str] = {
+    NODE_HEALTH_CHECK: "the node health check (trainium_eks/node_health.py) runs only on a node without "
+    "the trainium-eks/node-health label, which it sets when it ends; its DaemonSet's pod is then removed. "
+    "Until then the node carries the pending taint, which training pods do not tolerate, and the check "
+    "holds every Neuron device, which they request",
+}
+
+
 def manifest_daemons(objects: Iterable[Mapping[str, Any]], instance_type: str) -> list[NodeDaemon]:
     """The DaemonSets among the platform's own manifest ``objects`` that run on the Trainium
-    nodes, with the requests they declare."""
+    nodes beside training, with the requests they declare (not :data:`PRE_TRAINING_DAEMONS`)."""
     found = []
     for obj in objects:
-        if obj.get("kind") != "DaemonSet":
+        if obj.get("kind") != "DaemonSet" or obj["metadata"]["name"] in PRE_TRAINING_DAEMONS:
             continue
         spec = obj["spec"]["template"]["spec"]
         if on_trainium(spec, instance_type):

@@ -27,6 +27,7 @@ from constructs import Construct
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, node_name
+from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import (
     DATASET_NODE_LABEL,
     DATASET_TAINT,
@@ -199,9 +200,11 @@ def node_pool(
     max_nodes: int,
     idle_minutes: int,
     reserved: bool,
+    health_check: bool = False,
 ) -> dict[str, Any]:
-    """The NodePool: which nodes, how many at most, when they go."""
-    return {
+    """The NodePool: which nodes, how many at most, when they go; with ``health_check``, each
+    node starts with ``PENDING_TAINT`` as a startup taint, lifted by the node health check."""
+    pool: dict[str, Any] = {
         "apiVersion": NODE_POOL_API,
         "kind": "NodePool",
         "metadata": {"name": NODE_POOL_NAME},
@@ -238,6 +241,13 @@ def node_pool(
             "limits": {"cpu": str(max_nodes * facts.vcpus)},
         },
     }
+    if health_check:
+        # startupTaints: put on the node at registration, "expected to be removed ... by a
+        # DaemonSet", and ignored when Karpenter decides whether a pod fits a new node
+        # (kubernetes-sigs/karpenter v1.14.1 pkg/apis/v1/nodeclaim.go L32-38): the training pods
+        # need not tolerate it to get nodes launched, and cannot land before the check lifts it.
+        pool["spec"]["template"]["spec"]["startupTaints"] = [dict(PENDING_TAINT)]
+    return pool
 
 
 def dataset_node_class(
@@ -338,6 +348,7 @@ class TrainiumNodePool(Construct):
         system_nodes: int = 2,
         monitored: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
+        health_check: bool = False,
     ) -> None:
         """
         Args:
@@ -355,6 +366,8 @@ class TrainiumNodePool(Construct):
             monitored: the platform's Prometheus scrapes Karpenter (see
                 :class:`KarpenterController`). Default False.
             name_prefix: prefix of the instances' ``Name`` tags. Default "trn-bert".
+            health_check: the Trainium nodes start with the node health check's pending taint
+                (see :func:`node_pool`). Default False.
         """
         super().__init__(scope, id)
         check_root_volume_gib(root_volume_gib)
@@ -422,6 +435,7 @@ class TrainiumNodePool(Construct):
             max_nodes=max_nodes,
             idle_minutes=idle_minutes,
             reserved=capacity_reservation_id is not None,
+            health_check=health_check,
         )
         dataset = [
             dataset_node_class(

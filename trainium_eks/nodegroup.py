@@ -18,6 +18,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.neuron_stack import NEURON_STACK
+from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
 from .cluster import node_role
@@ -145,6 +146,7 @@ class TrainiumNodegroup(Construct):
         capacity_block: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
         release_version: str | None = None,
+        health_check: bool = False,
     ) -> None:
         """
         Args:
@@ -170,6 +172,9 @@ class TrainiumNodegroup(Construct):
                 driver (see ``trainium_eks.versions.NEURON_AMI_RELEASES``). Default None: EKS's
                 newest, whose driver may not run the training image's runtime (the platform
                 always pins one).
+            health_check: every node starts with ``PENDING_TAINT`` (trainium_job/node_health.py),
+                which the node health check's DaemonSet lifts when the node passes
+                (:mod:`trainium_eks.node_health`). Default False: no taint.
         """
         super().__init__(scope, id)
         check_node_sizes(min_size, desired_size, max_size)
@@ -205,9 +210,8 @@ class TrainiumNodegroup(Construct):
             max_size=max_size,
             labels=dict(TRAINIUM_NODE_LABEL),
             taints=[
-                eks.TaintSpec(
-                    key=NEURON_TAINT["key"], value=NEURON_TAINT["value"], effect=eks.TaintEffect.NO_SCHEDULE
-                )
+                eks.TaintSpec(key=t["key"], value=t["value"], effect=eks.TaintEffect.NO_SCHEDULE)
+                for t in (NEURON_TAINT, *([PENDING_TAINT] if health_check else []))
             ],
             enable_node_auto_repair=True,
             release_version=release_version,

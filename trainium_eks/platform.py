@@ -26,7 +26,8 @@ from .monitoring.fsx_alarm import FsxCapacityAlarm
 from .monitoring.names import LOCAL_PORTS
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network import TrainiumNetwork
-from .node_pool import TrainiumNodePool
+from .node_health import NodeReplacementRole
+from .node_pool import NODE_POOL_NAME, TrainiumNodePool
 from .nodegroup import TrainiumNodegroup
 from .registry import TrainingImageRepository
 from .workload import WorkloadTarget
@@ -58,6 +59,8 @@ class TrainiumPlatform(Construct):
         registry: :class:`TrainingImageRepository` (ECR).
         addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability, monitoring).
         storage_alarm: :class:`FsxCapacityAlarm` on the file system, or None without monitoring.
+        node_replacement: :class:`NodeReplacementRole` (the node health check terminates a failed
+            Trainium node), or None when the check or its replacement is off.
         workload_target: the :class:`WorkloadTarget` of a :class:`TrainingWorkload` in the same
             stack; :meth:`workload_target_in` gives one for a workload in another stack.
 
@@ -119,6 +122,7 @@ class TrainiumPlatform(Construct):
                 storage_gib=self.storage.storage_gib,
                 free_percent=config.monitoring_fsx_free_percent,
             )
+        self.node_replacement = self._node_replacement()
         self.workload_outputs = self._workload_outputs()
         suppress_platform_findings(
             self,
@@ -147,6 +151,7 @@ class TrainiumPlatform(Construct):
                 system_nodes=config.system_nodes,
                 monitored=config.monitoring_enabled,
                 name_prefix=config.name_prefix,
+                health_check=config.trainium_health_check,
             )
             # The controller runs on the system nodes, with Pod Identity credentials.
             pool.karpenter.crds.node.add_dependency(self.cluster.system_nodegroup)
@@ -167,6 +172,28 @@ class TrainiumPlatform(Construct):
             capacity_block=config.capacity_type == "capacity-block",
             name_prefix=config.name_prefix,
             release_version=config.ami_release_version,
+            health_check=config.trainium_health_check,
+        )
+
+    def _node_replacement(self) -> NodeReplacementRole | None:
+        """The node health check's role that terminates a failed Trainium node, when it does."""
+        if not self.config.node_health_replacement:
+            return None
+        cluster, namespace = as_icluster(self.cluster.cluster), self.storage_volume.namespace
+        if isinstance(self.trainium, TrainiumNodePool):
+            return NodeReplacementRole(
+                self, "NodeReplacement", cluster=cluster, node_pool=NODE_POOL_NAME, namespace=namespace
+            )
+        # The nodegroup's own name (GetAtt NodegroupName), the eks:nodegroup-name tag's value: the
+        # L2's nodegroup_name is the Ref, "<cluster>/<nodegroup>" (aws/aws-cdk issue 22442).
+        nodegroup = self.trainium.nodegroup.node.default_child
+        assert isinstance(nodegroup, eks.CfnNodegroup)
+        return NodeReplacementRole(
+            self,
+            "NodeReplacement",
+            cluster=cluster,
+            nodegroup_name=nodegroup.attr_nodegroup_name,
+            namespace=namespace,
         )
 
     def _storage(self) -> TrainingFileSystem:
@@ -203,6 +230,7 @@ class TrainiumPlatform(Construct):
             monitoring_enabled=config.monitoring_enabled,
             monitoring=config.monitoring,
             name_prefix=config.name_prefix,
+            health_check=config.trainium_health_check,
         )
         if addons.monitoring is not None:
             # The training pods' NetworkPolicy lives in the storage construct's namespace.

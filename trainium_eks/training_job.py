@@ -12,8 +12,9 @@ from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.job import SERVICE_ACCOUNT, RenderedJob, render_job
+from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, render_job
 from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
+from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.paths import JobPaths
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
@@ -67,6 +68,8 @@ class BertPretrainingJob(Construct):
         service_account_name: str = SERVICE_ACCOUNT,
         node_reserved: Resources = DEFAULT_NODE_DAEMONS,
         gang_wait_minutes: int | None = None,
+        health_gate: bool = False,
+        fabric_heal: FabricHeal | None = None,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -92,6 +95,14 @@ class BertPretrainingJob(Construct):
             gang_wait_minutes: the Trainium nodes are launched per job (Karpenter): minutes the
                 gang may wait for all its nodes before the job is aborted and the nodes that came
                 are released (``trainium_job.job.render_job``). Default None: a fixed nodegroup.
+            health_gate: the pods require nodes labelled ``trainium-eks/node-health=passed`` by
+                the node health check (:mod:`trainium_eks.node_health`). Only for a managed
+                nodegroup: Karpenter launches no node for a pod that requires a custom label
+                its NodePool does not define (kubernetes-sigs/karpenter v1.14.1
+                pkg/scheduling/requirements.go L182-193), so there the startup taint is the
+                gate. Default False.
+            fabric_heal: what the pre-training fabric check does to a node it names
+                (:class:`trainium_job.job.FabricHeal`). Default None: nothing, the job aborts.
             depends_on: constructs applied first (Volcano chart and queue, the claim). Default
                 ``()``.
         """
@@ -131,6 +142,8 @@ class BertPretrainingJob(Construct):
             etcd_endpoint=etcd_endpoint,
             node_reserved=node_reserved,
             gang_wait_minutes=gang_wait_minutes,
+            node_labels={HEALTH_LABEL: PASSED} if health_gate else None,
+            fabric_heal=fabric_heal,
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch

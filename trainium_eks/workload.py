@@ -15,6 +15,7 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
+from trainium_job.job import FabricHeal
 from trainium_job.scheduling import TRAINING_QUEUE
 
 from .config import PlatformConfig
@@ -25,6 +26,7 @@ from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 from .monitoring.exporters import TrainingExporters
 from .nag import suppress_workload_findings
 from .node_fit import node_fit
+from .node_health import NodeHealthCheck
 from .tensorboard import TensorBoard
 from .training_image import TrainingImages
 from .training_job import BertPretrainingJob, add_job_outputs
@@ -73,7 +75,9 @@ class TrainingWorkload(Construct):
         images (:class:`TrainingImages`), job (:class:`BertPretrainingJob`), staging
         (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``),
         tensorboard (:class:`TensorBoard`), exporters (:class:`TrainingExporters`: the EFA and
-        FSx exporters, when the target has monitoring and ``monitoring_exporters`` is on; else None).
+        FSx exporters, when the target has monitoring and ``monitoring_exporters`` is on; else None),
+        node_health (:class:`NodeHealthCheck`: the deep check of new Trainium nodes, with
+        ``trainium_health_check``; else None).
 
     Its own cdk-nag acknowledgements (the image copy's role) are applied on this construct.
     Give it the ID ``Default`` to keep the logical IDs the workload had inside the platform stack.
@@ -152,6 +156,19 @@ class TrainingWorkload(Construct):
                 facts=config.facts,
                 depends_on=[*claim_ready, *builds, *target.monitoring_dependencies],
             )
+        self.node_health = None
+        if config.trainium_health_check:
+            self.node_health = NodeHealthCheck(
+                self,
+                "NodeHealthCheck",
+                cluster=cluster,
+                image=self.images.training_image,
+                facts=config.facts,
+                namespace=target.namespace,
+                replace=config.trainium_health_replace,
+                training_service_account=self.job.service_account,
+                depends_on=[*claim_ready, *builds],
+            )
         add_job_outputs(self, job=self.job, namespace=target.namespace)
         suppress_workload_findings(self)
 
@@ -183,5 +200,18 @@ def _pretraining_job(
         name_prefix=config.name_prefix,
         node_reserved=node_fit(config).reserved,
         gang_wait_minutes=config.gang_wait_minutes,
+        health_gate=config.trainium_health_check and config.trainium_capacity == "nodegroup",
+        fabric_heal=_fabric_heal(config),
         depends_on=depends_on,
+    )
+
+
+def _fabric_heal(config: PlatformConfig) -> FabricHeal | None:
+    """With the deep node health check on, a node the fabric check names is taken out (and
+    replaced when the check replaces), and the job restarts without it."""
+    if not config.trainium_health_check:
+        return None
+    return FabricHeal(
+        mode="replace" if config.trainium_health_replace else "taint",
+        recheck=config.trainium_capacity == "nodegroup",
     )

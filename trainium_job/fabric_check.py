@@ -100,6 +100,8 @@ class FabricCheck:
         heal: what a failure that names nodes does to them (:data:`trainium_job.node_health.HEAL_MODES`):
             ``off``, the default, aborts the job as before; the training job sets ``taint`` or
             ``replace`` when the platform's deep node health check is on.
+        recheck: with ``heal``, a node of a failed 2-node check goes back to the deep check
+            (``--no-recheck``: it is marked failed instead; see ``trainium_job.job.FabricHeal``).
     """
 
     min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
@@ -109,6 +111,7 @@ class FabricCheck:
     pair_size_mib: int = 32
     pair_iters: int = 5
     heal: str = "off"
+    recheck: bool = True
 
     def __post_init__(self) -> None:
         if self.heal not in HEAL_MODES:
@@ -157,6 +160,7 @@ def verdict_args(
         "--nodes",
         str(nodes),
         *(["--heal", check.heal] if check.heal != "off" else []),
+        *(["--no-recheck"] if check.heal != "off" and not check.recheck else []),
     ]
     return f"{render(argv)} --seconds {seconds}"
 

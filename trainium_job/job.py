@@ -6,6 +6,7 @@ from :func:`launch_spec` and :func:`~trainium_job.pod.pod_template`, so both run
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +60,32 @@ def launch_spec(
     )
 
 
-def fabric_check(spec: BertJobSpec, plan: TrainingPlan, facts: InstanceFacts) -> FabricCheck | None:
-    """The fabric check of a multi-node job on EFA (None when off or nothing crosses a fabric)."""
+def fabric_check(
+    spec: BertJobSpec, plan: TrainingPlan, facts: InstanceFacts, heal: FabricHeal | None = None
+) -> FabricCheck | None:
+    """The fabric check of a multi-node job on EFA (None when off or nothing crosses a fabric);
+    ``heal``: what it does to a node it names (None: nothing, the job aborts)."""
     if not spec.fabric_check or plan.nodes < 2 or not facts.multi_node:
         return None
-    return FabricCheck(min_busbw_gbps=spec.fabric_check_min_busbw_gbps)
+    heal = heal or FabricHeal()
+    return FabricCheck(min_busbw_gbps=spec.fabric_check_min_busbw_gbps, heal=heal.mode, recheck=heal.recheck)
+
+
+@dataclass(frozen=True)
+class FabricHeal:
+    """What a failed fabric check does to the nodes it names (with the deep node health check on).
+
+    Attributes:
+        mode: ``off`` (the default: the job aborts), ``taint`` or ``replace``
+            (:data:`trainium_job.node_health.HEAL_MODES`).
+        recheck: a node of a 2-node job goes back to the deep check (True, the default: a managed
+            nodegroup, whose nodes the check's DaemonSet selects again once unlabelled), or is
+            marked failed like a named node (False: with Karpenter the check runs only on a node
+            Karpenter has not initialized yet, so it would never come back).
+    """
+
+    mode: str = "off"
+    recheck: bool = True
 
 
 def check_rendezvous(spec: BertJobSpec, *, etcd_available: bool) -> None:
@@ -101,6 +123,8 @@ def render_job(
     etcd_endpoint: str | None = None,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
     gang_wait_minutes: int | None = None,
+    node_labels: Mapping[str, str] | None = None,
+    fabric_heal: FabricHeal | None = None,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
@@ -111,6 +135,8 @@ def render_job(
     ``gang_wait_minutes``: the Trainium nodes are launched for the job (Karpenter): the pods carry
     Karpenter's do-not-disrupt annotation, and a gang not running after that many minutes is
     aborted so the nodes that came are released (:func:`~trainium_job.pod.gang_wait_policy`).
+    ``node_labels``: labels the pods' nodes must also carry (the node health check's ``passed``).
+    ``fabric_heal``: what the fabric check does to a node it names (:class:`FabricHeal`).
     """
     checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
     check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
@@ -129,8 +155,9 @@ def render_job(
             claim_name=claim_name,
             service_account=service_account,
             node_reserved=node_reserved,
-            fabric_check=fabric_check(spec, plan, facts),
+            fabric_check=fabric_check(spec, plan, facts, fabric_heal),
             annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang_wait_minutes is not None else None,
+            node_labels=node_labels,
         )
         return volcano_job(
             job_name=job_name,

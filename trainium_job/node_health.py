@@ -4,7 +4,7 @@ the CDK library (taints, labels, the DaemonSet) and the training image's check
 
 A Trainium node starts tainted :data:`PENDING_TAINT`; the check labels it :data:`HEALTH_LABEL` =
 ``passed`` and removes the taint, or labels it ``failed`` and replaces the taint with
-:func:`failed_taint` naming the failed check (kube-state-metrics exports it as
+:func:`failed_taint` (key :data:`FAILED_TAINT_KEY`) naming the failed check (kube-state-metrics exports it as
 ``kube_node_spec_taint{key,value,effect}``).
 
 Expected counts and floors, cited from the Neuron documentation (aws-neuron/aws-neuron-sdk at
@@ -59,11 +59,21 @@ HEAL_MODES: Final = ("off", "taint", "replace")
 EVENT_COMPONENT: Final = "node-health-check"
 
 
+#: Key of a failed node's taint. Not the pending taint's: Karpenter holds a node uninitialized
+#: while a taint matching one of its NodePool's ``startupTaints`` by key and effect remains
+#: (kubernetes-sigs/karpenter v1.14.1 pkg/controllers/nodeclaim/lifecycle/initialization.go
+#: L74-77, L115-125, through core/v1 ``Taint.MatchTaint``), and an uninitialized node is never
+#: disrupted, so a failed node would stay, empty and paid for, after the job has gone elsewhere.
+FAILED_TAINT_KEY: Final = "trainium-eks/node-health-failed"
+#: Every taint key the health check writes (a verdict replaces all of them).
+HEALTH_TAINT_KEYS: Final = (HEALTH_LABEL, FAILED_TAINT_KEY)
+
+
 def failed_taint(check: str) -> dict[str, str]:
     """The taint of a node that failed ``check`` (its value names the check)."""
     if check not in (*CHECKS, FABRIC):
         raise ValueError(f"unknown check {check!r}; one of {', '.join((*CHECKS, FABRIC))}")
-    return {"key": HEALTH_LABEL, "value": check, "effect": "NoSchedule"}
+    return {"key": FAILED_TAINT_KEY, "value": check, "effect": "NoSchedule"}
 
 
 #: The all-reduce the collective check runs: ``nccom-test``'s default size, 32 MiB

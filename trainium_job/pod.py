@@ -141,11 +141,13 @@ def pod_template(
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
     fabric_check: FabricCheck | None = None,
     annotations: Mapping[str, str] | None = None,
+    node_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
     the metrics port; CPU and memory are the node's less ``node_reserved`` (see
     :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node
-    jobs); ``annotations``: the pod's, if any."""
+    jobs); ``annotations``: the pod's, if any; ``node_labels``: labels its node must also carry
+    (the node health check's ``passed``)."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     metadata: dict[str, Any] = {"labels": {**APP_LABEL, JOB_LABEL: job_name}}
@@ -157,7 +159,7 @@ def pod_template(
             "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
             "restartPolicy": "Never",
-            "nodeSelector": node_selector(facts),
+            "nodeSelector": {**node_selector(facts), **(node_labels or {})},
             "tolerations": [dict(WORKLOAD_TOLERATION)],
             # SIGTERM -> finish the step, write a checkpoint (training.trainer.stop): time derived from
             # a BERT-large state and the default FSx's throughput.

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from tests.support import helm_charts, k8s_manifests, resources, synth_app, variants
+from trainium_job.node_health import HEALTH_LABEL, PASSED, PENDING_TAINT
 
 #: Configurations whose output is checked: the default and every option that changes what is
 #: emitted (add-ons, data preparation, the etcd rendezvous, other instance types).
@@ -55,6 +56,10 @@ class Nodegroup:
     labels: dict[str, str]
     taints: tuple[dict[str, str], ...]
     instance_types: tuple[str, ...]
+    #: Taints a node starts with and loses once the node health check passes (the pending taint:
+    #: a nodegroup's own taint, a NodePool's ``startupTaints``); ``taints`` and ``labels`` are the
+    #: node's state after that (the check's ``passed`` label on).
+    startup_taints: tuple[dict[str, str], ...] = ()
 
 
 def _templates() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -84,6 +89,11 @@ def charts() -> tuple[Chart, ...]:
     )
 
 
+def _checked(startup_taints: tuple[dict[str, str], ...]) -> dict[str, str]:
+    """The label the node health check adds to a node that started with its pending taint."""
+    return {HEALTH_LABEL: PASSED} if PENDING_TAINT in startup_taints else {}
+
+
 @cache
 def nodegroups() -> tuple[Nodegroup, ...]:
     """Every managed nodegroup, with its instance types (its own, or its launch template's)."""
@@ -105,7 +115,16 @@ def nodegroups() -> tuple[Nodegroup, ...]:
                 {"key": t["Key"], "value": t.get("Value", ""), "effect": EKS_TAINT_EFFECTS[t["Effect"]]}
                 for t in props.get("Taints", [])
             )
-            found.append(Nodegroup(f"{where} / {logical_id}", props.get("Labels", {}), taints, tuple(types)))
+            startup = tuple(t for t in taints if t == PENDING_TAINT)
+            found.append(
+                Nodegroup(
+                    f"{where} / {logical_id}",
+                    {**props.get("Labels", {}), **_checked(startup)},
+                    tuple(t for t in taints if t not in startup),
+                    tuple(types),
+                    startup,
+                )
+            )
         found.extend(_node_pools(where, template))
     return tuple(found)
 
@@ -121,11 +140,13 @@ def _node_pools(where: str, template: Mapping[str, Any]) -> Iterator[Nodegroup]:
         node = obj["spec"]["template"]
         requirements = {r["key"]: r for r in node["spec"].get("requirements", [])}
         types = requirements.get("node.kubernetes.io/instance-type", {}).get("values", [])
+        startup = tuple(node["spec"].get("startupTaints", []))
         yield Nodegroup(
             f"{where} / {logical_id} / NodePool {obj['metadata']['name']}",
-            node.get("metadata", {}).get("labels", {}),
+            {**node.get("metadata", {}).get("labels", {}), **_checked(startup)},
             tuple(node["spec"].get("taints", [])),
             tuple(types),
+            startup,
         )
 
 

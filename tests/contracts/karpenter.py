@@ -54,6 +54,13 @@ NODE_POOL_FIELDS = (
         f"{_NODEPOOLS}:402-405",
         enum=("NoSchedule", "PreferNoSchedule", "NoExecute"),
     ),
+    Field("template.spec.startupTaints[].key", f"{_NODEPOOLS}:370-374"),
+    Field("template.spec.startupTaints[].value", f"{_NODEPOOLS}:379-382"),
+    Field(
+        "template.spec.startupTaints[].effect",
+        f"{_NODEPOOLS}:360-369",
+        enum=("NoSchedule", "PreferNoSchedule", "NoExecute"),
+    ),
     Field("template.spec.expireAfter", f"{_NODEPOOLS}:239-246", pattern=_DURATION_OR_NEVER),
     Field("template.spec.terminationGracePeriod", f"{_NODEPOOLS}:425-440", pattern=r"^([0-9]+(s|m|h))+$"),
     Field(

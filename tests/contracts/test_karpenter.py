@@ -248,7 +248,9 @@ def _karpenter_node(template: Mapping[str, Any], facts_name: str) -> dict[str, A
         ),
         "user_data": spec.get("userData"),
         "labels": node["metadata"]["labels"],
-        "taints": node["spec"]["taints"],
+        # A node gets the NodePool's taints and its startupTaints at registration
+        # (kubernetes-sigs/karpenter v1.14.1 pkg/apis/v1/nodeclaim.go L28-38).
+        "taints": [*node["spec"]["taints"], *node["spec"].get("startupTaints", [])],
         "name_tag": spec["tags"]["Name"],
         "reservation": reservation[0] if reservation else None,
         # A Capacity Block is launched as one when its reservation is one (launchtemplate/types.go

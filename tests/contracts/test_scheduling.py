@@ -37,7 +37,7 @@ def test_given_every_toleration_of_our_pods_then_it_matches_a_taint_a_nodegroup_
         f"{where}: toleration {t} matches no nodegroup taint"
         for where, pod in _pods()
         for t in pod.get("tolerations", [])
-        if not any(tolerates(t, taint) for g in _groups(where) for taint in g.taints)
+        if not any(tolerates(t, taint) for g in _groups(where) for taint in (*g.taints, *g.startup_taints))
     ]
     assert problems == []
 

@@ -62,12 +62,23 @@ def check_assembly(outdir: Path) -> None:
         "AWS::ECR::Repository",
     }
     applied = {lid: r["Properties"] for lid, r in of_type(workload, MANIFEST).items()}
-    assert len(applied) == 4, sorted(applied)  # service account, Volcano Job, staging Job, TensorBoard
+    # Service account, Volcano Job, staging Job, TensorBoard, the node health check.
+    assert len(applied) == 5, sorted(applied)
     for props in applied.values():
         assert props["ClusterName"] == "research"
         assert props["ServiceToken"] == "arn:aws:lambda:us-east-1:123456789012:function:research-kubectl"
     objects = [obj for _, obj in k8s_manifests(workload)]
-    assert {obj["metadata"]["namespace"] for obj in objects} == {"ml"}
+    assert {obj["metadata"]["namespace"] for obj in objects if "namespace" in obj["metadata"]} == {"ml"}
+    # Cluster-scoped: the node health check's role, its binding (to the "ml" accounts) and policy.
+    cluster_scoped = sorted(obj["kind"] for obj in objects if "namespace" not in obj["metadata"])
+    assert cluster_scoped == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert {subject["namespace"] for subject in binding["subjects"]} == {"ml"}
     (volcano,) = [o for o in objects if o["apiVersion"].startswith("batch.volcano.sh")]
     assert volcano["spec"]["queue"] == "research" and volcano["metadata"]["name"].startswith("research-")
     pod = volcano["spec"]["tasks"][0]["template"]["spec"]

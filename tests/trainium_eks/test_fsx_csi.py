@@ -50,8 +50,18 @@ def test_given_default_config_then_controller_runs_on_system_nodes_and_node_plug
     assert values["node"]["tolerateAllTaints"] is True
 
 
+def _fsx_associations(template: dict) -> dict:
+    """The Pod Identity associations of kube-system (the FSx CSI controller's; the node health
+    check's are in the training namespace)."""
+    return {
+        k: a
+        for k, a in resources(template, "AWS::EKS::PodIdentityAssociation").items()
+        if a["Properties"]["Namespace"] == "kube-system"
+    }
+
+
 def test_given_default_config_then_controller_gets_describe_only_through_pod_identity(platform_json):
-    (association,) = resources(platform_json, "AWS::EKS::PodIdentityAssociation").values()
+    (association,) = _fsx_associations(platform_json).values()
     props = association["Properties"]
     assert (props["Namespace"], props["ServiceAccount"]) == ("kube-system", "fsx-csi-controller-sa")
     role_id = props["RoleArn"]["Fn::GetAtt"][0]
@@ -71,7 +81,7 @@ def test_given_default_config_then_controller_gets_describe_only_through_pod_ide
 
 def test_given_default_config_then_chart_waits_for_the_pod_identity_association(platform_json):
     chart_id, _ = _driver(platform_json)
-    (association_id,) = resources(platform_json, "AWS::EKS::PodIdentityAssociation")
+    (association_id,) = _fsx_associations(platform_json)
     assert association_id in platform_json["Resources"][chart_id]["DependsOn"]
 
 

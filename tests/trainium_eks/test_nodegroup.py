@@ -50,7 +50,11 @@ def test_given_default_config_then_nodes_are_tainted_for_training_only(platform_
         "AWS::EKS::Nodegroup",
         {
             "AmiType": "AL2023_x86_64_NEURON",
-            "Taints": [{"Key": "aws.amazon.com/neuron", "Value": "true", "Effect": "NO_SCHEDULE"}],
+            # The Trainium taint, and the node health check's until the node passes it.
+            "Taints": [
+                {"Key": "aws.amazon.com/neuron", "Value": "true", "Effect": "NO_SCHEDULE"},
+                {"Key": "trainium-eks/node-health", "Value": "pending", "Effect": "NO_SCHEDULE"},
+            ],
             "LaunchTemplate": {
                 "Id": {"Ref": Match.string_like_regexp("TrainiumLaunchTemplate")},
                 "Version": Match.any_value(),

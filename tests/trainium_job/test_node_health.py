@@ -16,7 +16,9 @@ from trainium_job.node_health import (
     CHECKS,
     EXPECTATIONS,
     FABRIC,
+    FAILED_TAINT_KEY,
     HEALTH_LABEL,
+    HEALTH_TAINT_KEYS,
     MARGIN,
     NCCOM_SIZE_BYTES,
     PENDING_TAINT,
@@ -72,7 +74,8 @@ def test_given_no_doc_run_of_all_cores_then_the_floor_is_the_margin_of_the_lowes
 
 def test_given_a_failed_check_then_its_taint_names_it_and_an_unknown_one_is_refused():
     assert [failed_taint(c)["value"] for c in (*CHECKS, FABRIC)] == [*CHECKS, FABRIC]
-    assert {t["key"] for t in (PENDING_TAINT, failed_taint("efa"))} == {HEALTH_LABEL}
+    assert PENDING_TAINT["key"] == HEALTH_LABEL and failed_taint("efa")["key"] == FAILED_TAINT_KEY
+    assert {PENDING_TAINT["key"], FAILED_TAINT_KEY} == set(HEALTH_TAINT_KEYS)
     with pytest.raises(ValueError, match="unknown check"):
         failed_taint("disk")
 

@@ -408,6 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
         "node if named, or send it back to the deep check, and exit 75 so the job restarts), replace "
         "(taint, and terminate a named node's instance)",
     )
+    v.add_argument(
+        "--recheck",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --heal, a node of a failed 2-node check goes back to the deep check (default); "
+        "--no-recheck marks it failed instead",
+    )
     return p
 
 
@@ -418,10 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     outcome = verdict(args)
     if args.heal == "off" or outcome.exit_code != EXIT_CODE:
         return outcome.exit_code
-    return heal(outcome, _node(), replace=args.heal == "replace")
+    return heal(outcome, _node(), replace=args.heal == "replace", recheck=args.recheck)
 
 
-def heal(outcome: Verdict, node: str, *, replace: bool, actions: Any = None) -> int:
+def heal(outcome: Verdict, node: str, *, replace: bool, recheck: bool = True, actions: Any = None) -> int:
     """Act on a failed fabric check that names nodes, then the exit code that restarts the job
     without them. Each pod acts on its own node only (every pod's verdict carries the same names):
     a named node is marked failed (taint ``trainium-eks/node-health=fabric``, an Event, its
@@ -429,14 +436,16 @@ def heal(outcome: Verdict, node: str, *, replace: bool, actions: Any = None) -> 
     every pod of the gang exits :data:`NOT_MEASURED_EXIT_CODE`, which the Job restarts (no policy
     names it), so one pod's 69 cannot abort the job the others are healing. With no name (a
     fabric-wide fault) or an action that failed, :data:`EXIT_CODE`: the job aborts as without the
-    deep check. ``actions``: the module that talks to Kubernetes (``training.node.node_actions``)."""
+    deep check. ``recheck`` False (Karpenter, where the deep check runs only on new nodes): a node
+    to re-check is marked failed instead. ``actions``: the module that talks to Kubernetes
+    (``training.node.node_actions``)."""
     if not (outcome.named_nodes or outcome.recheck_nodes):
         return outcome.exit_code
     if actions is None:
         from training.node import node_actions as actions
     message = outcome.findings[0] if outcome.findings else outcome.line
     try:
-        if node in outcome.named_nodes:
+        if node in outcome.named_nodes or (node in outcome.recheck_nodes and not recheck):
             actions.mark_failed(node, FABRIC, message, replace=replace)
             print(
                 f"fabric check: node {node} marked failed and tainted; the job restarts without it",

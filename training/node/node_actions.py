@@ -33,6 +33,7 @@ from trainium_job.node_health import (
     FAILED,
     FAILED_REASON,
     HEALTH_LABEL,
+    HEALTH_TAINT_KEYS,
     PASSED,
     PENDING_TAINT,
     RECHECK_REASON,
@@ -65,7 +66,7 @@ def health_taints(
     taints: Sequence[Mapping[str, Any]], verdict_taint: Mapping[str, str] | None
 ) -> list[dict[str, Any]]:
     """``taints`` less every health taint (pending or an earlier failure), plus ``verdict_taint``."""
-    kept = [dict(t) for t in taints if t.get("key") != HEALTH_LABEL]
+    kept = [dict(t) for t in taints if t.get("key") not in HEALTH_TAINT_KEYS]
     return kept + ([dict(verdict_taint)] if verdict_taint is not None else [])
 
 

@@ -19,15 +19,21 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 
+from ..node_health import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
 from .helm import HELM_TIMEOUT
 
 
-def efa_chart_values(facts: InstanceFacts) -> dict:
-    """Helm values of the EFA chart: Trainium nodes of ``facts.name`` only."""
+def efa_chart_values(facts: InstanceFacts, *, health_check: bool = False) -> dict:
+    """Helm values of the EFA chart: Trainium nodes of ``facts.name`` only. With
+    ``health_check``, it also tolerates the node health check's pending taint, so the node's EFA
+    interfaces are registered by the time the check lifts the taint."""
     return {
         "nodeSelector": {**TRAINIUM_NODE_LABEL, INSTANCE_TYPE_LABEL: facts.name},
-        "tolerations": [dict(DEVICE_PLUGIN_TOLERATION)],
+        "tolerations": [
+            dict(DEVICE_PLUGIN_TOLERATION),
+            *([dict(PENDING_TOLERATION)] if health_check else []),
+        ],
     }
 
 
@@ -45,12 +51,15 @@ class EfaDevicePlugin(Construct):
         *,
         cluster: eks.ICluster,
         facts: InstanceFacts,
+        health_check: bool = False,
         pin: AddonPin = ADDON_PINS["efa"],
     ) -> None:
         """
         Args:
             cluster: the cluster (with a kubectl provider).
             facts: the Trainium instance type; it must have EFA interfaces.
+            health_check: it tolerates the node health check's pending taint
+                (:mod:`trainium_eks.node_health`). Default False.
             pin: chart, repository and version. Default: ``ADDON_PINS["efa"]``.
         """
         super().__init__(scope, id)
@@ -68,6 +77,6 @@ class EfaDevicePlugin(Construct):
             release="efa",
             namespace="kube-system",
             create_namespace=False,
-            values=efa_chart_values(facts),
+            values=efa_chart_values(facts, health_check=health_check),
             timeout=HELM_TIMEOUT,
         )

@@ -27,6 +27,7 @@ from constructs import Construct
 
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL, TRAINIUM_NODE_LABEL
 
+from ..node_health import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
 from .helm import HELM_TIMEOUT
 
@@ -34,14 +35,25 @@ from .helm import HELM_TIMEOUT
 NEURON_TOLERATION = DEVICE_PLUGIN_TOLERATION
 
 
-def neuron_chart_values(*, scheduler_extension: bool, node_problem_detector: bool) -> dict:
-    """Helm values of the Neuron chart (device plugin on Trainium nodes only)."""
+def neuron_chart_values(
+    *, scheduler_extension: bool, node_problem_detector: bool, health_check: bool = False
+) -> dict:
+    """Helm values of the Neuron chart (device plugin on Trainium nodes only). With
+    ``health_check``, the device plugin also tolerates the node health check's pending taint:
+    the check requests the node's Neuron devices, which only the plugin allocates."""
     trainium_only = {
         "nodeSelector": dict(TRAINIUM_NODE_LABEL),
         "tolerations": [dict(DEVICE_PLUGIN_TOLERATION)],
     }
+    device_plugin = {
+        **trainium_only,
+        "tolerations": [
+            dict(DEVICE_PLUGIN_TOLERATION),
+            *([dict(PENDING_TOLERATION)] if health_check else []),
+        ],
+    }
     return {
-        "devicePlugin": {"enabled": True, **trainium_only},
+        "devicePlugin": {"enabled": True, **device_plugin},
         "scheduler": {
             "enabled": scheduler_extension,
             "nodeSelector": dict(SYSTEM_NODE_LABEL),
@@ -74,6 +86,7 @@ class NeuronDevicePlugin(Construct):
         cluster: eks.ICluster,
         scheduler_extension: bool = False,
         node_problem_detector: bool = False,
+        health_check: bool = False,
         pin: AddonPin = ADDON_PINS["neuron"],
     ) -> None:
         """
@@ -82,6 +95,8 @@ class NeuronDevicePlugin(Construct):
             scheduler_extension: install the Neuron scheduler extension. Default False.
             node_problem_detector: install the Neuron node-problem-detector (monitor only).
                 Default False.
+            health_check: the device plugin tolerates the node health check's pending taint
+                (:mod:`trainium_eks.node_health`). Default False.
             pin: chart and version. Default: ``ADDON_PINS["neuron"]``.
         """
         super().__init__(scope, id)
@@ -95,7 +110,9 @@ class NeuronDevicePlugin(Construct):
             namespace="kube-system",
             create_namespace=False,
             values=neuron_chart_values(
-                scheduler_extension=scheduler_extension, node_problem_detector=node_problem_detector
+                scheduler_extension=scheduler_extension,
+                node_problem_detector=node_problem_detector,
+                health_check=health_check,
             ),
             timeout=HELM_TIMEOUT,
         )

@@ -291,6 +291,8 @@ def _validate_capacity(c: PlatformSettings) -> None:
         maximum=24 * 60,
     )
     checks.whole_number("trainium_idle_minutes", c.trainium_idle_minutes, minimum=0, maximum=24 * 60)
+    checks.flag("trainium_health_check", c.trainium_health_check)
+    checks.flag("trainium_health_replace", c.trainium_health_replace)
 
 
 def _validate_network(c: PlatformSettings) -> None:

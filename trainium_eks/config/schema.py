@@ -81,6 +81,18 @@ class PlatformSettings:
     #: With ``karpenter``: minutes an empty Trainium node is kept (a relaunch within them reuses it;
     #: each costs a node-minute at the on-demand price).
     trainium_idle_minutes: int = 10
+    #: Deep health check of every new Trainium node before it takes work (Neuron devices, a
+    #: compute and a collective test, EFA; trainium_eks/node_health.py): nodes start tainted
+    #: ``trainium-eks/node-health=pending`` and a DaemonSet of the training image lifts the taint
+    #: or names the failed check. On by default: a bad node found at start costs minutes, one
+    #: found by a failing job costs the job. The check runs the training image, so it comes with
+    #: the training stack: with ``training_enabled=false`` new nodes wait, tainted, until one is
+    #: deployed (set this false for a platform used without it). Off: no taint, no DaemonSet.
+    trainium_health_check: bool = True
+    #: With the check on: terminate a node that fails it, so the nodegroup (or Karpenter) brings a
+    #: fresh one. On by default (a failed node is never used again). Off: the node keeps the
+    #: failed taint for inspection, and no AWS role is created.
+    trainium_health_replace: bool = True
     #: EFA interface layout: ``efa`` on every card (what the reference walkthrough ran), or
     #: ``efa-only`` (ENA primary + EFA-only interfaces, AWS's layout that saves subnet IPs).
     efa_interface_layout: str = "efa"
@@ -194,6 +206,12 @@ class PlatformSettings:
     def gang_wait_minutes(self) -> int | None:
         """:attr:`trainium_gang_wait_minutes` when Karpenter launches the nodes per job, else None."""
         return self.trainium_gang_wait_minutes if self.trainium_capacity == "karpenter" else None
+
+    @property
+    def node_health_replacement(self) -> bool:
+        """The node health check is on and terminates a node that fails it. Neither reads
+        :attr:`training_enabled`, which changes the training stack only."""
+        return self.trainium_health_check and self.trainium_health_replace
 
     @property
     def ami_release_version(self) -> str:

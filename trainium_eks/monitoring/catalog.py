@@ -40,6 +40,11 @@ _KSM = Source(
     "kubernetes/kube-state-metrics v2.20.0 docs/metrics/cluster/node-metrics.md L7, L15; "
     "docs/metrics/workload/pod-metrics.md L8; label keys sanitized by internal/store/utils.go L148",
 )
+_KSM_TAINT = Source(
+    "kube-state-metrics v2.20.0 (kube-prometheus-stack 88.5.3)",
+    "kubernetes/kube-state-metrics docs/metrics/cluster/node-metrics.md, row kube_node_spec_taint "
+    "(labels node, key, value, effect; STABLE; L10 at 08c753e)",
+)
 _TRAINING = Source(
     "training.trainer.pretrain --metrics_port (training/trainer/prom_metrics.py)",
     "trainium_job/telemetry.py TRAINING_METRICS",
@@ -77,6 +82,7 @@ CATALOG: dict[str, Source] = {
         _NODE_EXPORTER,
     ),
     **dict.fromkeys(("kube_node_labels", "kube_node_status_condition", "kube_pod_info"), _KSM),
+    "kube_node_spec_taint": _KSM_TAINT,
     **dict.fromkeys(TRAINING_METRICS, _TRAINING),
     **dict.fromkeys((f"efa_{name}_total" for name in PORT_COUNTERS), _EFA),
     "efa_devices": _EFA,

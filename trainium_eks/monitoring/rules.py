@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_job.naming import TASK_NAME
+from trainium_job.node_health import FAILED_TAINT_KEY
 
 from . import scrape
 from .karpenter import BUILD_INFO, INSUFFICIENT_CAPACITY_REASON, NODECLAIMS_DISRUPTED, KarpenterCapacity
@@ -227,6 +228,18 @@ def alerts(
             "target down on one node often means that node is short of resources.",
         ),
         _restarting_without_progress(),
+        Alert(
+            "TrainiumNodeFailedHealthCheck",
+            f'max by (node, value) (kube_node_spec_taint{{key="{FAILED_TAINT_KEY}"}}) > 0',
+            "0m",
+            "warning",
+            "Trainium node {{ $labels.node }} failed its {{ $labels.value }} health check",
+            "The node is kept out of training (tainted). kubectl get events -A --field-selector "
+            "reason=TrainiumNodeHealthCheckFailed says what was expected and found; with "
+            "trainium_health_replace the node is being replaced (reason TrainiumNodeReplaced), else "
+            "inspect it, then terminate its instance or check it again (docs/healing.md). A 'fabric' "
+            "value: the pre-training fabric check named it.",
+        ),
     ]
     if karpenter_capacity is not None:
         platform_alerts.append(_capacity_missing(karpenter_capacity, training_namespace))

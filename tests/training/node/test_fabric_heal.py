@@ -58,6 +58,13 @@ def test_given_a_two_node_failure_then_this_pods_node_goes_back_to_the_deep_chec
     assert actions.calls == [("request_recheck", "n1")]
 
 
+def test_given_a_two_node_failure_where_the_deep_check_cannot_run_again_then_the_node_is_marked_failed():
+    actions = Actions()
+    outcome = Verdict(BELOW.line, EXIT_CODE, recheck_nodes=("n1", "n2"))
+    assert heal(outcome, "n2", replace=True, recheck=False, actions=actions) == NOT_MEASURED_EXIT_CODE
+    assert actions.calls == [("mark_failed", "n2", FABRIC, True)]
+
+
 def test_given_no_node_to_blame_then_the_job_aborts_as_before():
     actions = Actions()
     assert heal(BELOW, "n1", replace=True, actions=actions) == EXIT_CODE
@@ -70,11 +77,13 @@ def test_given_the_api_refuses_then_the_job_aborts_rather_than_restart_onto_the_
 
 
 @pytest.mark.parametrize("mode", ["off", "taint", "replace"])
-def test_given_a_heal_mode_then_the_verdict_line_carries_it_and_the_program_parses_it(mode):
-    line = verdict_args(FabricCheck(heal=mode), nodes=3, seconds="7")
+@pytest.mark.parametrize("recheck", [True, False])
+def test_given_a_heal_mode_then_the_verdict_line_carries_it_and_the_program_parses_it(mode, recheck):
+    line = verdict_args(FabricCheck(heal=mode, recheck=recheck), nodes=3, seconds="7")
     assert ("--heal" in line) == (mode != "off")
     argv = line.split()[3:]  # after "python -m training.node.fabric_check"
-    assert build_parser().parse_args(argv).heal == mode
+    parsed = build_parser().parse_args(argv)
+    assert (parsed.heal, parsed.recheck) == (mode, recheck or mode == "off")
 
 
 def test_given_an_unknown_heal_mode_then_the_check_refuses_it():

@@ -26,7 +26,9 @@ def test_given_default_config_then_plugin_is_selected_onto_trainium_nodes_and_to
         "node.kubernetes.io/instance-type": "trn1.32xlarge",
     }
     assert values["tolerations"] == [
-        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
+        # The node health check's pending taint: the interfaces are registered when it passes.
+        {"key": "trainium-eks/node-health", "operator": "Equal", "value": "pending", "effect": "NoSchedule"},
     ]
 
 

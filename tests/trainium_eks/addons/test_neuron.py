@@ -5,6 +5,12 @@ from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, nodegroup_
 from trainium_eks.addons.neuron import neuron_chart_values
 
 NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+HEALTH_PENDING_TOLERATION = {
+    "key": "trainium-eks/node-health",
+    "operator": "Equal",
+    "value": "pending",
+    "effect": "NoSchedule",
+}
 
 
 def test_given_default_config_then_the_pinned_oci_chart_is_installed_in_kube_system(platform_json):
@@ -20,7 +26,8 @@ def test_given_default_config_then_device_plugin_runs_only_on_tainted_trainium_n
     values = chart(platform_json, "neuron")[1]["Values"]
     assert values["devicePlugin"]["enabled"] is True
     assert values["devicePlugin"]["nodeSelector"] == {"trainium-eks/pool": "trainium"}
-    assert values["devicePlugin"]["tolerations"] == [NEURON_TOLERATION]
+    # And the node health check's pending taint: the check requests the devices it allocates.
+    assert values["devicePlugin"]["tolerations"] == [NEURON_TOLERATION, HEALTH_PENDING_TOLERATION]
     assert values["draDriver"] == {"enabled": False}
 
 
