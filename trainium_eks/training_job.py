@@ -168,7 +168,8 @@ class BertPretrainingJob(Construct):
                     "apiVersion": "v1",
                     "kind": "ServiceAccount",
                     "metadata": {"name": self.service_account, "namespace": namespace},
-                    # Training reads and writes FSx only: no Kubernetes API token, no AWS role.
+                    # No token unless a pod asks (its fabric check marks a node it names:
+                    # trainium_job.pod); no AWS role but the node health check's, with healing.
                     "automountServiceAccountToken": False,
                 }
             ],

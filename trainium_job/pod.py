@@ -157,7 +157,9 @@ def pod_template(
         "metadata": metadata,
         "spec": {
             "serviceAccountName": service_account,
-            "automountServiceAccountToken": False,
+            # The API token only for a fabric check that marks the node it names (``heal``);
+            # otherwise training reads and writes FSx and needs none.
+            "automountServiceAccountToken": fabric_check is not None and fabric_check.heal != "off",
             "restartPolicy": "Never",
             "nodeSelector": {**node_selector(facts), **(node_labels or {})},
             "tolerations": [dict(WORKLOAD_TOLERATION)],

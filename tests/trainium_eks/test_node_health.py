@@ -333,9 +333,12 @@ def _verdict_line(template: Mapping[str, Any]) -> list[str]:
     ids=["default", "no-replace", "karpenter", "off"],
 )
 def test_given_the_check_settings_then_the_fabric_check_heals_accordingly(context, flags):
-    line = _verdict_line(synth_training(**context))
+    training = synth_training(**context)
+    line = _verdict_line(training)
     found = [a for a in line if a in ("--heal", "replace", "taint", "--no-recheck", "--recheck")]
     assert found == flags, line
+    # The API token only where the check marks a node (in-cluster config reads it).
+    assert _volcano_pod(training)["automountServiceAccountToken"] is bool(flags)
 
 
 def test_given_replacement_then_the_training_pods_share_the_checks_role_to_replace_a_node_they_name():
