@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.rehearsal import efa, standins
+from tests.rehearsal.kube_api import SERVICE_ACCOUNT_DIR, KubeApi
 from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image
 from tests.rehearsal.substitutions import (
     CLUSTER_DOMAIN,
@@ -42,6 +43,16 @@ from tests.rehearsal.substitutions import (
 from tests.support import REPO
 
 POD_ROOT = Path(__file__).with_name("pod_root.sh")
+#: Neuron tool outputs recorded for the deep node health check (their README says whose each is).
+RECORDED_HEALTH = REPO / "tests" / "training" / "node" / "recorded" / "health"
+#: The recorded nccom-test all-reduce the stand-in answers with, per instance type (the unit tests'
+#: choice, tests/training/node/test_health_check.py ``NCCOM_PASS``).
+RECORDED_NCCOM_TEST = {
+    "trn1.2xlarge": "nccom_test.r2_allr.txt",
+    "trn1.32xlarge": "nccom_test.r16_allr_show_algorithm.txt",
+    "trn1n.32xlarge": "nccom_test.r16_allr_show_algorithm.txt",
+    "trn2.48xlarge": "nccom_test.r64_N2_allr.txt",
+}
 VENV_BIN = Path(sys.executable).parent
 #: What the image's PATH holds besides the venv (the usual system folders).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -282,12 +293,17 @@ def launch(
 
 @dataclass(frozen=True)
 class Node:
-    """What a gang pod sees of its node: folders bound over /sys/module and /sys/class."""
+    """What a pod sees of its node: folders bound over /sys/module and /sys/class (both in the
+    node's ``sys`` folder, which a hostPath volume of /sys mounts)."""
 
     name: str
     sys_module: Path  # holds neuron/version
     sys_class: Path  # holds infiniband/<the stand-in EFA device>
     efa_counters: Path  # the device's hw_counters folder
+
+    @property
+    def sys(self) -> Path:
+        return self.sys_module.parent
 
 
 class Cluster:
@@ -326,17 +342,38 @@ class Cluster:
         for url, path in s3_objects.items():
             shutil.copy(path, self.state / path.name)
             objects[url] = str(standins.MOUNT / path.name)
-        config = {
+        recorded: dict[str, dict[str, str]] = {"neuron_ls": {}, "nccom_test": {}}
+        for instance_type, nccom in RECORDED_NCCOM_TEST.items():
+            for kind, path in (
+                ("neuron_ls", RECORDED_HEALTH / f"neuron_ls.{instance_type}.json"),
+                ("nccom_test", RECORDED_HEALTH / nccom),
+            ):
+                shutil.copy(path, self.state / path.name)
+                recorded[kind][instance_type] = path.name
+        self._device_faults: dict[str, int] = {}  # pod host name -> Neuron devices missing
+        self._config: dict[str, Any] = {
             "s3_objects": objects,
             "sleep_scale": SLEEP_SCALE,
             "instance_type": self.workload.worker.instance_type,
             "dpkg_versions": dict(dpkg_versions),
+            **recorded,
+            "device_faults": self._device_faults,
         }
-        (self.state / standins.CONFIG).write_text(json.dumps(config))
+        self._write_config()
         for tool in standins.TOOLS:
             script = self.state / "bin" / tool
             script.write_text(standins.wrapper(tool, sys.executable))
             script.chmod(0o755)
+
+    def _write_config(self) -> None:
+        path = self.state / standins.CONFIG
+        path.with_suffix(".tmp").write_text(json.dumps(self._config))
+        path.with_suffix(".tmp").replace(path)  # a stand-in never reads half a file
+
+    def device_fault(self, host: str, missing: int) -> None:
+        """The pod with host name ``host`` sees ``missing`` Neuron devices fewer in ``neuron-ls``."""
+        self._device_faults[host] = missing
+        self._write_config()
 
     # --- names, addresses, nodes ------------------------------------------------------------
     def worker_host(self, index: int) -> str:
@@ -358,17 +395,19 @@ class Cluster:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def node(self, index: int) -> Node:
-        """Node ``index`` of the gang (created on first use; it keeps its EFA counters)."""
-        name = NODE_NAME.format(index)
-        folder = self.root / "nodes" / name
-        node = Node(name, folder / "sys-module", folder / "sys-class", efa.make_device(folder / "sys-class"))
+    def node(self, index: int | str) -> Node:
+        """Node ``index`` of the gang, or the node of that name (created on first use; it keeps
+        its EFA counters)."""
+        name = NODE_NAME.format(index) if isinstance(index, int) else index
+        sys = self.root / "nodes" / name / "sys"
+        node = Node(name, sys / "module", sys / "class", efa.make_device(sys / "class"))
         (node.sys_module / "neuron").mkdir(parents=True, exist_ok=True)
         return node
 
     # --- pods -------------------------------------------------------------------------------
-    def start_worker(self, index: int) -> Pod:
-        node = self.node(index)
+    def start_worker(self, index: int, node: Node | None = None) -> Pod:
+        """Gang pod ``index``, on its own node or on ``node``."""
+        node = node or self.node(index)
         # Linux prints a module's version attribute as "%s\n" (kernel/params.c).
         (node.sys_module / "neuron" / "version").write_text(self.driver_version.strip() + "\n")
         address = f"{POD_NETWORK}.{WORKER_ADDRESS_BASE + index}"
@@ -381,6 +420,25 @@ class Cluster:
 
     def start_tensorboard(self) -> Pod:
         return self._start(self.workload.tensorboard, "tensorboard", self._other_address(), own=True)
+
+    def start_health_check(self, node: Node, api: KubeApi) -> Pod:
+        """The node-health-check DaemonSet's pod on ``node``: the API server's address in its
+        environment and the ServiceAccount's files at their path, as the kubelet gives them; the
+        EC2 endpoint and AWS credentials of the stand-in (:mod:`tests.rehearsal.substitutions`)."""
+        spec = self.workload.health_check
+        if spec is None:
+            raise ValueError("the template has no node-health-check DaemonSet")
+        hostname = f"node-health-check-{node.name}"
+        account = api.service_account(self.root / "service-accounts" / hostname)
+        return self._start(
+            spec,
+            hostname,
+            self._other_address(),
+            node=node,
+            own=True,
+            env={**api.env(), **api.aws_env()},
+            service_account=account,
+        )
 
     def _other_address(self) -> str:
         return f"{POD_NETWORK}.{OTHER_ADDRESS_BASE + self._started}"
@@ -409,16 +467,38 @@ class Cluster:
         }
         return (str(REPO) if workdir else "/"), env
 
-    def _mounts(self, spec: PodSpec, pod_dir: Path, hosts: Path, node: Node | None) -> list[str]:
+    def _mounts(
+        self, spec: PodSpec, pod_dir: Path, hosts: Path, node: Node | None, service_account: Path | None
+    ) -> list[str]:
         args = ["bind", str(hosts), "/etc/hosts", "ro", "bind", str(self.state), str(standins.MOUNT), "rw"]
         if node is not None:
             args += ["bind", str(node.sys_module), "/sys/module", "ro"]
             args += ["bind", str(node.sys_class), "/sys/class", "ro"]
+        if service_account is not None:
+            # The container's own /run (the image's, empty), then the kubelet's projected volume
+            # at /var/run/secrets/...: /var/run is a link to /run on this machine as in the image.
+            if Path("/var/run").resolve() != Path("/run"):
+                raise RuntimeError(
+                    "the rehearsal mounts the ServiceAccount below /run: /var/run must link there"
+                )
+            args += ["tmpfs", "-", "/run", "rw"]
+            args += [
+                "bind",
+                str(service_account),
+                "/run" + SERVICE_ACCOUNT_DIR.removeprefix("/var/run"),
+                "ro",
+            ]
         shadowed: list[tuple[Path, str]] = []  # (pod folder, its mount path)
         for n, mount in enumerate(spec.mounts):
             mode = "ro" if mount.read_only else "rw"
             if mount.kind == "claim":
                 args += ["bind", str(self.fsx), mount.path, mode]
+            elif mount.kind == "hostPath":
+                if mount.host_path != "/sys" or node is None:
+                    raise ValueError(
+                        f"hostPath {mount.host_path}: the rehearsal stands in for a node's /sys only"
+                    )
+                args += ["bind", str(node.sys), mount.path, mode]
             elif mount.memory:
                 args += ["tmpfs", "-", mount.path, mode]
             else:
@@ -442,7 +522,15 @@ class Cluster:
         return args
 
     def _start(
-        self, spec: PodSpec, hostname: str, address: str, *, node: Node | None = None, own: bool = False
+        self,
+        spec: PodSpec,
+        hostname: str,
+        address: str,
+        *,
+        node: Node | None = None,
+        own: bool = False,
+        env: Mapping[str, str] | None = None,
+        service_account: Path | None = None,
     ) -> Pod:
         self._started += 1
         name = f"{self._started:02d}-{hostname}"
@@ -450,7 +538,8 @@ class Cluster:
         (pod_dir / "root").mkdir(parents=True)
         hosts = self.hosts_file(pod_dir / "hosts", (address, hostname) if own else None)
         node_name = node.name if node is not None else SYSTEM_NODE_NAME
-        workdir, env = self.environment(spec, node_name)
+        workdir, pod_env = self.environment(spec, node_name)
+        pod_env.update(env or {})
         plugged = pod_dir / "network-ready"
         command = [
             *self.network.user(),
@@ -466,13 +555,13 @@ class Cluster:
             str(pod_dir / "root"),
             hostname,
             str(plugged),
-            *self._mounts(spec, pod_dir, hosts, node),
+            *self._mounts(spec, pod_dir, hosts, node, service_account),
             "--",
             "/usr/bin/env",
             "-i",
             "-C",
             workdir,
-            *(f"{k}={v}" for k, v in sorted(env.items())),
+            *(f"{k}={v}" for k, v in sorted(pod_env.items())),
             *rehearsed_command(spec.command),
         ]
         pod = launch(

@@ -41,6 +41,27 @@ def make_device(sys_class: Path) -> Path:
     return counters
 
 
+#: A port's states as the efa driver reports an up link, in the Linux RDMA core's format
+#: (``training.node.health_check`` PORT_ACTIVE, PHYS_LINK_UP cite both).
+PORT_STATES = {"state": "4: ACTIVE\n", "phys_state": "5: LinkUp\n"}
+
+
+def make_devices(sys_class: Path, count: int) -> list[Path]:
+    """``count`` devices under ``sys_class`` (:data:`DEVICE` first, then the next names of the
+    ``rdmap<bus>s27`` series), each port ACTIVE and LinkUp: a node's EFA devices for the deep
+    check, which counts them and reads their ports' states."""
+    ports = []
+    for i in range(count):
+        port = sys_class / CLASS_PATH / f"rdmap{16 + 16 * i}s27" / "ports" / PORT
+        (port / "hw_counters").mkdir(parents=True, exist_ok=True)
+        for name in COUNTERS:
+            (port / "hw_counters" / name).write_text("0\n")
+        for name, value in PORT_STATES.items():
+            (port / name).write_text(value)
+        ports.append(port)
+    return ports
+
+
 def eth0_bytes(pid: int) -> dict[str, int] | None:
     """``{"tx_bytes": sent, "rx_bytes": received}`` of ``eth0`` in the network namespace of
     process ``pid`` (``/proc/<pid>/net/dev``), or None when the process or the interface is gone."""

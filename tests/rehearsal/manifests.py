@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ DOCKERFILES = {
     "stage": REPO / "docker" / "Dockerfile",
     "trainer": REPO / "docker" / "Dockerfile",
     "tensorboard": REPO / "docker" / "tensorboard.Dockerfile",
+    "node-health-check": REPO / "docker" / "Dockerfile",
 }
 
 
@@ -29,9 +30,10 @@ class Mount:
     """A container's volumeMount with the kind of volume behind it."""
 
     path: str
-    kind: str  # "claim" or "emptyDir"
+    kind: str  # "claim", "emptyDir" or "hostPath"
     read_only: bool = False
     memory: bool = False  # an emptyDir with medium Memory
+    host_path: str = ""  # a hostPath volume's path on the node
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,13 @@ class PodSpec:
     instance_type: str | None
     port: int | None  # the first containerPort
     readiness_path: str | None  # the readiness probe's httpGet path
+    #: What the scheduler matches against a Node (``kube_api.schedulable``).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    #: ``requiredDuringSchedulingIgnoredDuringExecution`` node selector terms.
+    node_affinity: tuple[Mapping[str, Any], ...] = ()
+    #: Whether the kubelet mounts the ServiceAccount's token (``automountServiceAccountToken``).
+    service_account_token: bool = False
 
     def claim_path(self) -> str:
         """Where the pod mounts the (one) FSx claim."""
@@ -67,6 +76,8 @@ class Workload:
     worker: PodSpec
     staging: PodSpec
     tensorboard: PodSpec
+    #: The node-health-check DaemonSet's pod (None in a template without it).
+    health_check: PodSpec | None = None
 
     def action_for_failure(self, exit_code: int) -> str | None:
         """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
@@ -87,6 +98,9 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         elif "emptyDir" in volume:
             memory = volume["emptyDir"].get("medium") == "Memory"
             mounts.append(Mount(m["mountPath"], "emptyDir", m.get("readOnly", False), memory))
+        elif "hostPath" in volume:
+            host = volume["hostPath"]["path"]
+            mounts.append(Mount(m["mountPath"], "hostPath", m.get("readOnly", False), host_path=host))
         else:
             raise ValueError(f"volume {m['name']}: the rehearsal has no stand-in for {sorted(volume)}")
     env, field_env = {}, {}
@@ -111,6 +125,16 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         instance_type=spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type"),
         port=ports[0]["containerPort"] if ports else None,
         readiness_path=probe["path"] if probe else None,
+        node_selector=dict(spec.get("nodeSelector", {})),
+        tolerations=tuple(spec.get("tolerations", [])),
+        node_affinity=tuple(
+            spec.get("affinity", {})
+            .get("nodeAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+            .get("nodeSelectorTerms", [])
+        ),
+        # The ServiceAccount admission plugin mounts the token unless a pod opts out.
+        service_account_token=spec.get("automountServiceAccountToken", True),
     )
 
 
@@ -129,6 +153,12 @@ def workload(template: Mapping[str, Any]) -> Workload:
         return found
 
     volcano = one("Job", "batch.volcano.sh/", "bert-pretrain")
+    daemon_sets = [
+        o
+        for o in objects
+        if o["kind"] == "DaemonSet"
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "node-health-check"
+    ]
     (task,) = volcano["spec"]["tasks"]
     return Workload(
         namespace=volcano["metadata"]["namespace"],
@@ -139,6 +169,7 @@ def workload(template: Mapping[str, Any]) -> Workload:
         worker=pod_spec(task["template"]),
         staging=pod_spec(one("Job", "batch/", "dataset-staging")["spec"]["template"]),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
+        health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
     )
 
 

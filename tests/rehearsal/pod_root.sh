@@ -24,6 +24,15 @@ mkdir "$root/proc"
 # The pod's own PID namespace where the kernel allows a new proc mount, else this machine's.
 mount -t proc proc "$root/proc" 2>/dev/null || mount --rbind /proc "$root/proc"
 hostname "$name"
+# Folders the pod made itself (on its root's tmpfs or a tmpfs mounted here): missing folders
+# below them are made too (a ServiceAccount's secrets below /run, a hostPath at /host/sys).
+made=""
+under_made() {
+  for folder in $made; do
+    case $1 in "$folder"/*) return 0 ;; esac
+  done
+  return 1
+}
 while [ "$1" != -- ]; do
   kind=$1
   source=$2
@@ -31,15 +40,21 @@ while [ "$1" != -- ]; do
   mode=$4
   shift 4
   if [ ! -e "$root$target" ]; then
-    case $target in
+    rest=${target#/}
+    top=/${rest%%/*}
+    if under_made "$target"; then
+      mkdir -p "$root$target"
+    elif [ ! -e "$root$top" ]; then
+      mkdir -p "$root$target"
+      made="$made $top"
+    else
       # A missing folder below a bound one would be made on this machine's file system.
-      /*/*) echo "pod_root: $target does not exist in the image" >&2; exit 1 ;;
-      *) mkdir "$root$target" ;;
-    esac
+      echo "pod_root: $target does not exist in the image" >&2; exit 1
+    fi
   fi
   case $kind in
     bind) mount --bind "$source" "$root$target" ;;
-    tmpfs) mount -t tmpfs -o mode=1777 pod-tmpfs "$root$target" ;;
+    tmpfs) mount -t tmpfs -o mode=1777 pod-tmpfs "$root$target"; made="$made $target" ;;
     *) echo "pod_root: unknown mount kind $kind" >&2; exit 1 ;;
   esac
   if [ "$mode" = ro ]; then

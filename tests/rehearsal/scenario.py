@@ -3,14 +3,17 @@ at once; on good nodes it waits for the dataset, staging publishes it, the gang 
 checks the fabric and trains (its metrics scraped), one pod is stopped as Kubernetes stops it,
 Volcano's policy ends the rest, the gang is started again and resumes, the staging Job runs
 again, TensorBoard serves the run; last, the gang meets nodes whose EFA counters stand still and
-the job is aborted. Each phase records what it saw in :class:`Observations`; the tests assert on
-them.
+the job is aborted. Then three fresh nodes come up: the node-health-check DaemonSet's pod checks
+each (one has a device fault) and labels and taints it through a stand-in Kubernetes API, and
+the gang goes where the scheduler may put it. Each phase records what it saw in
+:class:`Observations`; the tests assert on them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tarfile
 import time
@@ -20,16 +23,21 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
-from tests.rehearsal.cluster import Cluster, Pod, container_exit_code
+from tests.rehearsal import efa
+from tests.rehearsal.cluster import Cluster, Pod, container_exit_code, die_with_test
+from tests.rehearsal.kube_api import KubeApi, gang_placement, node_object, schedulable, selects
 from tests.rehearsal.manifests import Workload
+from tests.rehearsal.substitutions import POD_NETWORK
 from tests.support import REPO
 from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
 from training.node.driver_check import RUNTIME_PACKAGE
 from training.trainer import checkpoint as ckpt
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release, neuron_ami_release
+from trainium_job.instances import instance_facts
 from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.paths import JobPaths, job_paths
+from trainium_job.scheduling import INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 from trainium_job.telemetry import METRICS_PORT
 
 #: The small variant's names, so the test knows where the job keeps its files (``job_paths``).
@@ -50,6 +58,10 @@ STEPS_BEFORE_HANG = 5
 #: The worker stopped: LOCAL_RANK 1 of the :data:`VICTIM` pod, so the watchdogs that fire are
 #: those of every other rank, rank 0 (which writes the step log and the ledger) among them.
 HUNG_LOCAL_RANK = 1
+#: Stops tried before one lands in an optimizer step (see ``Rehearsal._stop_in_a_step``).
+STOP_ATTEMPTS = 6
+#: Seconds after a SIGSTOP for the other ranks to reach the collective that waits for the stopped one.
+PHASE_SETTLE_S = 2.0
 #: Polls of the dataset marker each gang pod makes before staging starts.
 POLLS_BEFORE_STAGING = 2
 #: Seconds a phase may take on 2 busy cores before the rehearsal gives up.
@@ -65,6 +77,14 @@ RECORDED_VERSIONS = REPO / "tests" / "training" / "node" / "recorded" / "neuron_
 #: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
 #: "requires Neuron Runtime Library 2.33 or later" (trainium_job/neuron_stack.py).
 REFUSED_DRIVER_AMI = "v20260714"
+#: The deep check's fresh nodes (none of the gang's earlier ones); the one with a device fault,
+#: whose ``neuron-ls`` lists :data:`DEVICES_MISSING` device fewer.
+HEALTH_NODE = "rehearsal-new-node-{}"
+HEALTH_NODES = 3
+FAULTY_NODE = 1
+DEVICES_MISSING = 1
+#: The gang's driver check line on a supported pair (training.node.driver_check ``verdict``).
+DRIVER_CHECK_OK = ": a supported pair"
 
 
 def driver_version(ami_tag: str) -> str:
@@ -134,6 +154,7 @@ PHASES: Final = (
     "tensorboard",
     "fabric_fallback",
     "stop_in_fabric_check",
+    "deep_check",
 )
 
 
@@ -163,6 +184,29 @@ class Ended:
 
 
 @dataclass
+class DeepCheck:
+    """The node-health-check DaemonSet's pods on fresh nodes, then the gang's placement."""
+
+    faulty: str = ""  # the node whose neuron-ls lists a device fewer
+    registered: dict[str, dict[str, Any]] = field(default_factory=dict)  # the Nodes before
+    #: Node -> whether the DaemonSet's pod may be scheduled there (before any check).
+    daemon_fits: dict[str, bool] = field(default_factory=dict)
+    codes: dict[str, int] = field(default_factory=dict)  # node -> its check pod's exit code
+    logs: dict[str, str] = field(default_factory=dict)  # node -> its check pod's log
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the Nodes after the checks
+    requests: list[dict[str, Any]] = field(default_factory=list)  # every request to the stand-in
+    seconds: float = 0.0  # from the first check pod's start until the last was removed
+    phase_seconds: float = 0.0  # the whole scene, the gang's placement included
+    #: The gang's nodes as the scheduler finds them after the checks, and with one good node only
+    #: (None: no placement, the gang waits).
+    placement: list[str] | None = None
+    placement_one_good: list[str] | None = None
+    gang_nodes: dict[str, str] = field(default_factory=dict)  # host name -> node name
+    gang_logs: dict[str, str] = field(default_factory=dict)
+    gang_codes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Observations:
     paths: JobPaths
     fsx: Path
@@ -184,6 +228,8 @@ class Observations:
     #: had logged then.
     hang_time: float = 0.0
     steps_before_hang: int = 0
+    #: The phase the gang's other ranks were in after each SIGSTOP (the last one: ``step``).
+    hang_phases: list[str] = field(default_factory=list)
     #: Host name -> log, of the first gang and of the relaunched one.
     gang_logs: list[dict[str, str]] = field(default_factory=list)
     #: Host name -> node name of the gang's pods.
@@ -196,6 +242,7 @@ class Observations:
     stopped_in_check: Ended = field(default_factory=Ended)
     restage_code: int | None = None
     restage_log: str = ""
+    deep_check: DeepCheck = field(default_factory=DeepCheck)
     calls: list[dict[str, Any]] = field(default_factory=list)  # every stand-in call, at the end
     tensorboard: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log, for failure messages
@@ -350,13 +397,42 @@ class Rehearsal:
                 lambda: len(self._records_since(self.seen.relaunch_time)) >= STEPS_BEFORE_HANG,
                 "the relaunched gang logs its first steps",
             )
-            hung = self.gang[VICTIM].worker("training.trainer.pretrain", HUNG_LOCAL_RANK)
-            self.seen.steps_before_hang = max(r["step"] for r in self._records_since(self.seen.relaunch_time))
-            self.seen.hang_time = time.time()
-            os.kill(hung, signal.SIGSTOP)
+            self._stop_in_a_step(self.gang[VICTIM].worker("training.trainer.pretrain", HUNG_LOCAL_RANK))
             self.seen.relaunch_codes.update(self._wait_all(self.gang, "the relaunched gang"))
         finally:
             self.seen.gang_logs.append({p.hostname: p.output() for p in self.gang})
+
+    def _stop_in_a_step(self, worker: int) -> None:
+        """SIGSTOP ``worker`` while the gang is in an optimizer step. A checkpoint save has no
+        bound by design (the watchdog's docstring: the collective timeout, 30 min, bounds a wait
+        there), and a step takes ~0.1 s here against a save's ~0.1-0.3 s, so a stop lands in a
+        save about as often as not: the other ranks then wait in the save, and the scene would
+        test the collective timeout instead (two rehearsal runs in four did). So the stop is
+        checked: a few seconds later the ranks still running report their phase on the pod's
+        metrics port; if it is not ``step``, the worker is continued (SIGCONT) and stopped again
+        after the next logged step."""
+        metrics = f"http://{self.gang[VICTIM].address}:{METRICS_PORT}/metrics"
+        for _ in range(STOP_ATTEMPTS):
+            before = max(r["step"] for r in self._records_since(self.seen.relaunch_time))
+            self.seen.steps_before_hang, self.seen.hang_time = before, time.time()
+            os.kill(worker, signal.SIGSTOP)
+            time.sleep(PHASE_SETTLE_S)
+            status, body = self.cluster.http_get(metrics)
+            # prometheus_client's Enum: the state is a label named after the metric.
+            phase = re.search(r'^bert_train_phase\{bert_train_phase="(\w+)"\} 1\.0$', body, re.MULTILINE)
+            self.seen.hang_phases.append(phase.group(1) if status == 200 and phase else "unknown")
+            if self.seen.hang_phases[-1] == "step":
+                return
+            os.kill(worker, signal.SIGCONT)
+            self._until(
+                lambda before=before: (
+                    max(r["step"] for r in self._records_since(self.seen.relaunch_time)) > before + 1
+                ),
+                "the gang steps again after a stop in a checkpoint save",
+            )
+        raise self._failed(
+            f"no stop landed in an optimizer step in {STOP_ATTEMPTS} tries: {self.seen.hang_phases}"
+        )
 
     def restage(self) -> None:
         """The staging Job again (a re-deploy, a second job on the same dataset)."""
@@ -420,6 +496,98 @@ class Rehearsal:
             return gang[victim]
 
         self.seen.stopped_in_check = self._run_until_ended(stop=stop)
+
+    def deep_check(self) -> None:
+        """The ``node-health-check`` DaemonSet's pod on :data:`HEALTH_NODES` fresh nodes (each
+        with the pending taint, its instance's EFA devices up), one of which has a device fault;
+        the Kubernetes and EC2 calls go to the stand-in API. As the DaemonSet controller does, a
+        pod whose node no longer matches (it has been labelled) is deleted. Then the scheduler's
+        part: where the gang's pods may go, and the gang started there."""
+        started = time.monotonic()
+        try:
+            self._deep_check()
+        finally:
+            self.seen.deep_check.phase_seconds = time.monotonic() - started
+
+    def _deep_check(self) -> None:
+        seen, worker = self.seen.deep_check, self.workload.worker
+        daemon = self.workload.health_check
+        if daemon is None or worker.instance_type is None:
+            raise self._failed("the template has no node-health-check DaemonSet or no instance type")
+        names = [HEALTH_NODE.format(i) for i in range(HEALTH_NODES)]
+        seen.faulty = names[FAULTY_NODE]
+        registered = []
+        for i, name in enumerate(names):
+            node = self.cluster.node(name)
+            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces)
+            labels = {
+                INSTANCE_TYPE_LABEL: worker.instance_type,
+                **TRAINIUM_NODE_LABEL,
+                "kubernetes.io/hostname": name,
+            }
+            registered.append(node_object(name, labels, f"i-0{i + 1:016x}"))
+        seen.registered = {n["metadata"]["name"]: n for n in registered}
+        seen.daemon_fits = {
+            n["metadata"]["name"]: schedulable(
+                n, daemon.node_selector, daemon.tolerations, daemon.node_affinity
+            )
+            for n in registered
+        }
+        api = KubeApi(
+            self.cluster.root / "kube-api",
+            self.cluster.network.enter(),
+            f"{POD_NETWORK}.1",
+            registered,
+            die_with_test,
+        )
+        try:
+            self.cluster.device_fault(f"node-health-check-{seen.faulty}", DEVICES_MISSING)
+            t0 = time.monotonic()
+            pods = {name: self.cluster.start_health_check(self.cluster.node(name), api) for name in names}
+            deadline = t0 + PHASE_TIMEOUT_S
+            while len(seen.codes) < len(pods):
+                current = api.nodes()
+                for name, pod in pods.items():
+                    if name in seen.codes:
+                        continue
+                    if not selects(current[name], daemon.node_selector, daemon.node_affinity):
+                        seen.codes[name] = self.cluster.stop(pod, daemon.grace_period_s)
+                        seen.logs[name] = pod.output()
+                    elif not pod.running:
+                        raise self._failed(
+                            f"the deep check's pod on {name} ended before its node was labelled"
+                        )
+                if time.monotonic() > deadline:
+                    raise self._failed("timed out: the deep check labels every node")
+                time.sleep(0.2)
+            seen.seconds = time.monotonic() - t0
+            seen.nodes, seen.requests = api.nodes(), api.requests()
+        finally:
+            api.close()
+        after = list(seen.nodes.values())
+        seen.placement = gang_placement(
+            after, self.workload.replicas, worker.node_selector, worker.tolerations
+        )
+        if seen.placement is None:
+            raise self._failed("no placement for the gang after the deep check")
+        one_good = [n for n in after if n["metadata"]["name"] != seen.placement[0]]
+        seen.placement_one_good = gang_placement(
+            one_good, self.workload.replicas, worker.node_selector, worker.tolerations
+        )
+        gang = [
+            self.cluster.start_worker(i, self.cluster.node(name)) for i, name in enumerate(seen.placement)
+        ]
+        try:
+            self._until(
+                lambda: all(DRIVER_CHECK_OK in p.output() for p in gang),
+                "the placed gang's driver check",
+                pods=gang,
+            )
+        finally:
+            for pod in gang:
+                seen.gang_codes[pod.hostname] = self.cluster.stop(pod, worker.grace_period_s)
+                seen.gang_nodes[pod.hostname] = pod.node
+                seen.gang_logs[pod.hostname] = pod.output()
 
     # --- helpers -------------------------------------------------------------------------------
     def _run_until_ended(self, stop: Callable[[list[Pod]], Pod] | None = None) -> Ended:

@@ -81,65 +81,40 @@ def neuron_parallel_compile(argv: Sequence[str], root: Path = MOUNT) -> int:
     return code if code >= 0 else 128 - code
 
 
-#: ``neuron-ls``'s columns and rows for a trn1.32xlarge, as the Neuron documentation lists them
-#: ("Best Practices: Neuron Runtime Performance", NUMA node layout; aws-neuron/aws-neuron-sdk
-#: ``neuron-runtime/explore/runtime-performance-tips.rst``).
-NEURON_LS_COLUMNS = (
-    "NEURON DEVICE",
-    "NEURON CORES",
-    "NEURON CORE IDS",
-    "NEURON MEMORY",
-    "CONNECTED DEVICES",
-    "PCI BDF",
-    "CPU AFFINITY",
-    "NUMA NODE",
-)
-_NUMA = ("0-31,64-95", "32-63,96-127")
-NEURON_LS_ROWS = {
-    "trn1.32xlarge": tuple(
-        (str(d), "2", f"{2 * d}-{2 * d + 1}", "32 GB", connected, bdf, _NUMA[numa], str(numa))
-        for d, (connected, bdf, numa) in enumerate(
-            (
-                ("12, 3, 4, 1", "0000:10:1c.0", 0),
-                ("13, 0, 5, 2", "0000:10:1d.0", 0),
-                ("14, 1, 6, 3", "0000:a0:1c.0", 1),
-                ("15, 2, 7, 0", "0000:a0:1d.0", 1),
-                ("0, 7, 8, 5", "0000:20:1b.0", 0),
-                ("1, 4, 9, 6", "0000:20:1c.0", 0),
-                ("2, 5, 10, 7", "0000:90:1b.0", 1),
-                ("3, 6, 11, 4", "0000:90:1c.0", 1),
-                ("4, 11, 12, 9", "0000:20:1d.0", 0),
-                ("5, 8, 13, 10", "0000:20:1e.0", 0),
-                ("6, 9, 14, 11", "0000:90:1d.0", 1),
-                ("7, 10, 15, 8", "0000:90:1e.0", 1),
-                ("8, 15, 0, 13", "0000:10:1e.0", 0),
-                ("9, 12, 1, 14", "0000:10:1b.0", 0),
-                ("10, 13, 2, 15", "0000:a0:1e.0", 1),
-                ("11, 14, 3, 12", "0000:a0:1b.0", 1),
-            )
-        )
-    ),
-}
-
-
 def neuron_ls(argv: Sequence[str], root: Path = MOUNT) -> int:
-    """The pod's instance type's devices (:data:`NEURON_LS_ROWS`), laid out as a recorded
-    ``neuron-ls`` prints them (trn1.2xlarge on EKS AL2023, 2026): ``instance-type:`` and
-    ``instance-id:`` lines, then a table of one row per device. Exit 1 for an instance type
-    without a recording."""
-    instance_type = config(root)["instance_type"]
-    rows = NEURON_LS_ROWS.get(instance_type)
-    if rows is None:
-        print(f"neuron-ls (rehearsal): no recorded layout for {instance_type}", file=sys.stderr)
+    """``neuron-ls --json-output``: the recorded output of the pod's instance type (``neuron_ls``
+    in the config: tests/training/node/recorded/health), less the last ``device_faults[<host>]``
+    devices for a pod whose node has a device fault (a device the driver no longer lists). Exit 1
+    for an instance type without a recording; anything else: exit 2."""
+    cfg = config(root)
+    if list(argv) != ["--json-output"]:
+        print(f"neuron-ls (rehearsal): only --json-output is rehearsed, not {list(argv)}", file=sys.stderr)
+        return 2
+    recorded = cfg.get("neuron_ls", {}).get(cfg["instance_type"])
+    if recorded is None:
+        print(f"neuron-ls (rehearsal): no recorded output for {cfg['instance_type']}", file=sys.stderr)
         return 1
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(NEURON_LS_COLUMNS)]
-    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    listed = json.loads((root / recorded).read_text())
+    missing = cfg.get("device_faults", {}).get(socket.gethostname(), 0)
+    print(json.dumps(listed[: len(listed) - missing], indent=4))
+    return 0
 
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
-    print(f"instance-type: {instance_type}\ninstance-id: i-0rehearsal00000000")
-    print("\n".join([rule, line(NEURON_LS_COLUMNS), rule, *(line(r) for r in rows), rule]))
+def nccom_test(argv: Sequence[str], root: Path = MOUNT) -> int:
+    """``nccom-test allr -r N ... --check ...``: the recorded all-reduce output of the pod's
+    instance type (``nccom_test`` in the config). Anything but an all-reduce with ``-r``: exit 2."""
+    cfg = config(root)
+    if list(argv[:2]) != ["allr", "-r"] or "--check" not in argv:
+        print(
+            f"nccom-test (rehearsal): only 'allr -r N ... --check' is rehearsed, not {list(argv)}",
+            file=sys.stderr,
+        )
+        return 2
+    recorded = cfg.get("nccom_test", {}).get(cfg["instance_type"])
+    if recorded is None:
+        print(f"nccom-test (rehearsal): no recorded output for {cfg['instance_type']}", file=sys.stderr)
+        return 1
+    sys.stdout.write((root / recorded).read_text())
     return 0
 
 
@@ -189,6 +164,7 @@ def sleep(argv: Sequence[str], root: Path = MOUNT) -> int:
 TOOLS: dict[str, Callable[[Sequence[str], Path], int]] = {
     "neuron_parallel_compile": neuron_parallel_compile,
     "neuron-ls": neuron_ls,
+    "nccom-test": nccom_test,
     "aws": aws,
     "dpkg-query": dpkg_query,
     "sleep": sleep,

@@ -159,10 +159,50 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "left to the unit tests on recorded results",
     ),
     Substitution(
-        "neuron-ls (Neuron tools)",
-        "tests/rehearsal/standins.py: a trn1.32xlarge's devices as the Neuron documentation "
-        "lists them, laid out as a recorded neuron-ls output",
-        "needs the Neuron driver",
+        "neuron-ls (Neuron tools; `neuron-ls --json-output`, the deep check's devices check)",
+        "tests/rehearsal/standins.py: the recorded JSON of the instance type "
+        "(tests/training/node/recorded/health), less one device on the deep-check scene's faulty node",
+        "needs the Neuron driver; the recording follows the Neuron documentation's samples",
+    ),
+    Substitution(
+        "nccom-test (Neuron tools; the deep check's all-reduce)",
+        "tests/rehearsal/standins.py: the recorded all-reduce output of the instance type (a 16-rank "
+        "run of the Neuron documentation for the trn1.32xlarge's 32 ranks) for an `allr -r N ... "
+        "--check` call; refuses others",
+        "needs NeuronCores and NeuronLink; the check's parsing and floor are what it feeds",
+    ),
+    Substitution(
+        "the deep check's compute on each NeuronCore (torch-neuronx)",
+        "the product's own CPU path (`core_main` without torch_xla): one process per NeuronCore "
+        "of the instance type, as on the node",
+        "no NeuronCores here; each process loads torch (about 2 s of CPU), so the scene's two "
+        "healthy trn1.32xlarge nodes cost 64 of them",
+    ),
+    Substitution(
+        "the Kubernetes API server (the deep check labels and taints its Node, records Events) and "
+        "the in-cluster configuration the kubelet gives the pod",
+        "tests/rehearsal/kube_api.py: an HTTPS server on the bridge (self-signed certificate from "
+        "`openssl`) holding the scene's Nodes: GET, strategic-merge PATCH with the resourceVersion "
+        "checked, POST of Events; every request recorded. The deep check's pod gets "
+        "KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount's token, ca.crt and namespace at "
+        "/var/run/secrets/kubernetes.io/serviceaccount (a fresh /run, as in a container)",
+        "no cluster; the tests check the requests and the resulting objects with the Kubernetes "
+        "schemas (kubernetes-validate), not with the code's own constants",
+    ),
+    Substitution(
+        "EC2 TerminateInstances (a failed node replaced) and the pod's AWS identity",
+        "the same server answers EC2's query API; the pod gets AWS_ENDPOINT_URL_EC2 (botocore's "
+        "service endpoint variable), AWS_CA_BUNDLE, stand-in access keys and "
+        "AWS_EC2_METADATA_DISABLED",
+        "no AWS; the call is recorded and checked against botocore's EC2 model",
+    ),
+    Substitution(
+        "the DaemonSet controller and the scheduler (deep-check scene)",
+        "the test: starts the DaemonSet's pod on each node it selects and tolerates, deletes it "
+        "(SIGTERM) once its node no longer matches the DaemonSet's node affinity (labelled), then "
+        "matches the gang's nodeSelector and tolerations against the Nodes (tests/rehearsal/kube_api.py "
+        "`schedulable`, `gang_placement`: one pod per node, the whole gang or none)",
+        "no cluster; the scene is about what the check does to its Node and where that lets the gang go",
     ),
     Substitution(
         "aws s3 cp of the dataset source (the public BERT tar)",
@@ -185,8 +225,8 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "security contexts, resources, node selectors, tolerations, devices",
-        "not applied (pods run as this machine's user, unlimited, without Neuron or EFA device "
-        "files: only the sysfs stand-ins above)",
+        "not applied outside the deep-check scene (pods run as this machine's user, unlimited, "
+        "without Neuron or EFA device files: only the sysfs stand-ins above)",
         "checked on the manifests by the other tests (tests/trainium_eks/test_pod_security.py, "
         "test_training_job.py); FI_* and NEURON_* variables pass through to code that ignores them",
     ),

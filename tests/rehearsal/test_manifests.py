@@ -62,11 +62,11 @@ def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it(
             "containers": [
                 {"name": "c", "command": ["true"], "volumeMounts": [{"name": "v", "mountPath": "/x"}]}
             ],
-            "volumes": [{"name": "v", "hostPath": {"path": "/x"}}],
+            "volumes": [{"name": "v", "configMap": {"name": "x"}}],
         }
     }
     with pytest.raises(
-        ValueError, match="volume v: the rehearsal has no stand-in for \\['hostPath', 'name'\\]"
+        ValueError, match="volume v: the rehearsal has no stand-in for \\['configMap', 'name'\\]"
     ):
         pod_spec(template)
 

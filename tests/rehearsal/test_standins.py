@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import sys
 
 import pytest
 
 from tests.rehearsal import standins
+from tests.rehearsal.cluster import RECORDED_HEALTH as RECORDED
 from trainium_job.instances import instance_facts
 
 
@@ -20,30 +23,67 @@ def root(tmp_path):
         "sleep_scale": 0.001,
         "instance_type": "trn1.32xlarge",
         "dpkg_versions": {"aws-neuronx-runtime-lib": "2.31.24.0-0b044f4ce"},
+        "neuron_ls": {"trn1.32xlarge": "neuron_ls.json"},
+        "nccom_test": {"trn1.32xlarge": "nccom_test.txt"},
     }
+    shutil.copy(RECORDED / "neuron_ls.trn1.32xlarge.json", tmp_path / "neuron_ls.json")
+    shutil.copy(RECORDED / "nccom_test.r16_allr_show_algorithm.txt", tmp_path / "nccom_test.txt")
     (tmp_path / standins.CONFIG).write_text(json.dumps(config))
     return tmp_path
 
 
-def test_given_a_trn1_32xlarge_then_neuron_ls_prints_its_16_devices_and_32_cores(root, capsys):
-    assert standins.neuron_ls([], root) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "instance-type: trn1.32xlarge" and lines[1].startswith("instance-id: i-")
-    header = [c.strip() for c in lines[3].strip("|").split("|")]
-    assert header[:4] == ["NEURON DEVICE", "NEURON CORES", "NEURON CORE IDS", "NEURON MEMORY"]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[5:-1]]
+def test_given_a_trn1_32xlarge_then_neuron_ls_answers_its_recorded_json(root, capsys):
+    assert standins.neuron_ls(["--json-output"], root) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == json.loads((RECORDED / "neuron_ls.trn1.32xlarge.json").read_text())
     facts = instance_facts("trn1.32xlarge")
-    assert len(rows) == facts.neuron_devices and sum(int(r[1]) for r in rows) == facts.neuron_cores
-    # The Neuron documentation's row of device 0 (runtime-performance-tips.rst, trn1.32xlarge).
-    assert rows[0] == ["0", "2", "0-1", "32 GB", "12, 3, 4, 1", "0000:10:1c.0", "0-31,64-95", "0"]
-    assert rows[15][2] == "30-31"
+    assert len(listed) == facts.neuron_devices and sum(d["nc_count"] for d in listed) == facts.neuron_cores
+
+
+def test_given_a_device_fault_on_its_node_then_neuron_ls_lists_a_device_fewer(root, capsys):
+    config = json.loads((root / standins.CONFIG).read_text())
+    faults = {socket.gethostname(): 1}
+    (root / standins.CONFIG).write_text(json.dumps({**config, "device_faults": faults}))
+    assert standins.neuron_ls(["--json-output"], root) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [d["neuron_device"] for d in listed] == list(range(15))
 
 
 def test_given_an_instance_type_without_a_recording_then_neuron_ls_says_so_and_exits_1(root, capsys):
     config = json.loads((root / standins.CONFIG).read_text())
-    (root / standins.CONFIG).write_text(json.dumps({**config, "instance_type": "trn1n.32xlarge"}))
-    assert standins.neuron_ls([], root) == 1
-    assert "no recorded layout for trn1n.32xlarge" in capsys.readouterr().err
+    (root / standins.CONFIG).write_text(json.dumps({**config, "instance_type": "trn2.48xlarge"}))
+    assert standins.neuron_ls(["--json-output"], root) == 1
+    assert "no recorded output for trn2.48xlarge" in capsys.readouterr().err
+
+
+def test_given_the_table_form_then_neuron_ls_refuses_it(root, capsys):
+    assert standins.neuron_ls([], root) == 2
+    assert "only --json-output is rehearsed" in capsys.readouterr().err
+
+
+def test_given_an_all_reduce_with_its_check_then_nccom_test_answers_the_recorded_run(root, capsys):
+    argv = [
+        "allr",
+        "-r",
+        "32",
+        "-b",
+        "32MB",
+        "-e",
+        "32MB",
+        "-d",
+        "fp32",
+        "--check",
+        "random",
+        "--non-interactive",
+    ]
+    assert standins.nccom_test(argv, root) == 0
+    assert capsys.readouterr().out == (RECORDED / "nccom_test.r16_allr_show_algorithm.txt").read_text()
+
+
+@pytest.mark.parametrize("argv", [["allg", "-r", "32", "--check"], ["allr", "-r", "32"], []])
+def test_given_another_nccom_test_run_then_it_is_refused(root, capsys, argv):
+    assert standins.nccom_test(argv, root) == 2
+    assert "only 'allr -r N ... --check' is rehearsed" in capsys.readouterr().err
 
 
 def test_given_the_configured_source_then_aws_streams_its_stand_in(root, capsysbinary):

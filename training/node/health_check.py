@@ -336,12 +336,23 @@ def run_checks(
     return results
 
 
-def wait_for_removal() -> None:
-    """Block until SIGTERM or SIGINT (the pod's deletion)."""
-    stop = threading.Event()
+#: Set by SIGTERM or SIGINT: the pod was deleted.
+_REMOVED = threading.Event()
+
+
+def watch_for_removal() -> None:
+    """From now on SIGTERM and SIGINT only note the pod's deletion. Installed before the checks:
+    the label the check sets makes the DaemonSet controller delete the pod at once, while the
+    Events and the instance's termination are still to come; a PID 1 with no handler ignores
+    SIGTERM, so the pod would sit out its grace period and end killed (found by the offline
+    rehearsal). The actions finish first, then :func:`wait_for_removal` returns at once."""
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(3600):
+        signal.signal(sig, lambda *_: _REMOVED.set())
+
+
+def wait_for_removal() -> None:
+    """Block until SIGTERM or SIGINT (the pod's deletion), at once if it came already."""
+    while not _REMOVED.wait(3600):
         pass
 
 
@@ -374,6 +385,8 @@ def main(
         parser.error(str(err.args[0]))
     if not args.dry_run and not args.node_name:
         parser.error("--node-name (or NODE_NAME) is required unless --dry-run")
+    if not args.dry_run and wait is wait_for_removal:
+        watch_for_removal()
 
     results = run_checks(expect, args.sysfs, tools, _flush_print)
     failed = next((r for r in results if not r.passed), None)

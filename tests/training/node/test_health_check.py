@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -355,7 +357,7 @@ def test_given_a_concurrent_change_then_the_patch_is_retried_and_keeps_it(api):
     patches = [r for r in api.requests if r[0] == "PATCH"]
     assert [p[3]["metadata"]["resourceVersion"] for p in patches] == ["100", "101"]
     keys = [t["key"] for t in api.node["spec"]["taints"]]
-    assert keys == ["aws.amazon.com/neuron", "example.com/maintenance", HEALTH_LABEL]
+    assert keys == ["aws.amazon.com/neuron", "example.com/maintenance", failed_taint("efa")["key"]]
     assert api.node["spec"]["taints"][-1] == failed_taint("efa")
     validate_k8s(api.node, DEFAULT_KUBERNETES_VERSION)
 
@@ -495,3 +497,40 @@ def test_given_no_node_name_then_the_cli_refuses_to_act(monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         health_check.main(["--instance-type", "trn1.2xlarge"])
     assert exit_.value.code == 2
+
+
+#: A check process whose pod is deleted while it acts: the SIGTERM comes as the label lands, before
+#: the Events and the termination (the DaemonSet controller reacts to the label).
+_DELETED_WHILE_ACTING = """
+import os, signal, sys
+from training.node import health_check
+from training.node.health_check import EXPECTED_PRODUCT, ToolRun, Tools
+from tests.training.node.test_health_check import recorded
+
+class Actions:
+    def mark_failed(self, node, check, message, *, replace):
+        os.kill(os.getpid(), signal.SIGTERM)  # the deletion, while the actions run
+        print("events and termination done", flush=True)
+
+tools = Tools(
+    neuron_ls=lambda: ToolRun(0, recorded("neuron_ls.trn1n.32xlarge.json")),
+    nccom_test=lambda expect: ToolRun(1, recorded("nccom_test.failed.txt")),
+    core=lambda core: [[float(v) for v in row] for row in EXPECTED_PRODUCT],
+)
+sys.exit(health_check.main(["--instance-type", "trn1n.32xlarge", "--node-name", "n2"], tools=tools, actions=Actions()))
+"""
+
+
+def test_given_the_pod_deleted_while_it_acts_then_the_actions_finish_and_it_exits_0_at_once():
+    done = subprocess.run(
+        [sys.executable, "-c", _DELETED_WHILE_ACTING],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2:] == [
+        "events and termination done",
+        "acted on the verdict; waiting for the DaemonSet to remove this pod",
+    ]
