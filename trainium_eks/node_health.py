@@ -423,21 +423,20 @@ class NodeReplacementRole(Construct):
                 ),
             )
         )
-        self.association = eks.CfnPodIdentityAssociation(
-            self,
-            "PodIdentity",
-            cluster_name=cluster.cluster_name,
-            namespace=namespace,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=self.role.role_arn,
-        )
-        # The training pods' fabric check replaces a node it names the same way (a role may be
-        # associated with several service accounts; each service account has one association).
-        self.training_association = eks.CfnPodIdentityAssociation(
-            self,
-            "TrainingPodIdentity",
-            cluster_name=cluster.cluster_name,
-            namespace=namespace,
-            service_account=training_service_account,
-            role_arn=self.role.role_arn,
+        # The check's, and the training pods' (their fabric check replaces a node it names the
+        # same way): a role may be associated with several service accounts, each of which has
+        # one association.
+        self.association, self.training_association = (
+            eks.CfnPodIdentityAssociation(
+                self,
+                construct_id,
+                cluster_name=cluster.cluster_name,
+                namespace=namespace,
+                service_account=account,
+                role_arn=self.role.role_arn,
+            )
+            for construct_id, account in (
+                ("PodIdentity", SERVICE_ACCOUNT),
+                ("TrainingPodIdentity", training_service_account),
+            )
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainium_job.test_worker import paths
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE, FabricCheck
 from trainium_job.launch import LaunchSpec
@@ -44,15 +45,6 @@ trap 'kill $! 2>/dev/null; exit 1' TERM
 if [ -n "${{TRAIN:-}}" ]; then sleep 300 & wait $!; fi
 exit "${{TRAIN_RC:-0}}"
 """
-
-
-def paths(root: Path) -> JobPaths:
-    return JobPaths(
-        data_dir=str(root / "data"),
-        dataset_marker=str(root / "data" / ".staged"),
-        cache_dir=str(root / "cache"),
-        output_dir=str(root / "run"),
-    )
 
 
 @pytest.fixture()
