@@ -75,6 +75,12 @@ INFINIBAND_SYSFS = f"{HOST_SYS}/class/infiniband"
 #: Requests and limits besides the devices: neuron-ls, a small compute graph (compiled by
 #: neuronx-cc) and nccom-test inside one node. The pod is gone before training lands.
 RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "8", "memory": "16Gi"}}
+#: Seconds the check's pod has, once deleted, to finish acting: the label it sets makes the
+#: DaemonSet controller delete it at once, and its SIGTERM is only noted while the Events and the
+#: instance's termination go out (training.node.health_check ``watch_for_removal``). Kubernetes'
+#: default, 30 s, ran out in the offline rehearsal (six nodes checked at once on 2 cores) before
+#: the EC2 client was made.
+ACTIONS_GRACE_S = 120
 #: The EKS Pod Identity service principal (EKS user guide, "Pod Identity": the role's trust policy).
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 #: Tags EKS puts on a managed nodegroup's instances (its Auto Scaling group propagates them; AWS
@@ -159,6 +165,7 @@ def health_check_daemonset(
         # another value), so a failed node is not checked again until someone lifts it.
         "tolerations": [dict(WORKLOAD_TOLERATION), dict(PENDING_TOLERATION)],
         "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": ACTIONS_GRACE_S,
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}],

@@ -40,8 +40,11 @@ FAILED: Final = "failed"
 #: Every Trainium node starts with it (nodegroup taints, Karpenter startupTaints); pods that
 #: train do not tolerate it, the Neuron device plugin and the check's DaemonSet do.
 PENDING_TAINT: Final = {"key": HEALTH_LABEL, "value": "pending", "effect": "NoSchedule"}
-#: The checks, in the order they run (the first failure stops the rest).
-CHECKS: Final = ("devices", "compute", "collective", "efa")
+#: The checks, in the order they run (the first failure stops the rest): the two inventories
+#: first (a listing each, seconds), then the computation on each NeuronCore alone (one process per
+#: core, each compiling on first use: the longest), then the all-reduce across all of them, so a
+#: core that computes wrong is named as such rather than as a failed all-reduce.
+CHECKS: Final = ("devices", "efa", "compute", "collective")
 #: Not a check of this program: the pre-training fabric check names a node with it.
 FABRIC: Final = "fabric"
 #: core/v1 Event reasons on the Node.

@@ -4,8 +4,10 @@ device in sysfs), and the stand-ins on every pod's PATH.
 
 A pod is ``nsenter`` (into the cluster's user namespace) -> ``unshare`` (new network, mount, UTS
 and PID namespaces; ``--kill-child`` so the pod ends with it) -> ``pod_root.sh`` (the pod's root
-file system; once the harness has plugged its eth0 into the bridge, ``exec chroot ... env -i
-... <container command>``): the container command is the pod's PID 1, as under the kubelet.
+file system, read-only where its securityContext says so; once the harness has plugged its eth0
+into the bridge, ``exec chroot ... setpriv ... env -i ... <container command>``, ``setpriv``
+giving it the user, groups, capabilities and no_new_privs its securityContext resolves to): the
+container command is the pod's PID 1, as under the kubelet.
 What differs from a cluster and why: :mod:`tests.rehearsal.substitutions`.
 """
 
@@ -17,6 +19,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tests.rehearsal import efa, standins
+from tests.rehearsal import efa, standins, torch_xla_standin
 from tests.rehearsal.kube_api import SERVICE_ACCOUNT_DIR, KubeApi
-from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image
+from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image, user_ids
 from tests.rehearsal.substitutions import (
     CLUSTER_DOMAIN,
     EXTRA_ENV,
+    ID_RANGE,
     NODE_NAME,
     OTHER_ADDRESS_BASE,
     POD_MTU,
@@ -47,6 +51,11 @@ POD_ROOT = Path(__file__).with_name("pod_root.sh")
 RECORDED_HEALTH = REPO / "tests" / "training" / "node" / "recorded" / "health"
 #: The recorded nccom-test all-reduce the stand-in answers with, per instance type (the unit tests'
 #: choice, tests/training/node/test_health_check.py ``NCCOM_PASS``).
+#: What nccom-test prints on a node with a collective fault: a failed run of the Neuron docs.
+FAILED_NCCOM_TEST = "nccom_test.failed.txt"
+#: Where the deep check's pods find the ``torch_xla`` stand-in (below the state folder, which is
+#: mounted at standins.MOUNT): first on their PYTHONPATH.
+XLA_STANDIN = Path("python") / "torch_xla" / "__init__.py"
 RECORDED_NCCOM_TEST = {
     "trn1.2xlarge": "nccom_test.r2_allr.txt",
     "trn1.32xlarge": "nccom_test.r16_allr_show_algorithm.txt",
@@ -54,6 +63,9 @@ RECORDED_NCCOM_TEST = {
     "trn2.48xlarge": "nccom_test.r64_N2_allr.txt",
 }
 VENV_BIN = Path(sys.executable).parent
+#: This machine's software a pod's image holds: the checkout (the Dockerfile's WORKDIR), the venv
+#: and the Python installation the venv was made from (its python links there).
+SOFTWARE = (REPO, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve())
 #: What the image's PATH holds besides the venv (the usual system folders).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The lines the kubelet writes at the top of every pod's /etc/hosts (kubelet_pods.go,
@@ -69,10 +81,13 @@ _KUBELET_HOSTS = (
 )
 #: The bridge every pod's eth0 is plugged into, in the network namespace of :class:`Network`.
 BRIDGE = "pods"
-# Held by the network namespace's process: the bridge up with its address, "ready", then wait for
-# stdin to close (the test's end, however it ends).
+# Held by the network namespace's process: once the harness has written the user namespace's ID
+# maps (a line on stdin), the bridge up with its address, "ready", then wait for stdin to close
+# (the test's end, however it ends). The holder itself started before the maps were there, so
+# without capabilities; the ip commands it starts after are root in the namespace, with them.
 _NETWORK_HOLDER = f"""
 import subprocess, sys
+sys.stdin.readline()
 for command in (
     "ip link set lo up",
     "ip link add name {BRIDGE} type bridge",
@@ -121,16 +136,45 @@ def container_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+def _maps_ids(path: str, count: int) -> bool:
+    """Whether the ID map at ``path`` (``/proc/self/uid_map``, ``gid_map``) gives IDs 0 to
+    ``count - 1`` in one line."""
+    for line in Path(path).read_text().splitlines():
+        inside, _, length = (int(x) for x in line.split())
+        if inside == 0 and length >= count:
+            return True
+    return False
+
+
+def id_range_mappable() -> bool:
+    """Whether this process may map :data:`ID_RANGE` IDs in a child user namespace: that takes
+    CAP_SETUID and CAP_SETGID here and those IDs mapped here (user_namespaces(7), "Defining user
+    and group ID mappings"). Without (an unprivileged user, and no newuidmap, which util-linux's
+    ``--map-users`` needs), only the harness's own ID can be mapped: to root."""
+    status = Path("/proc/self/status").read_text()
+    (effective,) = (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("CapEff:"))
+    setgid_setuid = (1 << 6) | (1 << 7)  # CAP_SETGID, CAP_SETUID (linux/capability.h)
+    return (
+        effective & setgid_setuid == setgid_setuid
+        and _maps_ids("/proc/self/uid_map", ID_RANGE)
+        and _maps_ids("/proc/self/gid_map", ID_RANGE)
+    )
+
+
 class Network:
     """The rehearsal's user namespace, and in it the network namespace of the bridge that every
-    pod's eth0 is plugged into (the test reaches the pods from there)."""
+    pod's eth0 is plugged into (the test reaches the pods from there).
+
+    ``ids``: how many IDs from 0 the user namespace maps (each to itself): :data:`ID_RANGE`, or 1
+    (root, as the harness's own user) where this machine allows no more."""
 
     def __init__(self) -> None:
+        self.ids = ID_RANGE if id_range_mappable() else 1
         self.proc = subprocess.Popen(
             [
                 "unshare",
                 "--user",
-                "--map-root-user",
+                *(["--map-root-user"] if self.ids == 1 else []),
                 "--net",
                 "--",
                 sys.executable,
@@ -144,11 +188,31 @@ class Network:
             start_new_session=True,
             preexec_fn=die_with_test,
         )
-        assert self.proc.stdout is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            if self.ids > 1:
+                self._map_ids()
+            self.proc.stdin.write("mapped\n")
+            self.proc.stdin.flush()
+        except Exception:
+            self.close()
+            raise
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.close()
             raise RuntimeError(f"the network namespace did not come up: {line!r}")
+
+    def _map_ids(self) -> None:
+        """Write the new user namespace's uid_map and gid_map from here, in the parent namespace:
+        from inside, a namespace may map only the ID of its creator (user_namespaces(7))."""
+        own = os.readlink("/proc/self/ns/user")
+        deadline = time.monotonic() + 30
+        while os.readlink(f"/proc/{self.proc.pid}/ns/user") == own:  # unshare has not unshared yet
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the rehearsal's user namespace did not come up")
+            time.sleep(0.01)
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{self.proc.pid}/{name}").write_text(f"0 0 {ID_RANGE}\n")
 
     def enter(self) -> list[str]:
         """Command prefix that runs a program on the bridge's side (and in the user namespace)."""
@@ -350,14 +414,21 @@ class Cluster:
             ):
                 shutil.copy(path, self.state / path.name)
                 recorded[kind][instance_type] = path.name
-        self._device_faults: dict[str, int] = {}  # pod host name -> Neuron devices missing
+        xla = self.state / XLA_STANDIN
+        xla.parent.mkdir(parents=True)
+        shutil.copy(Path(torch_xla_standin.__file__), xla)
+        shutil.copy(RECORDED_HEALTH / FAILED_NCCOM_TEST, self.state / FAILED_NCCOM_TEST)
         self._config: dict[str, Any] = {
             "s3_objects": objects,
             "sleep_scale": SLEEP_SCALE,
             "instance_type": self.workload.worker.instance_type,
             "dpkg_versions": dict(dpkg_versions),
             **recorded,
-            "device_faults": self._device_faults,
+            # pod host name -> Neuron devices missing / the NeuronCore that computes wrong / the
+            # recorded failed all-reduce its nccom-test prints
+            "device_faults": {},
+            "core_faults": {},
+            "collective_faults": {},
         }
         self._write_config()
         for tool in standins.TOOLS:
@@ -372,7 +443,18 @@ class Cluster:
 
     def device_fault(self, host: str, missing: int) -> None:
         """The pod with host name ``host`` sees ``missing`` Neuron devices fewer in ``neuron-ls``."""
-        self._device_faults[host] = missing
+        self._config["device_faults"][host] = missing
+        self._write_config()
+
+    def core_fault(self, host: str, core: int) -> None:
+        """In the pod with host name ``host``, NeuronCore ``core`` computes wrong (its
+        ``torch_xla`` stand-in: :mod:`tests.rehearsal.torch_xla_standin`)."""
+        self._config["core_faults"][host] = core
+        self._write_config()
+
+    def collective_fault(self, host: str) -> None:
+        """In the pod with host name ``host``, ``nccom-test`` prints a failed run and exits 1."""
+        self._config["collective_faults"][host] = FAILED_NCCOM_TEST
         self._write_config()
 
     # --- names, addresses, nodes ------------------------------------------------------------
@@ -436,9 +518,15 @@ class Cluster:
             self._other_address(),
             node=node,
             own=True,
-            env={**api.env(), **api.aws_env()},
+            env={**api.env(), **api.aws_env(), "PYTHONPATH": self._with_xla_standin(spec, node)},
             service_account=account,
         )
+
+    def _with_xla_standin(self, spec: PodSpec, node: Node) -> str:
+        """The pod's PYTHONPATH with the ``torch_xla`` stand-in's folder first."""
+        own = self.environment(spec, node.name)[1].get("PYTHONPATH")
+        folder = str(standins.MOUNT / XLA_STANDIN.parent.parent)
+        return folder if not own else f"{folder}:{own}"
 
     def _other_address(self) -> str:
         return f"{POD_NETWORK}.{OTHER_ADDRESS_BASE + self._started}"
@@ -466,6 +554,65 @@ class Cluster:
             **EXTRA_ENV,
         }
         return (str(REPO) if workdir else "/"), env
+
+    @staticmethod
+    def _image() -> list[str]:
+        """pod_root.sh's ``private`` and ``image`` entries: each folder on the way to the image's
+        software that other users may not traverse, shown as an empty folder (0755) holding only
+        that software, bound read-only.
+
+        A real image keeps its software where any user can run it (its Python in /usr/local or
+        /opt, 0755): a container declared to run as a non-root user runs it there. This machine
+        may not: the venv's python links into /root/.pyenv, and /root is 0700 (only root may
+        pass), so a non-root pod could not even start python. The folder's other contents (the
+        harness user's home and what is in it) are no part of the image, so no pod sees them."""
+        private: dict[Path, list[Path]] = {}
+        for software in SOFTWARE:
+            for folder in reversed(software.parents[:-1]):  # from the top-level folder down
+                if not folder.stat().st_mode & stat.S_IXOTH:
+                    private.setdefault(folder, []).append(software)
+                    break
+        args: list[str] = []
+        for folder, below in private.items():
+            args += ["private", "-", str(folder), "-"]
+            for software in below:
+                args += ["image", str(software), str(software), "ro"]
+        return args
+
+    def _security(self, spec: PodSpec) -> list[str]:
+        """The ``setpriv`` line before the container command: the user, groups, capabilities and
+        no_new_privs the pod's securityContext resolves to (:class:`~tests.rehearsal.manifests.Security`),
+        set as the runtime sets them before it runs the command.
+
+        Capabilities: the container's set is its bounding set; a root process keeps all of it
+        (effective and permitted), a non-root one none (the kernel clears them at its exec: no
+        ambient or inheritable ones, which the runtime leaves empty), as on the node."""
+        security = spec.security
+        uid, gid = user_ids(security, image(DOCKERFILES[spec.container]))
+        if security.run_as_non_root and uid == 0:
+            # The kubelet's check: the container would not start (CreateContainerConfigError).
+            raise ValueError(f"pod {spec.container}: runAsNonRoot, but its user resolves to root")
+        groups = sorted({gid, *security.supplemental_groups})
+        ids: list[str] = []
+        if self.network.ids > 1:
+            if max(uid, *groups) >= self.network.ids:
+                raise ValueError(
+                    f"pod {spec.container}: user {uid}, groups {groups}: the rehearsal maps IDs below "
+                    f"{self.network.ids} only"
+                )
+            ids = [f"--reuid={uid}", f"--regid={gid}", f"--groups={','.join(map(str, groups))}"]
+        # else: only root is mapped (an unprivileged harness); the pod runs as root
+        # (tests.rehearsal.substitutions).
+        bounding = ",".join(["-all", *(f"+{c.lower()}" for c in sorted(security.capabilities))])
+        return [
+            "/usr/bin/setpriv",
+            *ids,
+            f"--bounding-set={bounding}",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            *(["--no-new-privs"] if security.no_new_privs else []),
+            "--",
+        ]
 
     def _mounts(
         self, spec: PodSpec, pod_dir: Path, hosts: Path, node: Node | None, service_account: Path | None
@@ -504,17 +651,21 @@ class Cluster:
             else:
                 folder = pod_dir / f"empty-{n}"
                 folder.mkdir()
+                # The kubelet makes an emptyDir writable for every user (0777, its empty_dir.go):
+                # whatever user the container runs as may write there.
+                folder.chmod(0o777)
                 args += ["bind", str(folder), mount.path, mode]
                 shadowed.append((folder, mount.path))
         if not any(m.path == "/tmp" for m in spec.mounts):  # the container's own /tmp
             folder = pod_dir / "tmp"
             folder.mkdir()
             folder.chmod(0o1777)
-            args += ["bind", str(folder), "/tmp", "rw"]
+            # Part of the root file system: read-only with it.
+            args += ["bind", str(folder), "/tmp", "ro" if spec.security.read_only_root else "rw"]
             shadowed.append((folder, "/tmp"))
         # A pod folder mounted over one that holds the image's software (say the checkout under
         # /tmp): bind that software again on top, as the image would still have it.
-        for software in (REPO, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
+        for software in SOFTWARE:
             for folder, mount_path in shadowed:
                 if software.is_relative_to(mount_path):
                     (folder / software.relative_to(mount_path)).mkdir(parents=True, exist_ok=True)
@@ -555,8 +706,11 @@ class Cluster:
             str(pod_dir / "root"),
             hostname,
             str(plugged),
+            "ro" if spec.security.read_only_root else "rw",
+            *self._image(),
             *self._mounts(spec, pod_dir, hosts, node, service_account),
             "--",
+            *self._security(spec),
             "/usr/bin/env",
             "-i",
             "-C",

@@ -36,6 +36,49 @@ class Mount:
     host_path: str = ""  # a hostPath volume's path on the node
 
 
+#: The capabilities containerd gives a container whose securityContext drops none of them
+#: (containerd's ``defaultUnixCaps``, the same list as Docker's default set).
+RUNTIME_CAPABILITIES = frozenset(
+    {
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FSETID",
+        "FOWNER",
+        "MKNOD",
+        "NET_RAW",
+        "SETGID",
+        "SETUID",
+        "SETFCAP",
+        "SETPCAP",
+        "NET_BIND_SERVICE",
+        "SYS_CHROOT",
+        "KILL",
+        "AUDIT_WRITE",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Security:
+    """A container's security settings as Kubernetes resolves them from its pod's and its own
+    ``securityContext`` (:func:`security`)."""
+
+    #: None: the image's user (its Dockerfile's USER, root without one).
+    run_as_user: int | None = None
+    #: None: the group of the image's USER when ``run_as_user`` is None as well, else root (0).
+    run_as_group: int | None = None
+    #: The pod's ``supplementalGroups``: the container's processes are in them too.
+    supplemental_groups: tuple[int, ...] = ()
+    #: The kubelet refuses to start the container if its user resolves to root.
+    run_as_non_root: bool = False
+    read_only_root: bool = False
+    #: ``allowPrivilegeEscalation: false``: the runtime sets no_new_privs on the process.
+    no_new_privs: bool = False
+    #: The container's capability set (bounding set; also permitted and effective when it runs
+    #: as root), names without ``CAP_``.
+    capabilities: frozenset[str] = RUNTIME_CAPABILITIES
+
+
 @dataclass(frozen=True)
 class PodSpec:
     """One pod's only container, as the template has it."""
@@ -57,6 +100,7 @@ class PodSpec:
     node_affinity: tuple[Mapping[str, Any], ...] = ()
     #: Whether the kubelet mounts the ServiceAccount's token (``automountServiceAccountToken``).
     service_account_token: bool = False
+    security: Security = Security()
 
     def claim_path(self) -> str:
         """Where the pod mounts the (one) FSx claim."""
@@ -82,6 +126,45 @@ class Workload:
     def action_for_failure(self, exit_code: int) -> str | None:
         """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
         return action_for_failure(self.policies, exit_code)
+
+
+def security(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Security:
+    """The effective security settings of ``container`` in the pod spec ``pod``."""
+    pod_context = pod.get("securityContext", {})
+    context = container.get("securityContext", {})
+    if pod_context.get("fsGroup") is not None:
+        # The kubelet would give the volumes to that group: not played.
+        raise ValueError("securityContext.fsGroup: the rehearsal has no stand-in for volume ownership")
+    if context.get("privileged", False):
+        raise ValueError(
+            "securityContext.privileged: the rehearsal has no stand-in for a privileged container"
+        )
+
+    def resolved(name: str) -> Any:
+        # Kubernetes, "Configure a Security Context for a Pod or Container": "Security settings
+        # that you specify for a Container apply only to the individual Container, and they
+        # override settings made at the Pod level when there is overlap" (runAsUser, runAsGroup,
+        # runAsNonRoot are the fields both levels have).
+        return context[name] if context.get(name) is not None else pod_context.get(name)
+
+    capabilities = context.get("capabilities", {})
+    drop = {c.upper().removeprefix("CAP_") for c in capabilities.get("drop", [])}
+    add = {c.upper().removeprefix("CAP_") for c in capabilities.get("add", [])}
+    if "ALL" in add:
+        raise ValueError("capabilities.add ALL: the rehearsal has no stand-in for a privileged container")
+    kept = frozenset() if "ALL" in drop else RUNTIME_CAPABILITIES - drop
+    return Security(
+        run_as_user=resolved("runAsUser"),
+        run_as_group=resolved("runAsGroup"),
+        supplemental_groups=tuple(pod_context.get("supplementalGroups", [])),
+        run_as_non_root=bool(resolved("runAsNonRoot")),
+        # Only a container field: the pod has none of it.
+        read_only_root=bool(context.get("readOnlyRootFilesystem", False)),
+        # Unset is true. Kubernetes API, SecurityContext: "This bool directly controls if the
+        # no_new_privs flag will be set on the container process".
+        no_new_privs=context.get("allowPrivilegeEscalation", True) is False,
+        capabilities=kept | add,
+    )
 
 
 def pod_spec(template: Mapping[str, Any]) -> PodSpec:
@@ -135,6 +218,7 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         ),
         # The ServiceAccount admission plugin mounts the token unless a pod opts out.
         service_account_token=spec.get("automountServiceAccountToken", True),
+        security=security(spec, container),
     )
 
 
@@ -175,24 +259,48 @@ def workload(template: Mapping[str, Any]) -> Workload:
 
 @dataclass(frozen=True)
 class Image:
-    """The parts of an image the rehearsal reproduces: its working directory and environment."""
+    """The parts of an image the rehearsal reproduces: its working directory, environment and
+    user."""
 
     workdir: str | None
     env: Mapping[str, str]
+    #: USER as (uid, gid); gid None where USER names no group. None: no USER (root).
+    user: tuple[int, int | None] | None = None
+
+
+def user_ids(security: Security, built: Image) -> tuple[int, int]:
+    """(uid, gid) a container runs as: its securityContext's, else its image's USER, else root.
+    Kubernetes, "Configure a Security Context for a Pod or Container": runAsGroup "If this field
+    is omitted, the primary group ID of the containers will be root(0)"."""
+    image_uid, image_gid = built.user or (0, None)
+    if security.run_as_user is None:
+        uid, gid = image_uid, image_gid
+    else:
+        uid, gid = security.run_as_user, None
+    if security.run_as_group is not None:
+        gid = security.run_as_group
+    return uid, gid if gid is not None else 0
 
 
 def image(dockerfile: Path) -> Image:
-    """WORKDIR and ENV of ``dockerfile`` (``ENV K=V ...`` lines, continuations joined)."""
+    """WORKDIR, ENV and USER of ``dockerfile`` (``ENV K=V ...`` lines, continuations joined;
+    USER in numbers: names would need the image's /etc/passwd)."""
     text = re.sub(r"\\\n", " ", dockerfile.read_text())
     workdir, env = None, {}
+    user: tuple[int, int | None] | None = None
     for line in text.splitlines():
         word, _, rest = line.strip().partition(" ")
         if word == "WORKDIR":
             workdir = rest.strip()
+        elif word == "USER":
+            uid, sep, gid = rest.strip().partition(":")
+            if not uid.isdigit() or (sep and not gid.isdigit()):
+                raise ValueError(f"{dockerfile}: USER {rest.strip()!r}: only numeric IDs are read")
+            user = (int(uid), int(gid) if sep else None)
         elif word == "ENV":
             for item in shlex.split(rest):
                 key, sep, value = item.partition("=")
                 if not sep:
                     raise ValueError(f"{dockerfile}: ENV {rest!r}: only the KEY=VALUE form is read")
                 env[key] = value
-    return Image(workdir, env)
+    return Image(workdir, env, user)

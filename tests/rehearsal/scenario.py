@@ -3,8 +3,9 @@ at once; on good nodes it waits for the dataset, staging publishes it, the gang 
 checks the fabric and trains (its metrics scraped), one pod is stopped as Kubernetes stops it,
 Volcano's policy ends the rest, the gang is started again and resumes, the staging Job runs
 again, TensorBoard serves the run; last, the gang meets nodes whose EFA counters stand still and
-the job is aborted. Then three fresh nodes come up: the node-health-check DaemonSet's pod checks
-each (one has a device fault) and labels and taints it through a stand-in Kubernetes API, and
+the job is aborted. Then six fresh nodes come up: the node-health-check DaemonSet's pod checks
+each (four have a fault, one for each of its checks) and labels and taints it through a stand-in
+Kubernetes API, and
 the gang goes where the scheduler may put it. Each phase records what it saw in
 :class:`Observations`; the tests assert on them.
 """
@@ -66,6 +67,10 @@ PHASE_SETTLE_S = 2.0
 POLLS_BEFORE_STAGING = 2
 #: Seconds a phase may take on 2 busy cores before the rehearsal gives up.
 PHASE_TIMEOUT_S = 240
+#: Seconds the deep-check scene's pods may take to label every node: their compute checks load
+#: torch in 128 processes (32 NeuronCores on each of the four nodes that get that far), about
+#: 155 s on 2 otherwise idle cores.
+DEEP_CHECK_TIMEOUT_S = 2 * PHASE_TIMEOUT_S
 #: Seconds the other gang pods get to end by themselves after the first one failed, before the
 #: harness applies the Job's policy to them.
 SAME_FAILURE_S = 30
@@ -77,12 +82,17 @@ RECORDED_VERSIONS = REPO / "tests" / "training" / "node" / "recorded" / "neuron_
 #: An EKS Neuron AMI release whose driver (2.29.0.0) the image's runtime does not run: it
 #: "requires Neuron Runtime Library 2.33 or later" (trainium_job/neuron_stack.py).
 REFUSED_DRIVER_AMI = "v20260714"
-#: The deep check's fresh nodes (none of the gang's earlier ones); the one with a device fault,
-#: whose ``neuron-ls`` lists :data:`DEVICES_MISSING` device fewer.
+#: The deep check's fresh nodes (none of the gang's earlier ones).
 HEALTH_NODE = "rehearsal-new-node-{}"
-HEALTH_NODES = 3
-FAULTY_NODE = 1
+HEALTH_NODES = 6
+#: Node index -> the check its fault fails, one node per check; the other two nodes are healthy
+#: (the gang's two). ``devices``: ``neuron-ls`` lists :data:`DEVICES_MISSING` device fewer;
+#: ``compute``: NeuronCore :data:`FAULTY_CORE` gets its products wrong; ``collective``:
+#: ``nccom-test`` reports a failed run; ``efa``: the driver lists :data:`EFA_MISSING` EFA device fewer.
+FAULTS: Final = {1: "devices", 3: "compute", 4: "collective", 5: "efa"}
 DEVICES_MISSING = 1
+FAULTY_CORE = 5
+EFA_MISSING = 1
 #: The gang's driver check line on a supported pair (training.node.driver_check ``verdict``).
 DRIVER_CHECK_OK = ": a supported pair"
 
@@ -187,7 +197,7 @@ class Ended:
 class DeepCheck:
     """The node-health-check DaemonSet's pods on fresh nodes, then the gang's placement."""
 
-    faulty: str = ""  # the node whose neuron-ls lists a device fewer
+    faults: dict[str, str] = field(default_factory=dict)  # node -> the check its fault fails
     registered: dict[str, dict[str, Any]] = field(default_factory=dict)  # the Nodes before
     #: Node -> whether the DaemonSet's pod may be scheduled there (before any check).
     daemon_fits: dict[str, bool] = field(default_factory=dict)
@@ -499,7 +509,7 @@ class Rehearsal:
 
     def deep_check(self) -> None:
         """The ``node-health-check`` DaemonSet's pod on :data:`HEALTH_NODES` fresh nodes (each
-        with the pending taint, its instance's EFA devices up), one of which has a device fault;
+        with the pending taint, its instance's EFA devices up), four of which have a fault (FAULTS);
         the Kubernetes and EC2 calls go to the stand-in API. As the DaemonSet controller does, a
         pod whose node no longer matches (it has been labelled) is deleted. Then the scheduler's
         part: where the gang's pods may go, and the gang started there."""
@@ -515,11 +525,12 @@ class Rehearsal:
         if daemon is None or worker.instance_type is None:
             raise self._failed("the template has no node-health-check DaemonSet or no instance type")
         names = [HEALTH_NODE.format(i) for i in range(HEALTH_NODES)]
-        seen.faulty = names[FAULTY_NODE]
+        seen.faults = {names[i]: kind for i, kind in FAULTS.items()}
         registered = []
         for i, name in enumerate(names):
             node = self.cluster.node(name)
-            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces)
+            missing = EFA_MISSING if FAULTS.get(i) == "efa" else 0
+            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces - missing)
             labels = {
                 INSTANCE_TYPE_LABEL: worker.instance_type,
                 **TRAINIUM_NODE_LABEL,
@@ -541,10 +552,17 @@ class Rehearsal:
             die_with_test,
         )
         try:
-            self.cluster.device_fault(f"node-health-check-{seen.faulty}", DEVICES_MISSING)
+            for name, kind in seen.faults.items():
+                host = f"node-health-check-{name}"
+                if kind == "devices":
+                    self.cluster.device_fault(host, DEVICES_MISSING)
+                elif kind == "compute":
+                    self.cluster.core_fault(host, FAULTY_CORE)
+                elif kind == "collective":
+                    self.cluster.collective_fault(host)
             t0 = time.monotonic()
             pods = {name: self.cluster.start_health_check(self.cluster.node(name), api) for name in names}
-            deadline = t0 + PHASE_TIMEOUT_S
+            deadline = t0 + DEEP_CHECK_TIMEOUT_S
             while len(seen.codes) < len(pods):
                 current = api.nodes()
                 for name, pod in pods.items():

@@ -102,7 +102,10 @@ def neuron_ls(argv: Sequence[str], root: Path = MOUNT) -> int:
 
 def nccom_test(argv: Sequence[str], root: Path = MOUNT) -> int:
     """``nccom-test allr -r N ... --check ...``: the recorded all-reduce output of the pod's
-    instance type (``nccom_test`` in the config). Anything but an all-reduce with ``-r``: exit 2."""
+    instance type (``nccom_test`` in the config); for a pod whose node has a collective fault
+    (``collective_faults[<host>]``: a recorded failed run), that run's output and exit 1 (the
+    Neuron docs show the output of a failed run, not its exit code; a failed test exiting 0 is
+    covered by the check's unit tests). Anything but an all-reduce with ``-r``: exit 2."""
     cfg = config(root)
     if list(argv[:2]) != ["allr", "-r"] or "--check" not in argv:
         print(
@@ -110,6 +113,10 @@ def nccom_test(argv: Sequence[str], root: Path = MOUNT) -> int:
             file=sys.stderr,
         )
         return 2
+    failed = cfg.get("collective_faults", {}).get(socket.gethostname())
+    if failed is not None:
+        sys.stdout.write((root / failed).read_text())
+        return 1
     recorded = cfg.get("nccom_test", {}).get(cfg["instance_type"])
     if recorded is None:
         print(f"nccom-test (rehearsal): no recorded output for {cfg['instance_type']}", file=sys.stderr)

@@ -40,6 +40,11 @@ CLUSTER_DOMAIN = "cluster.local"
 #: ``spec.nodeName`` of gang pod ``i`` (each on a node of its own), and of the other pods.
 NODE_NAME = "rehearsal-node-{}"
 SYSTEM_NODE_NAME = "rehearsal-system-node"
+#: User and group IDs the rehearsal's user namespace maps, each to the same ID on this machine,
+#: where the harness may map more than its own (tests/rehearsal/cluster.py ``id_range_mappable``):
+#: a pod's runAsUser and runAsGroup (nobody, 65534, among them) are real IDs in the pod and on the
+#: files it writes.
+ID_RANGE = 65536
 #: The fabric check's all-reduce buffer per worker in the rehearsal (the job's is 128 MiB).
 FABRIC_CHECK_SIZE_MIB = 8
 _FABRIC_SIZE = re.compile(r"(-m training\.node\.fabric_check measure .*?--size_mib )(\d+)")
@@ -54,8 +59,9 @@ def rehearsed_command(command: Sequence[str]) -> tuple[str, ...]:
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(
         "a pod on a node (kubelet, container runtime)",
-        "a process tree in its own user, mount, UTS and PID namespaces (`unshare`); the container "
-        "command is its PID 1, run with `env -i` and the pod's environment",
+        "a process tree in its own network, mount, UTS and PID namespaces (`unshare`), in the "
+        "rehearsal's one user namespace; the container command is its PID 1, run with `env -i` "
+        "and the pod's environment",
         "the command runs as the kubelet runs it: PID 1 gets the SIGTERM, and when PID 1 ends the "
         "kernel ends the rest of the pod; its mounts and host name are its own",
     ),
@@ -63,8 +69,12 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "the image's file system",
         "this machine's top-level folders bound into a fresh root (`pod_root.sh`), the checkout "
         "as the Dockerfile's WORKDIR (its ENV applied with the WORKDIR path replaced by the "
-        "checkout's), the venv first on PATH (python, torchrun, tensorboard)",
-        "no container runtime or image build offline; the training code is the same files",
+        "checkout's), the venv first on PATH (python, torchrun, tensorboard); a folder on the "
+        "way to that software that other users may not pass (/root, where the venv's Python "
+        "lives) is shown as an empty 0755 folder holding only the software",
+        "no container runtime or image build offline; the training code is the same files; an "
+        "image keeps its software where any user can run it, and the harness user's home is no "
+        "part of it",
     ),
     Substitution(
         "torch-neuronx 2.9 on Trainium (device xla)",
@@ -101,8 +111,8 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "the container's writable layer",
-        "a fresh folder per pod at /tmp (unless a volume is mounted there); the rest of the "
-        "image's file system is this machine's",
+        "a fresh folder per pod at /tmp (unless a volume is mounted there), read-only with a "
+        "read-only root; the rest of the image's file system is this machine's",
         "pods write their own files there (the fabric check's result, torchrun's logs); one "
         "shared /tmp would let one pod read the other's result",
     ),
@@ -114,8 +124,8 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "emptyDir volumes",
-        "a fresh temporary folder per pod (a tmpfs for `medium: Memory`)",
-        "same lifetime as on the cluster: one pod",
+        "a fresh temporary folder per pod, mode 0777 as the kubelet makes it (a tmpfs for `medium: Memory`)",
+        "same lifetime as on the cluster: one pod; any user the pod runs as may write there",
     ),
     Substitution(
         "neuron_parallel_compile (Neuron SDK)",
@@ -144,7 +154,10 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "the node's EFA devices (`/sys/class/infiniband`, which the fabric check reads)",
         "tests/rehearsal/efa.py: a folder bound over /sys/class in each gang pod holding one EFA "
         "device with one port, whose tx_bytes and rx_bytes a harness thread raises every "
-        "0.1 s by the bytes the pod's eth0 sent and received (frozen to play a TCP fallback)",
+        "0.1 s by the bytes the pod's eth0 sent and received (frozen to play a TCP fallback); "
+        "on the deep check's nodes, the instance type's count of devices, every port up (one "
+        "device fewer on the node with an EFA fault: the efa driver reports every port it lists "
+        "ACTIVE, so a missing device is the fault a node shows)",
         "no EFA here; the counters move with the bytes that really cross between the pods, so "
         "the check's 'bytes crossed EFA' test judges real traffic; a frozen device is what a "
         "node whose collectives fell back to sockets shows",
@@ -161,22 +174,27 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(
         "neuron-ls (Neuron tools; `neuron-ls --json-output`, the deep check's devices check)",
         "tests/rehearsal/standins.py: the recorded JSON of the instance type "
-        "(tests/training/node/recorded/health), less one device on the deep-check scene's faulty node",
+        "(tests/training/node/recorded/health), less one device on the deep-check scene's node "
+        "with a device fault",
         "needs the Neuron driver; the recording follows the Neuron documentation's samples",
     ),
     Substitution(
         "nccom-test (Neuron tools; the deep check's all-reduce)",
         "tests/rehearsal/standins.py: the recorded all-reduce output of the instance type (a 16-rank "
         "run of the Neuron documentation for the trn1.32xlarge's 32 ranks) for an `allr -r N ... "
-        "--check` call; refuses others",
+        "--check` call, the documentation's failed run (exit 1) on the scene's node with a "
+        "collective fault; refuses others",
         "needs NeuronCores and NeuronLink; the check's parsing and floor are what it feeds",
     ),
     Substitution(
         "the deep check's compute on each NeuronCore (torch-neuronx)",
-        "the product's own CPU path (`core_main` without torch_xla): one process per NeuronCore "
-        "of the instance type, as on the node",
-        "no NeuronCores here; each process loads torch (about 2 s of CPU), so the scene's two "
-        "healthy trn1.32xlarge nodes cost 64 of them",
+        "tests/rehearsal/torch_xla_standin.py, first on the deep check's pods' PYTHONPATH: "
+        "`torch_xla.device()` is the CPU, so `core_main` takes the image's XLA branch; one process "
+        "per NeuronCore of the instance type, as on the node. On the scene's node with a compute "
+        "fault, one core's products come out with one element off by one (a core that computes "
+        "wrong without an error)",
+        "no NeuronCores here; each process loads torch (about 2 s of CPU), so the scene's four "
+        "trn1.32xlarge nodes that reach the compute check cost 128 of them",
     ),
     Substitution(
         "the Kubernetes API server (the deep check labels and taints its Node, records Events) and "
@@ -224,9 +242,25 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "no cluster; the rehearsal is about what the commands do with those events",
     ),
     Substitution(
-        "security contexts, resources, node selectors, tolerations, devices",
-        "not applied outside the deep-check scene (pods run as this machine's user, unlimited, "
-        "without Neuron or EFA device files: only the sysfs stand-ins above)",
+        "the pod's and container's securityContext (runAsUser, runAsGroup, supplementalGroups, "
+        "readOnlyRootFilesystem, allowPrivilegeEscalation, capabilities, runAsNonRoot)",
+        "resolved as Kubernetes does (the container's over the pod's, the image's USER where "
+        "neither sets one; tests/rehearsal/manifests.py `security`) and applied: the rehearsal's "
+        f"user namespace maps IDs 0 to {ID_RANGE - 1} each to this machine's same ID, `setpriv` runs "
+        "the command as that user and group, with that capability set as bounding set (kept by "
+        "root, none left to another user) and no_new_privs; a read-only root is bind remounts of "
+        "the image's mounts in the pod's mount namespace, the volumes keeping their modes; "
+        "runAsNonRoot with a root user does not start. Where the harness is not root (no ID range "
+        "can be mapped without newuidmap), only root is mapped and every pod runs as root. Not "
+        "played: seccomp profiles, SELinux and AppArmor; fsGroup and privileged are refused",
+        "a pod that writes outside its volumes, or needs a capability or a user it does not "
+        "declare, fails here as on the cluster (the TensorBoard pod runs as nobody on a "
+        "read-only root, the staging pod as root without capabilities)",
+    ),
+    Substitution(
+        "resources, node selectors, tolerations, devices",
+        "not applied outside the deep-check scene (pods run unlimited, without Neuron or EFA "
+        "device files: only the sysfs stand-ins above)",
         "checked on the manifests by the other tests (tests/trainium_eks/test_pod_security.py, "
         "test_training_job.py); FI_* and NEURON_* variables pass through to code that ignores them",
     ),

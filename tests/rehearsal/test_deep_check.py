@@ -1,6 +1,7 @@
-"""The rehearsal's deep-check scene: the node-health-check DaemonSet's pod on three fresh nodes, one
-with a device fault; what it sent the (stand-in) Kubernetes API and EC2, checked with the
-Kubernetes schemas and botocore's model of EC2; then where the scheduler may put the gang.
+"""The rehearsal's deep-check scene: the node-health-check DaemonSet's pod on six fresh nodes, four
+with a fault (one for each check: a Neuron device missing, a NeuronCore computing wrong, a failed
+all-reduce, an EFA device missing); what it sent the (stand-in) Kubernetes API and EC2, checked
+with the Kubernetes schemas and botocore's model of EC2; then where the scheduler may put the gang.
 
 The expected labels, taints and Event words are the issue's (docs/healing.md), written out here,
 not read from the code under test."""
@@ -12,7 +13,14 @@ from typing import Any
 import botocore.session
 import pytest
 
-from tests.rehearsal.scenario import DEVICES_MISSING, Observations
+from tests.rehearsal.scenario import (
+    DEVICES_MISSING,
+    EFA_MISSING,
+    FAULTS,
+    FAULTY_CORE,
+    HEALTH_NODES,
+    Observations,
+)
 from tests.support import validate_k8s
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
@@ -20,11 +28,30 @@ pytestmark = pytest.mark.after("deep_check")
 
 LABEL = "trainium-eks/node-health"
 PENDING = {"key": "trainium-eks/node-health", "value": "pending", "effect": "NoSchedule"}
-FAILED_DEVICES = {"key": "trainium-eks/node-health-failed", "value": "devices", "effect": "NoSchedule"}
+#: The checks in the order the program runs them (docs/healing.md), each failing node's last.
+CHECKS = ("devices", "efa", "compute", "collective")
+#: What each fault's node shows in its check's line: a trn1.32xlarge has 16 Neuron devices, 32
+#: NeuronCores and 8 EFA devices (trainium_job/instances.py cites the AWS pages); the 8x8
+#: product has 64 elements; the failed all-reduce prints the Neuron docs' failure line.
+EVIDENCE = {
+    "devices": f"found {16 - DEVICES_MISSING} Neuron devices",
+    "compute": f"core {FAULTY_CORE}: wrong product (1 of 64 elements differ)",
+    "collective": "1 errors found - test failed",
+    "efa": f"found {8 - EFA_MISSING} EFA devices",
+}
+
+
+def failed_taint(check: str) -> dict[str, str]:
+    return {"key": "trainium-eks/node-health-failed", "value": check, "effect": "NoSchedule"}
 
 
 def good_nodes(rehearsal: Observations) -> list[str]:
-    return sorted(n for n in rehearsal.deep_check.registered if n != rehearsal.deep_check.faulty)
+    return sorted(n for n in rehearsal.deep_check.registered if n not in rehearsal.deep_check.faults)
+
+
+def node_failing(rehearsal: Observations, check: str) -> str:
+    [node] = [n for n, kind in rehearsal.deep_check.faults.items() if kind == check]
+    return node
 
 
 def kube_requests(rehearsal: Observations, method: str, node: str | None = None) -> list[dict[str, Any]]:
@@ -43,7 +70,8 @@ def test_given_fresh_trainium_nodes_then_they_are_valid_nodes_with_the_pending_t
     rehearsal,
 ):
     seen = rehearsal.deep_check
-    assert len(seen.registered) == 3
+    assert len(seen.registered) == HEALTH_NODES
+    assert sorted(seen.faults.values()) == sorted(CHECKS) == sorted(FAULTS.values())
     for name, node in seen.registered.items():
         validate_k8s(node, DEFAULT_KUBERNETES_VERSION)
         assert PENDING in node["spec"]["taints"] and LABEL not in node["metadata"]["labels"]
@@ -61,19 +89,31 @@ def test_given_healthy_nodes_then_they_are_labelled_passed_and_lose_only_the_pen
         assert kube_requests(rehearsal, "POST", name) == []  # no Event for a node that passed
 
 
-def test_given_a_node_with_a_device_missing_then_it_is_labelled_failed_and_tainted_naming_devices(rehearsal):
+@pytest.mark.parametrize("check", CHECKS)
+def test_given_a_node_with_a_fault_then_it_is_labelled_failed_and_tainted_naming_the_check_it_fails(
+    rehearsal, check
+):
     seen = rehearsal.deep_check
-    node = seen.nodes[seen.faulty]
+    name = node_failing(rehearsal, check)
+    node = seen.nodes[name]
     validate_k8s(node, DEFAULT_KUBERNETES_VERSION)
-    assert node["metadata"]["labels"][LABEL] == "failed"
-    assert FAILED_DEVICES in node["spec"]["taints"] and PENDING not in node["spec"]["taints"]
-    assert f"found {16 - DEVICES_MISSING} Neuron devices" in seen.logs[seen.faulty]
+    assert node["metadata"]["labels"][LABEL] == "failed", seen.logs[name]
+    assert failed_taint(check) in node["spec"]["taints"] and PENDING not in node["spec"]["taints"]
+    lines = seen.logs[name].splitlines()
+    assert [line.split(":")[0] for line in lines][: CHECKS.index(check) + 2] == [
+        *CHECKS[: CHECKS.index(check) + 1],
+        "verdict",
+    ], seen.logs[name]  # the checks before its own passed; none after it ran
+    [line] = [line for line in lines if line.startswith(f"{check}:")]
+    assert EVIDENCE[check] in line, line
 
 
-def test_given_the_failed_node_then_a_valid_warning_event_on_it_names_the_check(rehearsal):
+@pytest.mark.parametrize("check", CHECKS)
+def test_given_a_failed_node_then_a_valid_warning_event_on_it_names_the_check(rehearsal, check):
     seen = rehearsal.deep_check
-    posts = kube_requests(rehearsal, "POST", seen.faulty)
-    assert posts, seen.logs[seen.faulty]
+    name = node_failing(rehearsal, check)
+    posts = kube_requests(rehearsal, "POST", name)
+    assert posts, seen.logs[name]
     for post in posts:
         event = post["body"]
         validate_k8s(event, DEFAULT_KUBERNETES_VERSION)
@@ -82,27 +122,31 @@ def test_given_the_failed_node_then_a_valid_warning_event_on_it_names_the_check(
         assert event["involvedObject"] == {
             "apiVersion": "v1",
             "kind": "Node",
-            "name": seen.faulty,
-            "uid": seen.registered[seen.faulty]["metadata"]["uid"],
+            "name": name,
+            "uid": seen.registered[name]["metadata"]["uid"],
         }
     first = posts[0]["body"]
-    assert first["reason"] == "TrainiumNodeHealthCheckFailed" and first["message"].startswith("devices:")
+    assert first["reason"] == "TrainiumNodeHealthCheckFailed" and first["message"].startswith(f"{check}:")
 
 
-def test_given_replacement_then_the_failed_nodes_instance_alone_is_terminated_after_its_events(rehearsal):
+def test_given_replacement_then_each_failed_nodes_instance_alone_is_terminated_after_its_events(rehearsal):
     seen = rehearsal.deep_check
     calls = [r for r in seen.requests if r["path"] == "/"]
-    provider = seen.registered[seen.faulty]["spec"]["providerID"]
-    assert [c["body"]["InstanceId.1"] for c in calls] == [provider.rsplit("/", 1)[1]]
-    [call] = calls
+    instance = {name: node["spec"]["providerID"].rsplit("/", 1)[1] for name, node in seen.registered.items()}
+    assert sorted(c["body"]["InstanceId.1"] for c in calls) == sorted(instance[n] for n in seen.faults)
     model = botocore.session.get_session().get_service_model("ec2")
-    assert call["body"]["Action"] == "TerminateInstances" in model.operation_names
-    assert call["body"]["Version"] == model.api_version
-    assert "AWS4-HMAC-SHA256" in call["headers"]["authorization"]  # signed, as EC2 requires
-    assert "us-west-2/ec2/aws4_request" in call["headers"]["authorization"]
-    events = [r["body"]["reason"] for r in kube_requests(rehearsal, "POST", seen.faulty)]
-    assert events == ["TrainiumNodeHealthCheckFailed", "TrainiumNodeReplaced"]
-    assert seen.requests.index(call) > max(seen.requests.index(r) for r in kube_requests(rehearsal, "POST"))
+    for name in seen.faults:
+        [call] = [c for c in calls if c["body"]["InstanceId.1"] == instance[name]]
+        assert call["body"]["Action"] == "TerminateInstances" in model.operation_names
+        assert call["body"]["Version"] == model.api_version
+        assert "AWS4-HMAC-SHA256" in call["headers"]["authorization"]  # signed, as EC2 requires
+        assert "us-west-2/ec2/aws4_request" in call["headers"]["authorization"]
+        posts = kube_requests(rehearsal, "POST", name)
+        assert [r["body"]["reason"] for r in posts] == [
+            "TrainiumNodeHealthCheckFailed",
+            "TrainiumNodeReplaced",
+        ]
+        assert seen.requests.index(call) > max(seen.requests.index(r) for r in posts)
 
 
 def test_given_every_node_change_then_it_is_a_valid_strategic_merge_patch_on_the_version_read(rehearsal):
@@ -126,12 +170,13 @@ def test_given_healthy_nodes_labelled_then_their_check_pods_end_0_on_their_delet
     for name in good_nodes(rehearsal):
         assert seen.codes[name] == 0, seen.logs[name]
         checks = [line.split(":")[0] for line in seen.logs[name].splitlines()][:5]
-        assert checks == ["devices", "compute", "collective", "efa", "verdict"], seen.logs[name]
+        assert checks == ["devices", "efa", "compute", "collective", "verdict"], seen.logs[name]
 
 
-def test_given_the_failed_node_labelled_then_its_check_pod_ends_0_on_its_deletion(rehearsal):
+def test_given_the_failed_nodes_labelled_then_their_check_pods_end_0_on_their_deletion(rehearsal):
     seen = rehearsal.deep_check
-    assert seen.codes[seen.faulty] == 0, seen.logs[seen.faulty]
+    for name in seen.faults:
+        assert seen.codes[name] == 0, seen.logs[name]
 
 
 def test_given_the_deep_check_then_it_called_the_stand_in_neuron_tools_as_the_image_has_them(rehearsal):
@@ -140,8 +185,9 @@ def test_given_the_deep_check_then_it_called_the_stand_in_neuron_tools_as_the_im
     assert sorted(c["host"] for c in listed) == sorted(hosts)
     assert all(c["argv"] == ["--json-output"] for c in listed)
     reduced = [c for c in rehearsal.calls if c["tool"] == "nccom-test"]
-    good = {f"node-health-check-{n}" for n in good_nodes(rehearsal)}
-    assert sorted(c["host"] for c in reduced) == sorted(good)  # the failed node stops at devices
+    past_compute = [*good_nodes(rehearsal), node_failing(rehearsal, "collective")]
+    # A node stops at its first failed check: the other faults' nodes never all-reduce.
+    assert sorted(c["host"] for c in reduced) == sorted(f"node-health-check-{n}" for n in past_compute)
 
 
 def test_given_the_checked_nodes_then_the_gang_is_placed_on_the_two_good_ones_and_runs_there(rehearsal):
@@ -157,8 +203,8 @@ def test_given_only_one_good_node_then_the_gang_has_no_placement_and_waits(rehea
 
 
 def test_given_the_scene_then_its_time_is_recorded(rehearsal, record_property):
-    """The compute check's process per NeuronCore (32 on a trn1.32xlarge, each loading torch) is
-    most of the scene's time."""
+    """The compute check's process per NeuronCore (32 on a trn1.32xlarge, each loading torch, on
+    the four nodes that pass their devices and EFA checks) is most of the scene's time."""
     seen = rehearsal.deep_check
     record_property("deep_check_seconds", round(seen.seconds, 1))
     record_property("deep_check_phase_seconds", round(seen.phase_seconds, 1))

@@ -75,8 +75,17 @@ def test_given_the_dockerfiles_then_their_workdir_and_env_are_read():
     built = image(DOCKERFILES["trainer"])
     assert built.workdir == "/opt/trainium-bert"
     assert built.env == {"PYTHONPATH": "/opt/trainium-bert", "PYTHONUNBUFFERED": "1"}
-    # The tools image (TensorBoard, the exporters) holds the same package folders.
-    assert image(DOCKERFILES["tensorboard"]) == built
+    # The tools image (TensorBoard, the exporters) holds the same package folders, as nobody.
+    tools = image(DOCKERFILES["tensorboard"])
+    assert (tools.workdir, tools.env) == (built.workdir, built.env)
+    assert (built.user, tools.user) == (None, (65534, 65534))
+
+
+def test_given_a_user_by_name_then_the_dockerfile_reader_refuses_it(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM x\nUSER nobody\n")
+    with pytest.raises(ValueError, match="only numeric IDs"):
+        image(dockerfile)
 
 
 def test_given_an_env_line_without_a_value_then_the_dockerfile_reader_refuses_it(tmp_path):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import sys
 
 import pytest
+import torch
 
-from tests.rehearsal import standins
+from tests.rehearsal import standins, torch_xla_standin
 from tests.rehearsal.cluster import RECORDED_HEALTH as RECORDED
+from training.node import health_check
 from trainium_job.instances import instance_facts
 
 
@@ -80,6 +83,53 @@ def test_given_an_all_reduce_with_its_check_then_nccom_test_answers_the_recorded
     assert capsys.readouterr().out == (RECORDED / "nccom_test.r16_allr_show_algorithm.txt").read_text()
 
 
+def test_given_a_collective_fault_on_its_node_then_nccom_test_prints_the_failed_run_and_exits_1(root, capsys):
+    shutil.copy(RECORDED / "nccom_test.failed.txt", root / "failed.txt")
+    config = json.loads((root / standins.CONFIG).read_text())
+    faults = {socket.gethostname(): "failed.txt"}
+    (root / standins.CONFIG).write_text(json.dumps({**config, "collective_faults": faults}))
+    assert standins.nccom_test(["allr", "-r", "32", "--check", "random"], root) == 1
+    assert capsys.readouterr().out == (RECORDED / "nccom_test.failed.txt").read_text()
+
+
+def operands() -> tuple[torch.Tensor, torch.Tensor]:
+    """The compute check's operands, as ``core_main`` makes them."""
+    return (
+        torch.tensor(health_check.A, dtype=torch.float32),
+        torch.tensor(health_check.B, dtype=torch.float32),
+    )
+
+
+def test_given_a_core_fault_then_the_torch_xla_stand_in_gets_that_cores_products_wrong_by_one_element(
+    root, monkeypatch
+):
+    # Given the config naming core 5 of this host, and the compute check's own operands
+    config = json.loads((root / standins.CONFIG).read_text())
+    (root / standins.CONFIG).write_text(json.dumps({**config, "core_faults": {socket.gethostname(): 5}}))
+    a, b = operands()
+    right = (a @ b).tolist()
+    assert right == [list(row) for row in health_check.EXPECTED_PRODUCT]
+    assert torch_xla_standin.faulty_core(root / standins.CONFIG) == 5
+    # When that core's process multiplies under the stand-in's mode
+    with torch_xla_standin.OneElementOff():
+        wrong = (a @ b).tolist()
+    # Then one element is off by one, and the check finds it
+    differ = [(i, j) for i in range(8) for j in range(8) if wrong[i][j] != right[i][j]]
+    assert differ == [(0, 0)] and wrong[0][0] == right[0][0] + 1
+    result = health_check.check_compute(
+        health_check.expectation("trn1.32xlarge"), lambda core: wrong if core == 5 else right, parallel=1
+    )
+    assert not result.passed and "core 5: wrong product (1 of 64 elements differ)" in result.found
+
+
+def test_given_no_core_fault_then_the_torch_xla_stand_in_device_is_the_cpu_computing_right(root, monkeypatch):
+    monkeypatch.setattr(torch_xla_standin, "CONFIG", root / standins.CONFIG)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "5")
+    assert torch_xla_standin.device() == torch.device("cpu")
+    a, b = operands()
+    assert (a @ b).tolist() == [list(row) for row in health_check.EXPECTED_PRODUCT]
+
+
 @pytest.mark.parametrize("argv", [["allg", "-r", "32", "--check"], ["allr", "-r", "32"], []])
 def test_given_another_nccom_test_run_then_it_is_refused(root, capsys, argv):
     assert standins.nccom_test(argv, root) == 2
@@ -131,6 +181,8 @@ def test_given_a_trial_run_then_neuron_parallel_compile_sets_its_environment_and
     root, tmp_path, monkeypatch, capfd
 ):
     cache = tmp_path / "cache"
+    for name in [k for k in os.environ if k.startswith("NEURON_")]:  # what other tests' runs set
+        monkeypatch.delenv(name)
     monkeypatch.setenv("NEURON_CC_FLAGS", f"--cache_dir={cache} --retry_failed_compilation")
     show = "import os; print(sorted(k for k in os.environ if k.startswith('NEURON_')))"
     assert standins.neuron_parallel_compile([sys.executable, "-c", show], root) == 0

@@ -164,6 +164,9 @@ def test_given_the_daemonset_then_it_runs_the_check_with_its_node_name_and_the_h
     assert context["capabilities"]["drop"] == ["ALL"]
     no_replace = _pod_spec(_objects(replace=False)["DaemonSet"])["containers"][0]["command"]
     assert no_replace[-1] == "--no-replace"
+    # Deleted as its label lands, the pod still sends its Events and the termination: more than
+    # the 30 s Kubernetes gives a pod by default (core/v1 PodSpec terminationGracePeriodSeconds).
+    assert spec["terminationGracePeriodSeconds"] > 30
 
 
 def test_given_the_rbac_then_it_grants_nodes_get_and_patch_and_events_create_only():

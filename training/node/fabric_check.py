@@ -149,7 +149,7 @@ def measure(args: argparse.Namespace) -> int:
                     warmup=args.pair_warmup,
                 ),
             )
-        backend.shutdown()
+        # The process groups stay up until the process ends: training.trainer.worker_exit.
     except Exception as e:
         result[stage] = _error(e)
         raise
@@ -463,4 +463,6 @@ def heal(outcome: Verdict, node: str, *, replace: bool, recheck: bool = True, ac
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.trainer.worker_exit import run_worker
+
+    run_worker(main)

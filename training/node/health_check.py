@@ -5,16 +5,16 @@ the ``node-health-check`` DaemonSet on every Trainium node not yet labelled
     python -m training.node.health_check --instance-type trn1.32xlarge [--node-name NAME]
         [--sysfs /host/sys/class/infiniband] [--replace | --no-replace] [--dry-run]
 
-Four checks, in order; the first failure stops the rest (what the table expects:
-:mod:`trainium_job.node_health`):
+Four checks, in the order of ``CHECKS``; the first failure stops the rest (what the table
+expects: :mod:`trainium_job.node_health`):
 
 1. ``devices``: ``neuron-ls --json-output`` lists the instance's Neuron devices and NeuronCores.
-2. ``compute``: every NeuronCore computes a fixed integer-valued matrix product, one short process
-   per core (``NEURON_RT_VISIBLE_CORES=<core>``), compared exactly with the answer worked out here.
-3. ``collective``: ``nccom-test`` all-reduce across all NeuronCores, with its correctness check,
-   reaches the bus bandwidth floor.
-4. ``efa``: the host's ``/sys/class/infiniband`` has the instance's EFA devices, every port ACTIVE
+2. ``efa``: the host's ``/sys/class/infiniband`` has the instance's EFA devices, every port ACTIVE
    and LinkUp.
+3. ``compute``: every NeuronCore computes a fixed integer-valued matrix product, one short process
+   per core (``NEURON_RT_VISIBLE_CORES=<core>``), compared exactly with the answer worked out here.
+4. ``collective``: ``nccom-test`` all-reduce across all NeuronCores, with its correctness check,
+   reaches the bus bandwidth floor.
 
 Then it acts (``training.node.node_actions``): passed, the label ``passed`` and the pending taint
 removed; failed, the label ``failed``, the failed check's taint, a Warning Event, and with
@@ -45,6 +45,7 @@ from typing import Any, Final
 from training.node.efa_counters import SYSFS_ROOT, devices
 from trainium_job.entry_points import NODE_HEALTH
 from trainium_job.node_health import (
+    CHECKS,
     NCCOM_DATATYPE,
     NCCOM_SIZE_BYTES,
     NodeExpectation,
@@ -319,16 +320,16 @@ class Tools:
 def run_checks(
     expect: NodeExpectation, sysfs: Path, tools: Tools = Tools(), log: Callable[[str], None] = print
 ) -> list[CheckResult]:
-    """The checks in order, logging each; stops after the first failure."""
-    steps: list[Callable[[], CheckResult]] = [
-        lambda: check_devices(tools.neuron_ls(), expect),
-        lambda: check_compute(expect, tools.core),
-        lambda: check_collective(tools.nccom_test(expect), expect),
-        lambda: check_efa(sysfs, expect),
-    ]
+    """The checks in the order of :data:`CHECKS`, logging each; stops after the first failure."""
+    steps: dict[str, Callable[[], CheckResult]] = {
+        "devices": lambda: check_devices(tools.neuron_ls(), expect),
+        "efa": lambda: check_efa(sysfs, expect),
+        "compute": lambda: check_compute(expect, tools.core),
+        "collective": lambda: check_collective(tools.nccom_test(expect), expect),
+    }
     results = []
-    for step in steps:
-        result = step()
+    for check in CHECKS:
+        result = steps[check]()
         log(result.line)
         results.append(result)
         if not result.passed:

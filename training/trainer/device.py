@@ -140,10 +140,8 @@ class Backend:
         ``timeout``, torch/distributed/distributed_c10d.py L1601-1606 at v2.9.0)."""
         if self.world_size > 1 and not dist.is_initialized():
             dist.init_process_group(self.dist_backend, timeout=timeout)
-
-    def shutdown(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        # No destroy_process_group at the end: the groups live until the process ends
+        # (training.trainer.worker_exit says why).
 
     def prepare_model(self, model: ModuleT, precision: str) -> ModuleT:
         model = move_keeping_ties(model, self.device)

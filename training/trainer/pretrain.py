@@ -52,6 +52,7 @@ from training.trainer.step import StepState, make_step_state, optimizer_step
 from training.trainer.stop import STOP_EXIT_CODE, GracefulStop, Stopped
 from training.trainer.train_state import recorded_run, restore_state, save_state
 from training.trainer.watchdog import HangBound, StepWatchdog, exit_hung
+from training.trainer.worker_exit import run_worker
 from trainium_job.launch import launch_env
 
 log = logging.getLogger("training.trainer.pretrain")
@@ -224,6 +225,9 @@ def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     run.watchdog = start_watchdog(run)
     try:
         stopped = loop(run, batches, reporter, end_step, stop)
+    except BaseException:
+        reporter.logger.close()  # TensorBoard's events so far: the process ends with no teardown
+        raise
     finally:
         if run.watchdog is not None:
             run.watchdog.close()
@@ -233,8 +237,7 @@ def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     reporter.logger.close()
     result = None if stopped else finish(run, reporter.stats, start_step, wall)
     run.backend.barrier()
-    del batches, loader
-    run.backend.shutdown()
+    del batches, loader  # the process groups stay up: training.trainer.worker_exit
     if stopped:
         raise Stopped(
             f"stopped by SIGTERM after step {run.step}; checkpoint {ckpt.step_dir_name(run.step)} "
@@ -546,4 +549,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_worker(main)

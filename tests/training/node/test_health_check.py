@@ -33,7 +33,7 @@ from training.node.health_check import (
     run_core,
 )
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
-from trainium_job.instances import INSTANCE_FACTS
+from trainium_job.instances import INSTANCE_FACTS, instance_facts
 from trainium_job.node_health import (
     EVENT_COMPONENT,
     FAILED_REASON,
@@ -443,7 +443,7 @@ def test_given_a_healthy_node_then_the_cli_dry_run_passes_every_check(tmp_path, 
     code = health_check.main(["--instance-type", "trn1.2xlarge", "--sysfs", str(sysfs), "--dry-run"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert [line.split(":")[0] for line in lines] == ["devices", "compute", "collective", "efa", "verdict"]
+    assert [line.split(":")[0] for line in lines] == ["devices", "efa", "compute", "collective", "verdict"]
     assert lines[-1] == "verdict: this node (trn1.2xlarge) passed all 4 checks"
 
 
@@ -480,8 +480,9 @@ def test_given_a_failure_then_the_cli_acts_with_replacement_and_then_waits(tmp_p
         nccom_test=lambda expect: ToolRun(1, recorded("nccom_test.failed.txt")),
         core=lambda core: [[float(v) for v in row] for row in EXPECTED_PRODUCT],
     )
+    sysfs = efa_tree(tmp_path / "infiniband", instance_facts("trn1n.32xlarge").efa_interfaces)
     code = health_check.main(
-        ["--instance-type", "trn1n.32xlarge", "--replace"],
+        ["--instance-type", "trn1n.32xlarge", "--sysfs", str(sysfs), "--replace"],
         tools=tools,
         actions=actions,
         wait=lambda: waited.append(1),
