@@ -155,8 +155,28 @@ def measure(args: argparse.Namespace) -> int:
         raise
     finally:
         if local_rank == 0:
-            Path(args.result_file).write_text(json.dumps(result, sort_keys=True) + "\n")
+            write_result(Path(args.result_file), result)
     return 0
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """``result`` at ``path`` whole or not at all: written beside it, then renamed over it. When
+    another worker of the node fails, torchrun stops this one (SIGTERM) wherever it is, and the
+    rehearsal saw it stopped between a plain write's truncation and its data: the verdict then
+    read an empty file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(result, sort_keys=True) + "\n")
+    os.replace(partial, path)
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """The node's result, or None when none was written whole (what :func:`judge` takes as no
+    result: the measurement did not end)."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def _node_names(backend: Backend, *, node: int, nodes: int) -> list[str]:
@@ -370,8 +390,7 @@ def _blame(result: dict[str, Any], verdict: Verdict, *, min_busbw_gbps: float, n
 
 def verdict(args: argparse.Namespace) -> Verdict:
     """Judge the result file and print the verdict (then its findings, one line each)."""
-    path = Path(args.result_file)
-    result = json.loads(path.read_text()) if path.is_file() else None
+    result = read_result(Path(args.result_file))
     outcome = judge(result, min_busbw_gbps=args.min_busbw_gbps, nodes=args.nodes, seconds=args.seconds)
     out = sys.stdout if outcome.passed else sys.stderr
     for line in (outcome.line, *outcome.findings):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.training.conftest import PYTHON, REPO, child_env, free_port
 from tests.training.node.test_efa_exporter import fake_efa
-from training.node.fabric_check import bus_bandwidth_gbps, judge
+from training.node.fabric_check import bus_bandwidth_gbps, judge, read_result, write_result
 from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, check_lines
 from trainium_job.launch import LaunchSpec
 
@@ -104,6 +104,24 @@ def test_given_no_result_then_it_fails_naming_this_node(monkeypatch):
     v = judge(None, min_busbw_gbps=10, nodes=2, seconds=3)
     assert v.line == "fabric check FAILED on node ip-10-0-1-99 after 3 s: it wrote no result"
     assert v.exit_code == NOT_MEASURED_EXIT_CODE
+
+
+@pytest.mark.parametrize("text", ["", '{"node": "ip-10-0-1-99", "provid', "[]"])
+def test_given_a_result_file_not_written_whole_then_the_verdict_is_not_measured(tmp_path, text):
+    path = tmp_path / "result.json"
+    path.write_text(text)
+    unmeasured = _verdict(path)
+    assert unmeasured.returncode == NOT_MEASURED_EXIT_CODE, unmeasured.stderr
+    assert unmeasured.stderr.strip().endswith("it wrote no result")
+
+
+def test_given_a_result_then_it_is_written_whole_under_its_name_and_read_back(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text("stale")
+    write_result(path, {"node": "n1", "iters": 3})
+    assert read_result(path) == {"node": "n1", "iters": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]  # no partial file left
+    assert read_result(tmp_path / "absent.json") is None
 
 
 def test_given_nccom_test_figures_then_the_bus_bandwidth_formula_matches():
