@@ -81,8 +81,8 @@ class PlatformSettings:
     #: With ``karpenter``: minutes an empty Trainium node is kept (a relaunch within them reuses it;
     #: each costs a node-minute at the on-demand price).
     trainium_idle_minutes: int = 10
-    #: Deep health check of every new Trainium node before it takes work (Neuron devices, a
-    #: compute and a collective test, EFA; trainium_eks/node_health.py): nodes start tainted
+    #: Deep health check of every new Trainium node before it takes work (Neuron devices, EFA,
+    #: a compute and a collective test; trainium_eks/node_health.py): nodes start tainted
     #: ``trainium-eks/node-health=pending`` and a DaemonSet of the training image lifts the taint
     #: or names the failed check. On by default: a bad node found at start costs minutes, one
     #: found by a failing job costs the job. The check runs the training image, so it comes with
