@@ -165,6 +165,25 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.bench_step --models tiny base --batch_size 4 --grad_accum 2 --rounds 3 --steps 2
 	$(PY) -m bench.bench_checkpoint
 
+# Mutation testing (numbers, not tests; not in CI): mutmut 3 over the modules whose verdicts cost
+# money or work, each against its own tests, in scratch copies of the tree (bench/mutation.py; the
+# scores and each survivor's disposition: BENCHMARKS.md). Its own venv with mutmut and what mutmut
+# needs (requirements-mutation.txt), reading the development venv's packages through a .pth file.
+# ARGS: target names and options of bench/mutation.py, e.g. ARGS="build-responder --max-children 1".
+VENV_MUT := .venv-mutation
+$(VENV_MUT)/.installed: requirements-mutation.txt constraints.txt $(VENV)/.dev
+	test -x $(VENV_MUT)/bin/python || $(PYTHON) -m venv $(VENV_MUT)
+	$(VENV_MUT)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-mutation.txt \
+	  -c constraints.txt $(QUIET_PIP)
+	dev="$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+	own="$$($(VENV_MUT)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+	echo "import site; site.addsitedir('$$dev')" > "$$own/trainium_eks_dev_venv.pth"
+	touch $@
+
+.PHONY: mutation
+mutation: $(VENV_MUT)/.installed node_modules/.installed
+	$(VENV_MUT)/bin/python -m bench.mutation $(ARGS)
+
 .PHONY: bench-xla
 # Graph counts, compile seconds and host transfers of the XLA path (numbers, not tests).
 # base compiles at XLA:CPU's optimisation level 0 (~70 s a graph at it on 2 shared cores).
@@ -174,9 +193,13 @@ bench-xla: $(VENV_XLA)/.installed
 	  --models base tiny --rounds 1
 
 # The construct library as another CDK app installs it: `make wheel` builds dist/trainium_eks-<v>.whl;
-# `make test-package` installs that wheel into an empty venv with only its declared dependencies
-# (from the package index, pinned by constraints.txt), synthesizes tests/package/external_app.py
-# there with the project's Node 24, and runs the doctor without credentials (tests/package/verify.py).
+# `make test-package` installs that wheel into an empty venv with only its declared dependencies,
+# twice: at the pins of constraints.txt, then at the lowest versions pyproject.toml's ranges allow
+# (tests/package/lowest.py). Each time it synthesizes the example app (examples/my_cluster) there
+# with the project's Node 24, from a folder outside the repository beside a `training` package of
+# the app's own, runs mypy --strict over it against the installed package (the development venv's
+# mypy, reading the package venv's site-packages), and runs the doctor without credentials
+# (tests/package/verify.py).
 DIST := dist
 VENV_PKG := .venv-package
 .PHONY: wheel
@@ -185,13 +208,21 @@ wheel: $(VENV)/.runtime
 	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(DIST) . $(QUIET_PIP)
 	rm -rf build *.egg-info
 
-.PHONY: test-package
-test-package: wheel node_modules/.installed
+# $(call package_check,CONSTRAINTS): the wheel in a fresh venv under CONSTRAINTS, then verify.py.
+define package_check
 	rm -rf $(VENV_PKG)
 	$(PYTHON) -m venv $(VENV_PKG)
 	$(VENV_PKG)/bin/python -m pip install --quiet --disable-pip-version-check $(DIST)/trainium_eks-*.whl \
-	  -c constraints.txt $(QUIET_PIP)
-	cd $(VENV_PKG) && PATH="$(abspath $(VENV))/node/bin:/usr/bin:/bin" bin/python $(abspath tests/package/verify.py)
+	  -c $(1) $(QUIET_PIP)
+	cd $(VENV_PKG) && TRAINIUM_EKS_MYPY=$(abspath $(VENV))/bin/mypy \
+	  PATH="$(abspath $(VENV))/node/bin:/usr/bin:/bin" bin/python $(abspath tests/package/verify.py)
+endef
+
+.PHONY: test-package
+test-package: wheel node_modules/.installed $(VENV)/.dev
+	$(PY) tests/package/lowest.py $(DIST)/lowest-constraints.txt
+	$(call package_check,constraints.txt)
+	$(call package_check,$(DIST)/lowest-constraints.txt)
 
 .PHONY: clean-package
 clean-package:

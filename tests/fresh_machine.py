@@ -85,7 +85,8 @@ def main() -> int:
             ]
         ),
         2,
-        r"^error: config 'training_fabric_check_min_busbw_gbps' = 100000 is invalid: .* at most 183\.4 GB/s",
+        r"^error: config 'training_fabric_check_min_busbw_gbps' \(BertJobSpec\.fabric_check_min_busbw_gbps\) = 100000 "
+        r"is invalid: .* at most 183\.4 GB/s",
     )
     print(
         "fresh machine: make synth, make cdk ARGS=ls, a context-key synth, make doctor and two bad inputs ok"

@@ -41,7 +41,10 @@ def test_given_bad_value_on_cdk_command_line_then_cli_shows_the_line_without_a_s
         ({"name_prefix": "trn-"}, "config 'name_prefix' = 'trn-' is invalid: the ECR repository name"),
         ({"endpoint_public_cidrs": "0.0.0.0/1,128.0.0.0/1"}, "config 'endpoint_public_cidrs'"),
         ({"tags": '{"aws:team": "ml"}'}, "config 'tags'"),
-        ({"training_script_args": '{"lr": "fast"}'}, "config 'training_script_args' = {'lr': 'fast'}"),
+        (
+            {"training_script_args": '{"lr": "fast"}'},
+            "config 'training_script_args' (BertJobSpec.script_args) = {'lr': 'fast'}",
+        ),
     ],
 )
 def test_given_bad_value_through_the_cdk_cli_then_one_line_and_no_assembly_even_over_an_old_one(

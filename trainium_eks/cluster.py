@@ -23,6 +23,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 from .addons.managed import managed_addon, pod_identity_role
+from .arguments import require_vpc
 from .escape_hatch import as_icluster, descendant, l1
 from .versions import ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE, KubernetesRelease
 
@@ -197,6 +198,7 @@ class TrainiumCluster(Construct):
                 ``SYSTEM_NODE_INSTANCE_TYPE`` ("m7i.large").
         """
         super().__init__(scope, id)
+        vpc = require_vpc(vpc)
         release = check_kubernetes_version(kubernetes_version)
         check_endpoint_public_cidrs(endpoint_public_cidrs, allow_broad=endpoint_public_allow_broad)
         check_admin_principal_arns(admin_principal_arns, region=Stack.of(self).region)

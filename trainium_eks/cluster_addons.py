@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
-from constructs import Construct
+from constructs import Construct, IConstruct
 
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.scheduling import TRAINING_QUEUE
 
 from .addons import (
@@ -23,8 +24,7 @@ from .addons import (
     PlatformMonitoring,
     VolcanoScheduler,
 )
-from .cluster import TrainiumCluster
-from .escape_hatch import as_icluster
+from .arguments import AnyCluster, require_cluster
 from .monitoring.karpenter import KarpenterCapacity
 from .node_pool import NODE_POOL_NAME, TrainiumNodePool
 from .nodegroup import TrainiumNodegroup
@@ -52,9 +52,10 @@ class TrainiumAddons(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: TrainiumCluster,
+        cluster: AnyCluster,
         trainium: TrainiumNodegroup | TrainiumNodePool,
         max_nodes: int,
+        system_nodes: IConstruct | None = None,
         neuron_scheduler_extension: bool = False,
         neuron_node_problem_detector: bool = False,
         etcd_enabled: bool = True,
@@ -62,15 +63,19 @@ class TrainiumAddons(Construct):
         queue_name: str = TRAINING_QUEUE,
         monitoring_enabled: bool = True,
         monitoring: MonitoringOptions | None = None,
-        name_prefix: str = "trainium-eks",
+        name_prefix: str = DEFAULT_NAME_PREFIX,
         health_check: bool = False,
     ) -> None:
         """
         Args:
-            cluster: the :class:`TrainiumCluster` (cluster and system nodegroup).
+            cluster: the ``aws_eks_v2`` cluster: your own ``eks.Cluster``, an imported one, or
+                :class:`TrainiumCluster`'s ``.cluster``.
             trainium: the :class:`TrainiumNodegroup`, or the :class:`TrainiumNodePool` of nodes
                 launched per job.
             max_nodes: the Trainium nodegroup's maximum size (sizes the Queue).
+            system_nodes: the nodes the controllers run on (Volcano, etcd, monitoring, managed
+                add-ons), e.g. :class:`TrainiumCluster`'s ``.system_nodegroup``: those add-ons are
+                applied after them. Default None: no ordering (the cluster already has nodes).
             neuron_scheduler_extension: Neuron scheduler extension. Default False.
             neuron_node_problem_detector: Neuron node-problem-detector. Default False.
             etcd_enabled: etcd server for the etcd rendezvous. Default True.
@@ -81,13 +86,13 @@ class TrainiumAddons(Construct):
             monitoring: what monitoring installs (:class:`MonitoringOptions`). Default None: its
                 defaults.
             name_prefix: prefix of named AWS resources (the AMP workspace's alias). Default
-                "trainium-eks".
+                ``DEFAULT_NAME_PREFIX`` ("trn-bert"), as every construct's.
             health_check: the device plugins tolerate the node health check's pending taint
                 (:mod:`trainium_eks.node_health`). Default False.
         """
         super().__init__(scope, id)
-        eks_cluster = as_icluster(cluster.cluster)
-        system_nodes = cluster.system_nodegroup
+        eks_cluster = require_cluster(cluster)
+        after_system_nodes = (system_nodes,) if system_nodes is not None else ()
         facts = trainium.facts
 
         self.observability = ObservabilityAddons(
@@ -97,7 +102,7 @@ class TrainiumAddons(Construct):
         # credentials; the stack orders the nodegroups after it); the rest runs on system nodes.
         for addon in (self.observability.node_monitoring_agent, self.observability.cloudwatch):
             if addon is not None:
-                addon.node.add_dependency(system_nodes)
+                addon.node.add_dependency(*after_system_nodes)
 
         self.neuron = NeuronDevicePlugin(
             self,
@@ -124,7 +129,7 @@ class TrainiumAddons(Construct):
             queue_name=queue_name,
             nodes_on_demand=isinstance(trainium, TrainiumNodePool),
         )
-        self.volcano.chart.node.add_dependency(system_nodes)
+        self.volcano.chart.node.add_dependency(*after_system_nodes)
         self.queue_name = self.volcano.queue_name
 
         self.ebs_csi = None
@@ -134,7 +139,7 @@ class TrainiumAddons(Construct):
         if not (etcd_enabled or monitoring_enabled):
             return
         ebs_csi = self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
-        ebs_csi.node.add_dependency(system_nodes, self.observability.pod_identity_agent)
+        ebs_csi.node.add_dependency(*after_system_nodes, self.observability.pod_identity_agent)
         if monitoring_enabled:
             self.monitoring = PlatformMonitoring(
                 self,
@@ -154,11 +159,11 @@ class TrainiumAddons(Construct):
             # Its pods run on the system nodes, its volume comes from the driver, AMP's
             # credentials from the pod identity agent.
             self.monitoring.chart.node.add_dependency(
-                system_nodes, ebs_csi, self.observability.pod_identity_agent
+                *after_system_nodes, ebs_csi, self.observability.pod_identity_agent
             )
         if etcd_enabled:
             self.etcd = EtcdServer(
                 self, "Etcd", cluster=eks_cluster, storage_class_name=ebs_csi.storage_class_name
             )
-            self.etcd.node.add_dependency(system_nodes, ebs_csi)
+            self.etcd.node.add_dependency(*after_system_nodes, ebs_csi)
             self.etcd_endpoint = self.etcd.endpoint

@@ -22,12 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from training.dataprep.prep_settings import build_parser, prep_config, run_settings
-from training.dataprep.prep_settings import check_settings as check_tool_settings
-from training.dataprep.text_input import UsageError
 from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources, share_problem
 from trainium_job.entry_points import PREPARE_INDEXED
@@ -37,6 +33,10 @@ from trainium_job.naming import spec_digest
 from trainium_job.paths import DATA_MOUNT, JobPaths
 from trainium_job.security import pod_security_context
 
+from ._training.dataprep.prep_settings import build_parser, prep_config, run_settings
+from ._training.dataprep.prep_settings import check_settings as check_tool_settings
+from ._training.dataprep.text_input import UsageError
+from .arguments import AnyCluster, require_cluster
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
 from .node_daemons import configured_node_daemons, total
 
@@ -325,7 +325,7 @@ class DatasetPreparation(DatasetJob):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         namespace: str,
         image: str,
         image_key: str,
@@ -357,6 +357,7 @@ class DatasetPreparation(DatasetJob):
         The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         args = dict(args or {})
         check_pods(pods, cpus_per_pod, facts, nodes)
         settings = {"corpus": corpus, "vocab": vocab, "pods": pods, "args": args, "data_dir": paths.data_dir}

@@ -24,13 +24,13 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job.errors import ConfigError
 from trainium_job.paths import DATA_MOUNT, SHARD_PATTERN, JobPaths
 from trainium_job.security import pod_security_context
 
+from .arguments import AnyCluster, require_cluster
 from .dataset_job import (
     DatasetJob,
     dataset_container,
@@ -165,7 +165,7 @@ class DatasetStaging(DatasetJob):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         namespace: str,
         image: str,
         image_key: str,
@@ -187,6 +187,7 @@ class DatasetStaging(DatasetJob):
         The other props: :class:`~trainium_eks.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         check_source(source)
         self._apply_job(
             "stage-dataset",

@@ -33,6 +33,7 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 
+from .arguments import require_vpc
 from .versions import FSX_LUSTRE_VERSION
 
 #: Deployment types the platform offers: PERSISTENT_2 (replicated, the default) or SCRATCH_2
@@ -206,6 +207,7 @@ class TrainingFileSystem(Construct):
                 security group. Default ``RemovalPolicy.RETAIN``.
         """
         super().__init__(scope, id)
+        vpc = require_vpc(vpc)
         persistent = deployment_type == "PERSISTENT_2"
         throughput_per_tib = resolved_throughput(deployment_type, throughput_per_tib)
         if backup_retention_days is None:

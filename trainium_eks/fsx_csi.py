@@ -20,6 +20,7 @@ from trainium_job.scheduling import SYSTEM_NODE_LABEL
 from trainium_job.scheduling import TRAINING_NAMESPACE as TRAINING_NAMESPACE  # re-exported by the package
 from trainium_job.security import namespace_manifest, pod_security_labels
 
+from .arguments import AnyCluster, require_cluster
 from .fsx import TrainingFileSystem
 from .versions import ADDON_PINS
 
@@ -68,7 +69,7 @@ class FsxCsiVolume(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         file_system: TrainingFileSystem,
         namespace: str = TRAINING_NAMESPACE,
         claim_name: str = CLAIM_NAME,
@@ -84,6 +85,7 @@ class FsxCsiVolume(Construct):
             volume_name: the PersistentVolume. Default "fsx-training".
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.namespace = namespace
         self.claim_name = claim_name
         self.volume_name = volume_name

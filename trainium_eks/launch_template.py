@@ -19,6 +19,8 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, launch_template_name, node_name
 
+from .arguments import require_vpc
+
 #: EFA interface layouts (see :func:`efa_network_interfaces`).
 EFA_LAYOUTS = ("efa", "efa-only")
 #: Root volume sizes (GiB) the template accepts: container images take ~10 GiB each, and a gp3
@@ -190,6 +192,7 @@ class TrainiumLaunchTemplate(Construct):
                 multi-GB training image at every job start.
         """
         super().__init__(scope, id)
+        vpc = require_vpc(vpc)
         check_root_volume_gib(root_volume_gib)
         check_efa_layout(efa_layout)
         check_capacity_reservation_id(capacity_reservation_id)

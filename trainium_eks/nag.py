@@ -104,10 +104,11 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 _BOUNDARY = "TrainingImages/BuildBoundary"
 _BOUNDED = (
     " The build role carries a permissions boundary (TrainingImages/BuildBoundary): s3:GetObject on "
-    "the two build-context objects only, push to the platform's repository only, its own log group and key."
+    "the two build-context objects only, push to the platform's repository only, its own log group and key, "
+    "kms:Decrypt through S3 only."
 )
-#: The stack's partition and region in an ARN, as cdk-nag prints them (see :func:`resolve_finding`).
-_ARN = "arn:<stack-partition>:{service}:<stack-region>:<AWS::AccountId>"
+#: The stack's partition, region and account in an ARN, as cdk-nag prints them (see :func:`resolve_finding`).
+_ARN = "arn:<stack-partition>:{service}:<stack-region>:<stack-account>"
 WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
         _BOUNDARY,
@@ -121,6 +122,13 @@ WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
         "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
         "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
+    ),
+    (
+        _BOUNDARY,
+        f"AwsSolutions-IAM5[Resource::{_ARN.format(service='kms')}:key/*]",
+        "kms:Decrypt only with kms:ViaService s3.<region>.amazonaws.com: S3 decrypting the build context "
+        "with the CDK bootstrap bucket's key (SSE-KMS; the aws/s3 key's ID is the account's own, unknown "
+        "at synth), which the boundary would otherwise deny.",
     ),
     (
         "TrainingImages/BuildResponderRole",
@@ -164,7 +172,7 @@ IMAGE_BUILD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
             "Resource::*",
             f"Resource::{_ARN.format(service='codebuild')}:report-group/{_PROJECT_ID}-*",
             f"Resource::{_ARN.format(service='logs')}:log-group:/aws/codebuild/{_PROJECT_ID}:*",
-            "Resource::arn:<stack-partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<stack-region>/*",
+            "Resource::arn:<stack-partition>:s3:::cdk-hnb659fds-assets-<stack-account>-<stack-region>/*",
         )
     ),
     (
@@ -183,8 +191,9 @@ _LOGICAL_ID = re.compile(r"<logical-id:([^>]+)>")
 
 def resolve_finding(root: IConstruct, finding: str) -> str:
     """``finding`` with each ``<logical-id:PATH>`` replaced by the logical ID of ``root``/PATH, and
-    ``<stack-partition>`` / ``<stack-region>`` by the stack's, as cdk-nag prints them: a literal,
-    or the pseudo parameter (an environment-agnostic stack, or partition literals off:
+    ``<stack-partition>`` / ``<stack-region>`` / ``<stack-account>`` by the stack's, as cdk-nag
+    prints them: a literal (a stack whose ``env`` names it), or the pseudo parameter (an
+    environment-agnostic stack or field, or partition literals off:
     ``@aws-cdk/core:enablePartitionLiterals``)."""
     stack = Stack.of(root)
     partition = stack.resolve(stack.partition)
@@ -193,6 +202,9 @@ def resolve_finding(root: IConstruct, finding: str) -> str:
     )
     finding = finding.replace(
         "<stack-region>", "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    )
+    finding = finding.replace(
+        "<stack-account>", "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
     )
 
     def logical_id(match: re.Match[str]) -> str:
@@ -246,7 +258,9 @@ def acknowledge_findings(root: IConstruct, entries: tuple[tuple[str, str, str], 
         ):
             raise StaleAcknowledgement(
                 f"cdk-nag acknowledgement of {finding} on {root.node.path}/{path} "
-                "matches no finding; remove it from trainium_eks/nag.py"
+                "matches no finding: the reason it records no longer applies. This is the library's to "
+                "fix, not your app's (report it with your stack's env); in the library's own tree, "
+                "remove or correct the entry in trainium_eks/nag.py"
             )
     for construct, _, finding, reason in targets:
         pack = finding.split("-", 1)[0]
@@ -321,7 +335,15 @@ CAPACITY_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
             "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
             "AwsSolutions-IAM5[Resource::*]",
             "EC2 Describe* calls (limited to this region by aws:RequestedRegion) and pricing:GetProducts "
-            "take no resource ARN.",
+            "take no resource ARN; iam:ListInstanceProfiles (read-only, as Karpenter publishes it) is "
+            "called by the EC2NodeClass finalizer, which never clears without it.",
+        ),
+        (
+            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
+            "AwsSolutions-IAM5[Resource::arn:<stack-partition>:iam::<stack-account>:instance-profile/"
+            "<<logical-id:Cluster/Cluster/Resource>>_*]",
+            "Read-only (iam:GetInstanceProfile): the EC2NodeClass finalizer looks up the legacy profile "
+            "name <cluster>_<hash> and goes on only when it is absent; no profile of that name is made.",
         ),
         (
             "TrainiumPool/Karpenter/InterruptionQueue",

@@ -19,6 +19,7 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 
+from .arguments import require_vpc
 from .escape_hatch import l1
 
 #: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
@@ -104,8 +105,9 @@ def check_existing_vpc(
 class TrainiumNetwork(Construct):
     """The VPC the cluster, the Trainium nodes and FSx live in.
 
-    Either creates a VPC (public + private subnet in each of ``az_ids``, NAT, flow logs) or wraps
-    an existing one (``existing_vpc_id`` + private subnet ids, Trainium-AZ subnet first).
+    Either creates a VPC (public + private subnet in each of ``az_ids``, NAT, flow logs), wraps
+    an existing one (``existing_vpc_id`` + private subnet ids, Trainium-AZ subnet first), or uses a
+    VPC object of the app's own (``vpc``, with ``private_subnets`` or its own private subnets).
 
     Subnets are pinned by **AZ ID** through ``AvailabilityZoneId`` on the subnets: AZ names map to
     different physical zones in each account, and Trainium is offered only in some zones. This
@@ -132,6 +134,8 @@ class TrainiumNetwork(Construct):
         existing_vpc_id: str | None = None,
         existing_private_subnet_ids: Sequence[str] = (),
         retain_on_delete: bool = True,
+        vpc: ec2.IVpc | None = None,
+        private_subnets: Sequence[ec2.ISubnet] = (),
     ) -> None:
         """
         Args:
@@ -144,16 +148,28 @@ class TrainiumNetwork(Construct):
                 the Trainium AZ's first. Default ``()``.
             retain_on_delete: keep the created VPC and the Trainium-AZ subnet when the stack is
                 deleted. Default True.
+            vpc: a VPC of the app's own to use (not with ``existing_vpc_id``). Default None.
+            private_subnets: with ``vpc``, its two private subnets, the Trainium AZ's first (the
+                app places them: their AZ IDs are not checked at synth). Default ``()``: the
+                VPC's private subnets in its order, which must then be two.
         """
         super().__init__(scope, id)
         if len(az_ids) != AZ_COUNT:
             raise ConfigError("az_ids", list(az_ids), "give exactly two AZ IDs")
         check_existing_vpc(existing_vpc_id, existing_private_subnet_ids)
-        if not existing_vpc_id:
+        if vpc is not None:
+            vpc = require_vpc(vpc)
+            if existing_vpc_id:
+                raise ConfigError("vpc", vpc.vpc_id, "give either vpc or existing_vpc_id, not both")
+        elif private_subnets:
+            raise ConfigError("private_subnets", len(private_subnets), "only used together with vpc")
+        if not existing_vpc_id and vpc is None:
             check_vpc_cidr(cidr)
             check_nat_gateways(nat_gateways)
         self.az_ids = tuple(az_ids)
-        if existing_vpc_id:
+        if vpc is not None:
+            self.vpc = vpc
+        elif existing_vpc_id:
             self.vpc = ec2.Vpc.from_vpc_attributes(
                 self,
                 "Vpc",
@@ -164,9 +180,15 @@ class TrainiumNetwork(Construct):
             )
         else:
             self.vpc = self._create_vpc(cidr, nat_gateways)
-        self.private_subnets: list[ec2.ISubnet] = list(self.vpc.private_subnets)
+        self.private_subnets: list[ec2.ISubnet] = list(private_subnets or self.vpc.private_subnets)
+        if vpc is not None and len(self.private_subnets) != AZ_COUNT:
+            raise ConfigError(
+                "private_subnets",
+                len(self.private_subnets),
+                "give two private subnets of the VPC: the Trainium AZ's first, then the second AZ's",
+            )
         self.trainium_subnet: ec2.ISubnet = self.private_subnets[0]
-        if retain_on_delete and not existing_vpc_id:
+        if retain_on_delete and not existing_vpc_id and vpc is None:
             for construct in (self.vpc, self.trainium_subnet):
                 l1(construct).apply_removal_policy(RemovalPolicy.RETAIN)
 

@@ -21,6 +21,7 @@ from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL, WORKLOAD_TOLERATION
 
+from .arguments import AnyCluster, kubernetes_version_of, require_cluster
 from .cluster import node_role
 from .launch_template import TrainiumLaunchTemplate
 from .versions import default_neuron_ami_release, neuron_ami_release
@@ -113,6 +114,30 @@ def check_multi_node(facts: InstanceFacts, max_size: int, *, field: str = "max_s
         )
 
 
+def resolve_release_version(
+    cluster: eks.ICluster, release_version: str | None, kubernetes_version: str | None
+) -> str:
+    """The EKS Neuron AMI release a Trainium construct pins: ``release_version``, checked against
+    the cluster's Kubernetes version where known, or the tested default of that version."""
+    known = kubernetes_version or kubernetes_version_of(cluster)
+    if release_version is None:
+        if known is None:
+            raise ConfigError(
+                "release_version",
+                None,
+                "the cluster's Kubernetes version is not known here (an imported cluster): give "
+                "kubernetes_version (e.g. '1.35') or release_version (e.g. "
+                f"{default_neuron_ami_release('1.35')!r}); EKS's newest Neuron AMI is never the "
+                "default, its driver may not run the training image's runtime",
+            )
+        try:
+            return default_neuron_ami_release(known)
+        except KeyError as err:
+            raise ConfigError("kubernetes_version", known, f"{err.args[0]}; give release_version") from None
+    check_release_version(release_version, kubernetes_version=known)
+    return release_version
+
+
 class TrainiumNodegroup(Construct):
     """Trainium nodes for training.
 
@@ -123,6 +148,8 @@ class TrainiumNodegroup(Construct):
 
     Attributes:
         nodegroup: the managed nodegroup.
+        node_role: the nodes' IAM role (as :class:`TrainiumNodePool`'s ``node_role``).
+        release_version: the EKS Neuron AMI release the nodes run.
         launch_template: the :class:`TrainiumLaunchTemplate` (EFA group, placement group).
         facts: the instance-type facts row.
         subnet: the single subnet the nodes live in.
@@ -133,7 +160,7 @@ class TrainiumNodegroup(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         facts: InstanceFacts,
         subnet: ec2.ISubnet,
         min_size: int = 2,
@@ -146,11 +173,12 @@ class TrainiumNodegroup(Construct):
         capacity_block: bool = False,
         name_prefix: str = DEFAULT_NAME_PREFIX,
         release_version: str | None = None,
+        kubernetes_version: str | None = None,
         health_check: bool = False,
     ) -> None:
         """
         Args:
-            cluster: the EKS cluster (its VPC and cluster security group are used).
+            cluster: the ``aws_eks_v2`` cluster (its VPC and cluster security group are used).
             facts: the Trainium instance type's facts row.
             subnet: the one subnet of the nodes (the placement group's AZ).
             min_size: minimum nodes. Default 2.
@@ -169,17 +197,23 @@ class TrainiumNodegroup(Construct):
                 ("trn-bert").
             release_version: EKS Neuron AMI release of the nodes (``releaseVersion``, e.g.
                 "1.36.2-20260625", of the cluster's Kubernetes version); it fixes their Neuron
-                driver (see ``trainium_eks.versions.NEURON_AMI_RELEASES``). Default None: EKS's
-                newest, whose driver may not run the training image's runtime (the platform
-                always pins one).
+                driver (see ``trainium_eks.versions.NEURON_AMI_RELEASES``). Default None: the
+                tested release of the cluster's Kubernetes version whose driver runs the
+                training image's runtime (``default_neuron_ami_release``), as the platform pins
+                it. EKS's newest is never the default: its driver may not run that runtime.
+            kubernetes_version: the cluster's Kubernetes ``major.minor``, to pick or check the
+                release. Default None: read from the cluster when this app defines it; an
+                imported cluster needs this or ``release_version``.
             health_check: every node starts with ``PENDING_TAINT`` (trainium_job/node_health.py),
                 which the node health check's DaemonSet lifts when the node passes
                 (:mod:`trainium_eks.node_health`). Default False: no taint.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         check_node_sizes(min_size, desired_size, max_size)
         check_multi_node(facts, max_size)
-        check_release_version(release_version)
+        release_version = resolve_release_version(cluster, release_version, kubernetes_version)
+        self.release_version = release_version
         self.facts = facts
         self.subnet = subnet
         self.launch_template = TrainiumLaunchTemplate(
@@ -196,6 +230,7 @@ class TrainiumNodegroup(Construct):
             name_prefix=name_prefix,
         )
         lt = self.launch_template.launch_template
+        self.node_role = node_role(self, "NodeRole")
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
@@ -203,7 +238,7 @@ class TrainiumNodegroup(Construct):
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
-            node_role=node_role(self, "NodeRole"),
+            node_role=self.node_role,
             subnets=ec2.SubnetSelection(subnets=[subnet]),
             min_size=min_size,
             desired_size=desired_size,

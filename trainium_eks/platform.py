@@ -8,14 +8,20 @@ system, its key and the repository are not replaced when an app moves to this co
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_job.errors import ConfigError
 from trainium_job.naming import repository_name
 
+from .arguments import check_stack_region
 from .cluster import TrainiumCluster
 from .cluster_addons import TrainiumAddons
 from .config import PlatformConfig
@@ -54,9 +60,11 @@ class TrainiumPlatform(Construct):
         cluster: :class:`TrainiumCluster` (EKS, kubectl provider, system nodegroup).
         trainium: :class:`TrainiumNodegroup` (the Trainium nodes), or with
             ``trainium_capacity=karpenter`` :class:`TrainiumNodePool` (nodes launched per job).
+        node_role: the Trainium nodes' IAM role, in either mode.
         storage: :class:`TrainingFileSystem` (FSx for Lustre).
         storage_volume: :class:`FsxCsiVolume` (CSI driver, namespace, volume and claim).
-        registry: :class:`TrainingImageRepository` (ECR).
+        registry: :class:`TrainingImageRepository` (ECR), or None with a ``repository`` given.
+        repository: the images' ECR repository (the registry's, or the one given).
         addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability, monitoring).
         storage_alarm: :class:`FsxCapacityAlarm` on the file system, or None without monitoring.
         node_replacement: :class:`NodeReplacementRole` (the node health check terminates a failed
@@ -68,12 +76,28 @@ class TrainiumPlatform(Construct):
     (``trainium_eks.nag.ACKNOWLEDGEMENTS`` and the entries of the options that are on).
     """
 
-    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: PlatformConfig,
+        vpc: ec2.IVpc | None = None,
+        private_subnets: Sequence[ec2.ISubnet] = (),
+        repository: ecr.IRepository | None = None,
+    ) -> None:
         """
         Args:
             config: the platform settings (each default documented in :class:`PlatformConfig`).
+            vpc: a VPC of the app's own (see :class:`TrainiumNetwork`). Default None: the one
+                ``config`` describes (created, or ``existing_vpc_id``).
+            private_subnets: with ``vpc``, its two private subnets, the Trainium AZ's first.
+                Default ``()``: the VPC's own two private subnets.
+            repository: an ECR repository of the app's own for the images. Default None: the
+                platform creates one (:class:`TrainingImageRepository`).
         """
         super().__init__(scope, id)
+        check_stack_region(self, config.region, owner="TrainiumPlatform")
         self.config = config
         self.network = TrainiumNetwork(
             self,
@@ -83,6 +107,8 @@ class TrainiumPlatform(Construct):
             nat_gateways=config.nat_gateways,
             existing_vpc_id=config.existing_vpc_id,
             existing_private_subnet_ids=config.existing_private_subnet_ids,
+            vpc=vpc,
+            private_subnets=private_subnets,
         )
         self.cluster = TrainiumCluster(
             self,
@@ -106,12 +132,16 @@ class TrainiumPlatform(Construct):
             cluster=eks_cluster,
             file_system=self.storage,
         )
-        self.registry = TrainingImageRepository(
-            self,
-            "Registry",
-            repository_name=repository_name(config.name_prefix),
-            keep_images=config.ecr_keep_images,
-        )
+        self.registry = None
+        if repository is None:
+            self.registry = TrainingImageRepository(
+                self,
+                "Registry",
+                repository_name=repository_name(config.name_prefix),
+                keep_images=config.ecr_keep_images,
+            )
+            repository = self.registry.repository
+        self.repository = repository
         self.addons = self._addons()
         self.storage_alarm = None
         if config.monitoring_enabled:
@@ -220,7 +250,8 @@ class TrainiumPlatform(Construct):
         addons = TrainiumAddons(
             self,
             "Addons",
-            cluster=self.cluster,
+            cluster=self.cluster.cluster,
+            system_nodes=self.cluster.system_nodegroup,
             trainium=self.trainium,
             max_nodes=config.max_nodes,
             neuron_scheduler_extension=config.neuron_scheduler_extension,
@@ -262,7 +293,7 @@ class TrainiumPlatform(Construct):
         values = (
             self.cluster.cluster.cluster_name,
             kubectl.service_token,
-            self.registry.repository.repository_name,
+            self.repository.repository_name,
         )
         return {
             output_id: CfnOutput(self, output_id, value=value, description=f"For the training stack: {what}")
@@ -274,9 +305,9 @@ class TrainiumPlatform(Construct):
         """The cluster, claim, queue, repository and etcd a :class:`TrainingWorkload` uses, with
         the platform objects its Kubernetes objects are applied after."""
         volcano = self.addons.volcano
-        return WorkloadTarget(
+        target = WorkloadTarget(
             cluster=as_icluster(self.cluster.cluster),
-            repository=self.registry.repository,
+            repository=self.repository,
             namespace=self.storage_volume.namespace,
             claim_name=self.storage_volume.claim_name,
             queue_name=self.addons.queue_name,
@@ -289,6 +320,23 @@ class TrainiumPlatform(Construct):
             if self.addons.monitoring is not None
             else (),
         )
+        return self._with_nodes(target)
+
+    def _with_nodes(self, target: WorkloadTarget) -> WorkloadTarget:
+        """``target`` with the Trainium nodes it carries (:class:`WorkloadTarget`'s node fields)."""
+        config = self.config
+        return dataclasses.replace(
+            target,
+            instance_type=config.instance_type,
+            desired_nodes=config.desired_nodes,
+            max_nodes=config.max_nodes,
+            trainium_capacity=config.trainium_capacity,
+        )
+
+    @property
+    def node_role(self) -> iam.IRole:
+        """The Trainium nodes' IAM role, whichever ``trainium_capacity`` launches them."""
+        return self.trainium.node_role
 
     def workload_target_in(self, scope: Construct) -> WorkloadTarget:
         """The :class:`WorkloadTarget` for a workload built in ``scope``, in another stack of the
@@ -328,7 +376,7 @@ class TrainiumPlatform(Construct):
         repository = ecr.Repository.from_repository_name(
             scope, "PlatformRepository", read("WorkloadRepositoryName")
         )
-        return WorkloadTarget(
+        target = WorkloadTarget(
             cluster=cluster,
             repository=repository,
             namespace=self.storage_volume.namespace,
@@ -337,3 +385,4 @@ class TrainiumPlatform(Construct):
             etcd_endpoint=self.addons.etcd_endpoint,
             monitoring=self.addons.monitoring is not None,
         )
+        return self._with_nodes(target)

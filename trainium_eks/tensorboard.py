@@ -17,6 +17,8 @@ from trainium_job.paths import DATA_MOUNT
 from trainium_job.scheduling import SYSTEM_NODE_LABEL
 from trainium_job.security import pod_security_context, service_security_context
 
+from .arguments import AnyCluster, require_cluster
+
 PORT = 6006
 NAME = "tensorboard"
 _LABELS = {"app.kubernetes.io/name": NAME}
@@ -107,7 +109,7 @@ class TensorBoard(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         namespace: str,
         image: str,
         claim_name: str,
@@ -124,6 +126,7 @@ class TensorBoard(Construct):
             depends_on: constructs applied first (the claim, the image copy). Default ``()``.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",

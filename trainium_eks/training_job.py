@@ -20,6 +20,8 @@ from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
 
+from .arguments import AnyCluster, require_cluster
+
 __all__ = [
     "BertJobSpec",
     "BertPretrainingJob",
@@ -53,7 +55,7 @@ class BertPretrainingJob(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         facts: InstanceFacts,
         nodes: int,
         max_nodes: int,
@@ -107,6 +109,7 @@ class BertPretrainingJob(Construct):
                 ``()``.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.spec = spec = BertJobSpec() if spec is None else spec
         for name, value in (
             ("namespace", namespace),

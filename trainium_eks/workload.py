@@ -8,16 +8,17 @@ its FSx claim, Volcano queue and an ECR repository.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import aws_ecr as ecr
-from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from trainium_job.job import FabricHeal
 from trainium_job.scheduling import TRAINING_QUEUE
 
+from .arguments import AnyCluster, check_stack_region, require_cluster
 from .config import PlatformConfig
 from .dataset_job import DatasetJobProps
 from .dataset_preparation import DatasetPreparation
@@ -36,8 +37,8 @@ from .training_job import BertPretrainingJob, add_job_outputs
 class WorkloadTarget:
     """Where a :class:`TrainingWorkload` runs. Each default is the platform's own name."""
 
-    #: The EKS cluster, with a kubectl provider (an imported one needs ``kubectl_provider``).
-    cluster: eks.ICluster
+    #: The ``aws_eks_v2`` cluster, with a kubectl provider (an imported one needs ``kubectl_provider``).
+    cluster: AnyCluster
     #: ECR repository the training and TensorBoard images are copied into.
     repository: ecr.IRepository
     #: Namespace of the workload's objects; the FSx claim lives there.
@@ -59,6 +60,33 @@ class WorkloadTarget:
     monitoring: bool = False
     #: Applied before the exporters and their PodMonitors (the monitoring chart). Empty: it exists.
     monitoring_dependencies: Sequence[IConstruct] = ()
+    #: The Trainium nodes the job runs on: instance type, nodes at start and at most, and how they
+    #: come (``trainium_capacity``). ``TrainiumPlatform.workload_target`` fills them from the
+    #: platform, and the workload takes them from here rather than from its ``config``. None: the
+    #: config's ``instance_type``, ``desired_nodes``, ``max_nodes`` and ``trainium_capacity``.
+    instance_type: str | None = None
+    desired_nodes: int | None = None
+    max_nodes: int | None = None
+    trainium_capacity: str | None = None
+
+    def __post_init__(self) -> None:
+        require_cluster(self.cluster, "WorkloadTarget.cluster")
+
+    def settle(self, config: PlatformConfig) -> PlatformConfig:
+        """``config`` with the node fields this target carries (checked again as one config)."""
+        nodes = {
+            name: getattr(self, name)
+            for name in ("instance_type", "desired_nodes", "max_nodes", "trainium_capacity")
+            if getattr(self, name) is not None
+        }
+        if not nodes or all(getattr(config, name) == value for name, value in nodes.items()):
+            return config
+        if "desired_nodes" in nodes or "max_nodes" in nodes:
+            # The config's minimum must not exceed the target's sizes.
+            nodes.setdefault(
+                "min_nodes", min(config.min_nodes, nodes.get("desired_nodes", config.desired_nodes))
+            )
+        return dataclasses.replace(config, **nodes)
 
 
 class TrainingWorkload(Construct):
@@ -66,12 +94,13 @@ class TrainingWorkload(Construct):
     Volcano Job, TensorBoard and the stack outputs with the commands to watch it.
 
     Props (keyword-only):
-        target: where it runs (:class:`WorkloadTarget`).
+        target: where it runs (:class:`WorkloadTarget`); the nodes it names win over the config's.
         config: the job settings: the ``training_*`` and ``preparation_*`` fields of
             :class:`PlatformConfig`, with ``instance_type``, ``desired_nodes``, ``max_nodes`` and
             ``name_prefix`` (defaults documented there).
 
     Attributes:
+        config (the settings it was built with, the target's nodes applied),
         images (:class:`TrainingImages`), job (:class:`BertPretrainingJob`), staging
         (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``),
         tensorboard (:class:`TensorBoard`), exporters (:class:`TrainingExporters`: the EFA and
@@ -85,7 +114,9 @@ class TrainingWorkload(Construct):
 
     def __init__(self, scope: Construct, id: str, *, target: WorkloadTarget, config: PlatformConfig) -> None:
         super().__init__(scope, id)
-        cluster = target.cluster
+        check_stack_region(self, config.region, owner="TrainingWorkload")
+        config = self.config = target.settle(config)
+        cluster = require_cluster(target.cluster, "WorkloadTarget.cluster")
         claim_ready = list(target.claim_dependencies)
         self.images = TrainingImages(self, "TrainingImages", repository=target.repository)
         builds = list(self.images.builds)
@@ -186,7 +217,7 @@ def _pretraining_job(
     return BertPretrainingJob(
         scope,
         "Training",
-        cluster=target.cluster,
+        cluster=require_cluster(target.cluster, "WorkloadTarget.cluster"),
         facts=config.facts,
         nodes=config.desired_nodes,
         max_nodes=config.max_nodes,

@@ -66,6 +66,12 @@ INSTANCE_FACTS: dict[str, InstanceFacts] = {
 
 def instance_facts(instance_type: str) -> InstanceFacts:
     """The facts row for ``instance_type``; ``KeyError`` naming the supported types otherwise."""
+    if not isinstance(instance_type, str):
+        # An ec2.InstanceType, say: the table is keyed by the name, which such objects print as.
+        raise KeyError(
+            f"give the instance type's name as a string (e.g. 'trn1.32xlarge'), not a "
+            f"{type(instance_type).__qualname__}; supported: {', '.join(INSTANCE_FACTS)}"
+        )
     try:
         return INSTANCE_FACTS[instance_type]
     except KeyError:

@@ -2,7 +2,8 @@
 
 The CDK app reads it from the ``training_*`` context keys (``trainium_eks.config``), the
 construct ``BertPretrainingJob`` and the TorchX component ``trn_dist_ddp`` take it. Every error
-names the context key a user types (``training_global_batch``), whichever of the three built it.
+names the context key a user types (``training_global_batch``) and the field a library user sets
+(``BertJobSpec.global_batch``), whichever of the three built it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import checks
-from .errors import ConfigError
+from .errors import ConfigError, register_fields
 from .fabric_check import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
 from .paths import JobPaths, job_paths
@@ -115,6 +116,7 @@ class BertJobSpec:
 
 #: The spec's field names, in declaration order.
 SPEC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(BertJobSpec))
+register_fields(CONTEXT_PREFIX, "BertJobSpec", SPEC_FIELDS)
 
 
 def _script_arg_pairs(value: object) -> tuple[tuple[str, ScriptArg], ...]:

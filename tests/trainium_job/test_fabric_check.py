@@ -81,7 +81,10 @@ def test_given_metrics_port_in_script_args_then_it_is_refused():
 
 
 def test_given_a_negative_floor_then_one_error_names_the_key():
-    with pytest.raises(ConfigError, match="'training_fabric_check_min_busbw_gbps' = -1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'training_fabric_check_min_busbw_gbps' \(BertJobSpec\.fabric_check_min_busbw_gbps\) = -1",
+    ):
         BertJobSpec(fabric_check_min_busbw_gbps=-1)
 
 

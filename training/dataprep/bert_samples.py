@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from training.dataprep.prep_settings import PrepConfig
+from .prep_settings import PrepConfig
 
 # Stream tags keep the RNGs of the different stages independent for the same seed.
 BUILD, ROUTE, SHUFFLE, POOL = 0, 1, 2, 3

@@ -43,9 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from training.dataprep import interrupt
-from training.dataprep.bert_samples import record_dtype
-from training.dataprep.prep_settings import (  # noqa: F401  (the defaults: re-exported for the tools' callers)
+from trainium_job.paths import SHARD_NAME
+
+from . import interrupt
+from .bert_samples import record_dtype
+from .prep_settings import (  # noqa: F401  (the defaults: re-exported for the tools' callers)
     DEFAULT_CHUNK_MB,
     DEFAULT_POOL_TOKENS,
     DEFAULT_SAMPLES_PER_SHARD,
@@ -53,7 +55,7 @@ from training.dataprep.prep_settings import (  # noqa: F401  (the defaults: re-e
     RunSettings,
     check_settings,
 )
-from training.dataprep.prep_units import (
+from .prep_units import (
     Chunk,
     build_pool,
     init_forked_worker,
@@ -63,7 +65,7 @@ from training.dataprep.prep_units import (
     unit_records,
     write_shard,
 )
-from training.dataprep.shard_format import (
+from .shard_format import (
     Manifest,
     ShardSetError,
     discard,
@@ -72,16 +74,15 @@ from training.dataprep.shard_format import (
     sha256_of,
     write_manifest,
 )
-from training.dataprep.shard_writer import shard_labels
-from training.dataprep.text_input import (
+from .shard_writer import shard_labels
+from .text_input import (
     DEFAULT_INPUT_PATTERN,
     UsageError,
     check_text_files,
     corpus_has_text,
     expand_inputs,
 )
-from training.dataprep.vocab import load_vocab
-from trainium_job.paths import SHARD_NAME
+from .vocab import load_vocab
 
 log = logging.getLogger("training.dataprep.prepare_data")
 #: The tool's name in a manifest's settings: part of what a published set is compared by

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from training.dataprep.text_input import (
+from .text_input import (
     DEFAULT_INPUT_PATTERN,
     ERROR_MODES,
     OneLineArgumentParser,

@@ -22,8 +22,8 @@ from typing import BinaryIO, Literal
 import numpy as np
 from tokenizers import Tokenizer
 
-from training.dataprep import interrupt
-from training.dataprep.bert_samples import (
+from . import interrupt
+from .bert_samples import (
     SHUFFLE,
     PrepConfig,
     TokenizedChunk,
@@ -34,10 +34,10 @@ from training.dataprep.bert_samples import (
     rngs,
     unit_samples,
 )
-from training.dataprep.shard_format import ShardEntry, shard_entry
-from training.dataprep.shard_writer import write_hdf5
-from training.dataprep.text_input import decode_chunk
-from training.dataprep.vocab import WordPieceEncoder, load_vocab
+from .shard_format import ShardEntry, shard_entry
+from .shard_writer import write_hdf5
+from .text_input import decode_chunk
+from .vocab import WordPieceEncoder, load_vocab
 
 _ENCODE_BATCH = 4096  # sentences per encode call: bounds the Encoding objects alive at once
 

@@ -36,12 +36,12 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 
-from training.dataprep import interrupt
-from training.dataprep.prep_pipeline import log, prepare_shards
+from . import interrupt
+from .prep_pipeline import log, prepare_shards
 
 # The command line is the settings module's (torch- and numpy-free, read at synth by trainium_eks).
-from training.dataprep.prep_settings import build_parser, prep_config, run_settings
-from training.dataprep.text_input import UsageError
+from .prep_settings import build_parser, prep_config, run_settings
+from .text_input import UsageError
 
 __all__ = ["PhaseLog", "build_parser", "main", "prep_config", "run_settings"]
 

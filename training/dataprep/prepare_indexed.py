@@ -37,8 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from training.dataprep import interrupt
-from training.dataprep.prep_pipeline import (
+from trainium_job.paths import MANIFEST_NAME
+
+from . import interrupt
+from .prep_pipeline import (
     RunPlan,
     WorkerMap,
     finish_set,
@@ -47,11 +49,10 @@ from training.dataprep.prep_pipeline import (
     plan_run,
     publish_set,
 )
-from training.dataprep.prep_units import build_pool, tokenize_unit, unit_records
-from training.dataprep.prepare_data import PhaseLog, build_parser, prep_config, run_settings
-from training.dataprep.shard_format import ManifestError, discard, read_manifest
-from training.dataprep.text_input import UsageError
-from trainium_job.paths import MANIFEST_NAME
+from .prep_units import build_pool, tokenize_unit, unit_records
+from .prepare_data import PhaseLog, build_parser, prep_config, run_settings
+from .shard_format import ManifestError, discard, read_manifest
+from .text_input import UsageError
 
 DEFAULT_POLL_SECONDS = 10.0
 DEFAULT_BARRIER_TIMEOUT = 24 * 3600.0  # a long tokenization on a slow file system still fits

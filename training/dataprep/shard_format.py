@@ -47,8 +47,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.dataprep import interrupt
 from trainium_job.paths import MANIFEST_NAME, SHARD_PATTERN
+
+from . import interrupt
 
 MANIFEST_FORMAT = "bert-pretraining-hdf5"
 MANIFEST_VERSION = 1

@@ -13,8 +13,8 @@ import h5py
 import numpy as np
 from zlib_ng import zlib_ng
 
-from training.dataprep.bert_samples import ROUTE, PrepConfig, rngs
-from training.dataprep.shard_format import SHARD_FIELDS
+from .bert_samples import ROUTE, PrepConfig, rngs
+from .shard_format import SHARD_FIELDS
 
 
 def write_hdf5(path: Path, records: np.ndarray, cfg: PrepConfig, order: np.ndarray | None = None) -> None:

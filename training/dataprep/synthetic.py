@@ -3,7 +3,7 @@
 Shards the way a user makes them, in a few seconds on one core: a synthetic corpus, a vocab
 trained on it, then ``python -m training.dataprep.prepare_data`` in a fresh process::
 
-    from training.dataprep.synthetic import make_shards
+    from .synthetic import make_shards
 
     shards = make_shards(tmp_path, n_docs=60, flags={"num_shards": 6, "dupe_factor": 2, "num_workers": 1})
     shards.dir, shards.vocab_size, shards.files
@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from training.dataprep.vocab import train_vocab
 from trainium_job.launch import script_args_from_dict
+
+from .vocab import train_vocab
 
 #: Where ``python -m training...`` finds the package (the repository, or the image's work dir).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

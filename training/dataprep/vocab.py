@@ -35,8 +35,8 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.trainers import WordPieceTrainer
 
-from training.dataprep.bert_samples import VocabInfo
-from training.dataprep.text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
+from .bert_samples import VocabInfo
+from .text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
     DEFAULT_INPUT_PATTERN,
     OneLineArgumentParser,
     UsageError,
@@ -305,6 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # The imported module's main: its UsageError is the one training.dataprep.text_input raises (run as
     # a script, this file is a second module, ``__main__``, with classes of its own).
-    from training.dataprep.vocab import main as imported_main
+    from .vocab import main as imported_main
 
     sys.exit(imported_main())

@@ -33,6 +33,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.scheduling import TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
 
+from ..arguments import AnyCluster, require_cluster
 from ..monitoring import scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
@@ -108,7 +109,7 @@ class PlatformMonitoring(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         storage_class_name: str,
         options: MonitoringOptions | None = None,
         training_namespace: str = TRAINING_NAMESPACE,
@@ -129,6 +130,7 @@ class PlatformMonitoring(Construct):
                 chart must then scrape itself: ``karpenter_chart_monitoring_values``). Default None.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         options = options or MonitoringOptions()
         check_monitoring_options(options)
         if not storage_class_name:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from training.trainer.cli import build_parser
-from training.trainer.cli import check_args as validate_parsed_args
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.job import check_rendezvous, script_args
 from trainium_job.plan import TrainingPlan
 from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
 
+from .._training.trainer.cli import build_parser
+from .._training.trainer.cli import check_args as validate_parsed_args
 from ..dataset_preparation import prepared_shape, validate_preparation_config
 from ..dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, check_source
 from ..node_fit import check_node_fit
@@ -101,6 +102,22 @@ def check_sequence_shape(c: PlatformSettings) -> None:
     )
 
 
+def _defaults_named(message: str, parser: argparse.ArgumentParser) -> str:
+    """What a parser error between the job's flags leaves unsaid: the script defaults it compared
+    against (flags neither given nor set by the job) and how to change them."""
+    named = [
+        flag for flag in dict.fromkeys(re.findall(r"--([a-z_0-9]+)", message)) if flag not in JOB_SET_FLAGS
+    ]
+    if not named:
+        return ""
+    defaults = ", ".join(f"--{flag} {parser.get_default(flag)}" for flag in named)
+    example = ", ".join(f"'{flag}': '...'" for flag in named)
+    return (
+        f" (the script's default {defaults}: set it with training_script_args "
+        f"(BertJobSpec.script_args), e.g. {{{example}}})"
+    )
+
+
 class _ArgsError(Exception):
     pass
 
@@ -165,6 +182,6 @@ def script_args_problem(spec: BertJobSpec, plan: TrainingPlan) -> tuple[str, str
         if given is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
             return next(
                 (key for flag, key in JOB_SET_FLAGS.items() if f"--{flag}" in message), "training_script_args"
-            ), message
+            ), message + _defaults_named(message, parser)
         return given, message
     return None

@@ -28,6 +28,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from ..arguments import AnyCluster, require_cluster
+
 
 class AmpRemoteWrite(Construct):
     """An AMP workspace, and write access to it for one Kubernetes service account.
@@ -44,7 +46,7 @@ class AmpRemoteWrite(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         namespace: str,
         service_account: str,
         alias: str,
@@ -57,6 +59,7 @@ class AmpRemoteWrite(Construct):
             alias: the workspace's alias (shown in the AMP console).
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.workspace = aps.CfnWorkspace(self, "Workspace", alias=alias)
         self.role = iam.Role(
             self,

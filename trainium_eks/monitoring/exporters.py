@@ -32,6 +32,7 @@ from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL,
 from trainium_job.security import pod_security_context, service_security_context
 from trainium_job.telemetry import EFA_EXPORTER_PORT, FSX_EXPORTER_PORT
 
+from ..arguments import AnyCluster, require_cluster
 from .scrape import pod_monitor
 
 EFA_NAME = "efa-exporter"
@@ -148,7 +149,7 @@ class TrainingExporters(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         namespace: str,
         image: str,
         claim_name: str,
@@ -166,6 +167,7 @@ class TrainingExporters(Construct):
                 Default ``()``.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",

@@ -1,0 +1,84 @@
+"""What the constructs accept for the objects they are given: one cluster type, an ``aws_eks_v2``
+cluster (``eks.ICluster``), and a VPC object (``ec2.IVpc``).
+
+A cluster of the user's own (``eks.Cluster``), one imported by attributes
+(``eks.Cluster.from_cluster_attributes``) and :class:`~trainium_eks.TrainiumCluster`'s ``.cluster``
+all qualify, as in aws-eks-v2 and cdk-eks-blueprints. The wrapper itself, or a cluster of the
+older ``aws_eks`` module, is refused at synth with the field's name and the fix instead of an
+``AttributeError`` (or jsii's deserialization error) deep inside a constructor.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias, Union
+
+from aws_cdk import Stack, Token
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import IConstruct
+
+from trainium_job.errors import ConfigError
+
+#: What a ``cluster`` prop accepts. ``eks.Cluster`` is listed beside ``eks.ICluster`` because
+#: aws-cdk-lib's Python bindings leave ``kubectl_provider_options`` off the class, so a type
+#: checker does not see that a ``Cluster`` implements the interface (at run time it does).
+AnyCluster: TypeAlias = Union[eks.ICluster, eks.Cluster]  # noqa: UP007 (jsii classes)
+
+
+def require_cluster(value: object, field: str = "cluster") -> eks.ICluster:
+    """``value`` as an ``eks.ICluster``, or :class:`ConfigError` naming ``field`` and the fix."""
+    # jsii proxies of imported clusters are instances of neither class: they carry the interface's
+    # members, of which every construct here reads cluster_name and the kubectl provider.
+    if isinstance(value, eks.Cluster) or (
+        hasattr(value, "cluster_name") and hasattr(value, "kubectl_provider") and hasattr(value, "node")
+    ):
+        return value  # type: ignore[return-value]
+    if hasattr(value, "cluster") and isinstance(getattr(value, "cluster", None), eks.Cluster):
+        kind = type(value).__name__
+        raise ConfigError(field, kind, f"pass the aws_eks_v2 cluster itself: {field}=<your {kind}>.cluster")
+    raise ConfigError(
+        field,
+        type(value).__name__,
+        "give an aws_cdk.aws_eks_v2 cluster (eks.Cluster, eks.Cluster.from_cluster_attributes(...), "
+        "or TrainiumCluster(...).cluster); clusters of the older aws_eks module are not supported",
+    )
+
+
+def kubernetes_version_of(cluster: eks.ICluster) -> str | None:
+    """The Kubernetes ``major.minor`` of a cluster defined in this app, or None (an imported
+    cluster, or a version that is a token): read from its ``AWS::EKS::Cluster`` resource."""
+    child = cluster.node.default_child
+    version = getattr(child, "version", None) if isinstance(child, eks.CfnCluster) else None
+    if not isinstance(version, str) or Token.is_unresolved(version):
+        return None
+    return version
+
+
+def check_stack_region(scope: IConstruct, region: str, *, owner: str) -> None:
+    """The configuration's ``region`` is the region of the stack ``scope`` is in, when the stack
+    names one: the configured AZ IDs, AMI and prices are that region's, and a stack elsewhere would
+    fail only at deploy (subnets in AZs the region does not have)."""
+    stack_region = Stack.of(scope).region
+    if Token.is_unresolved(stack_region) or stack_region == region:
+        return
+    raise ConfigError(
+        "region",
+        region,
+        f"{owner} is in a stack of {stack_region}: set the configuration's region (and its AZ IDs) to "
+        f"{stack_region}'s, or put it in a stack with env=cdk.Environment(region={region!r})",
+    )
+
+
+def require_vpc(value: object, field: str = "vpc") -> ec2.IVpc:
+    """``value`` as an ``ec2.IVpc``, or :class:`ConfigError` naming ``field`` and the fix (a VPC
+    ID string is the common slip: jsii would answer with its deserialization error)."""
+    if hasattr(value, "vpc_id") and hasattr(value, "node"):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        fix = (
+            "give an ec2.IVpc, not its ID: ec2.Vpc.from_lookup(scope, 'Vpc', vpc_id=...) or "
+            "ec2.Vpc.from_vpc_attributes(...); TrainiumPlatform takes the ID as existing_vpc_id"
+        )
+    else:
+        fix = "give an ec2.IVpc (ec2.Vpc(...), or ec2.Vpc.from_lookup / from_vpc_attributes)"
+    raise ConfigError(field, value, fix)
