@@ -3,10 +3,11 @@ log lines: the Lambda function of :class:`trainium_eks.training_image.TrainingIm
 
 The library's buildspec answers from ``post_build``, which a build stopped at its limit, stopped by
 hand or failed in CodeBuild itself does not reach; the stack would then wait the custom resource's
-hour. An EventBridge rule sends each such build's "CodeBuild Build State Change" here; the build's
-environment (BatchGetBuilds) holds the response URL and request the library passed to it
-(``responseURL``, ``stackId``, ``requestId``, ``logicalResourceId``, ``imageTag``). Standard library
-and boto3 only (the Lambda runtime's).
+hour. An EventBridge rule sends each build that ended without success here; the build's record
+(BatchGetBuilds) holds the response URL and request the library passed to it (``responseURL``,
+``stackId``, ``requestId``, ``logicalResourceId``, ``imageTag``) and its phases. A build whose
+``post_build`` succeeded has answered (its last command is the answer), so it is left alone: each
+build is answered once. Standard library and boto3 only (the Lambda runtime's).
 """
 
 import json
@@ -25,10 +26,15 @@ def handler(event, _context, codebuild=None, logs=None):
         return "nothing to answer"
     codebuild = codebuild or boto3.client("codebuild")
     logs = logs or boto3.client("logs")
-    (build,) = codebuild.batch_get_builds(ids=[detail["build-id"]])["builds"]
+    # The event names the build by ARN (...:build/<project>:<uuid>); BatchGetBuilds takes IDs.
+    build_id = detail["build-id"].split(":build/", 1)[-1]
+    (build,) = codebuild.batch_get_builds(ids=[build_id])["builds"]
     env = {v["name"]: v["value"] for v in build["environment"].get("environmentVariables", [])}
     if "responseURL" not in env:
         return "not a deploy-time build"
+    phases = {p.get("phaseType"): p.get("phaseStatus") for p in build.get("phases", [])}
+    if phases.get("POST_BUILD") == "SUCCEEDED":
+        return "answered by its post_build"
     where = build.get("logs", {})
     lines = []
     if where.get("groupName") and where.get("streamName"):
@@ -41,12 +47,12 @@ def handler(event, _context, codebuild=None, logs=None):
         lines = [e["message"].rstrip() for e in events]
     tail = "\n".join(lines)[-REASON_CHARS:]
     phase = build.get("currentPhase", "?")
-    reason = f"image build {status} in phase {phase} ({detail['build-id']}); last log lines:\n{tail}"
+    reason = f"image build {status} in phase {phase} ({build_id}); last log lines:\n{tail}"
     body = json.dumps(
         {
             "Status": "FAILED",
             "Reason": reason,
-            "PhysicalResourceId": env.get("imageTag", detail["build-id"]),
+            "PhysicalResourceId": env.get("imageTag", build_id),
             "StackId": env["stackId"],
             "RequestId": env["requestId"],
             "LogicalResourceId": env["logicalResourceId"],

@@ -17,7 +17,8 @@ no image. What the library leaves at its defaults, and this platform sets
   ``CustomResource.serviceTimeout``: "between 1 second and 3600 seconds"); the build's queue and
   run limits stay under it with a margin for the function that starts it. A build stopped before
   ``post_build`` (at a limit, by hand, or by a CodeBuild fault) would leave nothing to answer:
-  :mod:`trainium_eks.build_responder` answers FAILED for it with its last log lines.
+  :mod:`trainium_eks.build_responder` answers FAILED for it with its last log lines (a build whose
+  ``post_build`` succeeded has answered, and is left alone).
 * logs: an encrypted log group with retention, instead of CodeBuild's default group (none, kept).
 * permissions: a boundary on the build role (:func:`build_boundary_statements`).
 

@@ -8,7 +8,10 @@ nothing else runs on them meanwhile. The check labels the node ``passed`` and li
 labels it ``failed``, taints it with the failed check's name and (``replace``) terminates its
 instance. Once labelled, the node no longer matches the DaemonSet, whose controller removes the
 pod: the devices are free before a training pod can land (so the pod is not in the training pod's
-node budget, :data:`trainium_eks.node_daemons.PRE_TRAINING_DAEMONS`).
+node budget, :data:`trainium_eks.node_daemons.PRE_TRAINING_DAEMONS`). A node without a verdict
+by the bound the checks' own timeouts add up to (:func:`trainium_job.node_health.verdict_deadline_s`)
+fails the ``no-verdict`` check, whether its check hangs or keeps crashing: the pod's emptyDir
+(:data:`STATE_DIR`) keeps the time of its first start across the container's restarts.
 
 Two parts, two owners:
 
@@ -47,6 +50,8 @@ from trainium_job.scheduling import (
 )
 from trainium_job.security import pod_security_context, training_security_context
 
+from .arguments import AnyCluster, require_cluster
+
 #: The DaemonSet, its service account, ClusterRole and binding, and the admission policy.
 NAME = "node-health-check"
 SERVICE_ACCOUNT = NAME
@@ -69,6 +74,10 @@ PENDING_TOLERATION = {
 #: nodes lack it while the check runs (the pending taint is a startup taint), and nodegroup
 #: nodes never have it.
 KARPENTER_INITIALIZED_LABEL = "karpenter.sh/initialized"
+#: Where the check notes its starts: an emptyDir, which outlives the container's restarts, so
+#: the verdict's bound runs from the pod's first start (training.node.health_check
+#: ``STATE_DIR``; the program's default, repeated here as the mount path).
+STATE_DIR = "/run/node-health"
 #: Where the check sees the host's sysfs (read-only) and its EFA devices.
 HOST_SYS = "/host/sys"
 INFINIBAND_SYSFS = f"{HOST_SYS}/class/infiniband"
@@ -143,6 +152,8 @@ def health_check_daemonset(
             facts.name,
             "--sysfs",
             INFINIBAND_SYSFS,
+            "--state-dir",
+            STATE_DIR,
             "--replace" if replace else "--no-replace",
         ],
         "env": [node_name_env()],
@@ -150,7 +161,10 @@ def health_check_daemonset(
             "requests": {**RESOURCES["requests"], NEURON_RESOURCE: str(facts.neuron_devices)},
             "limits": {**RESOURCES["limits"], NEURON_RESOURCE: str(facts.neuron_devices)},
         },
-        "volumeMounts": [{"name": "sys", "mountPath": HOST_SYS, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "sys", "mountPath": HOST_SYS, "readOnly": True},
+            {"name": "state", "mountPath": STATE_DIR},
+        ],
         # The training container's: the same image and Neuron tools, every capability dropped
         # but IPC_LOCK (the Neuron runtime's pinned buffers), no privilege escalation.
         "securityContext": training_security_context(),
@@ -168,7 +182,11 @@ def health_check_daemonset(
         "terminationGracePeriodSeconds": ACTIONS_GRACE_S,
         "securityContext": pod_security_context(),
         "containers": [container],
-        "volumes": [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}],
+        "volumes": [
+            {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+            # A few bytes: one line per start of the check.
+            {"name": "state", "emptyDir": {"sizeLimit": "1Mi"}},
+        ],
     }
     return {
         "apiVersion": "apps/v1",
@@ -332,7 +350,7 @@ class NodeHealthCheck(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         image: str,
         facts: InstanceFacts,
         namespace: str = TRAINING_NAMESPACE,
@@ -353,6 +371,7 @@ class NodeHealthCheck(Construct):
             depends_on: applied first (the namespace, the image build). Default ``()``.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",
@@ -392,7 +411,7 @@ class NodeReplacementRole(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         nodegroup_name: str | None = None,
         node_pool: str | None = None,
         namespace: str = TRAINING_NAMESPACE,
@@ -408,6 +427,7 @@ class NodeReplacementRole(Construct):
                 names (``training.node.fabric_check --heal replace``). Default "bert-trainer".
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         if (nodegroup_name is None) == (node_pool is None):
             raise ConfigError(
                 "NodeReplacementRole.nodegroup_name / node_pool",

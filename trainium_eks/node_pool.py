@@ -27,6 +27,7 @@ from constructs import Construct
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, node_name
+from trainium_job.node_facts import network_facts
 from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import (
     DATASET_NODE_LABEL,
@@ -38,7 +39,9 @@ from trainium_job.scheduling import (
 from trainium_job.stop_budget import termination_grace_period_s
 
 from .addons.karpenter import KarpenterController, LaunchResources
+from .arguments import AnyCluster, require_cluster
 from .cluster import node_role
+from .gang_wait import gang_wait_floor
 from .launch_template import (
     ROOT_DEVICE,
     ROOT_VOLUME_TYPE,
@@ -49,26 +52,24 @@ from .launch_template import (
     efa_security_group,
     node_user_data,
 )
-from .nodegroup import RELEASE_VERSION, check_multi_node
+from .nodegroup import RELEASE_VERSION, check_multi_node, resolve_release_version
 from .versions import DATASET_NODE_INSTANCE_TYPE
 
 __all__ = [
-    "MIN_GANG_WAIT_MINUTES",
+    "MIN_IDLE_MINUTES",
     "NODE_POOL_NAME",
     "TERMINATION_GRACE",
     "TRAINIUM_CAPACITY_MODES",
     "TrainiumNodePool",
     "ami_alias",
+    "check_karpenter_bounds",
     "ec2_node_class",
+    "karpenter_warnings",
     "node_pool",
 ]
 
 #: ``trainium_capacity`` values: a fixed managed nodegroup, or nodes Karpenter launches per job.
 TRAINIUM_CAPACITY_MODES = ("nodegroup", "karpenter")
-#: The shortest gang wait accepted: Karpenter gives a node 15 minutes to register before it
-#: deletes it (kubernetes-sigs/karpenter v1.14.1 pkg/controllers/nodeclaim/lifecycle/liveness.go
-#: ``registrationTimeout``), and the wait also covers the image pull before the pods run.
-MIN_GANG_WAIT_MINUTES = 15
 #: Name of the NodePool and of its EC2NodeClass (cluster-scoped objects).
 NODE_POOL_NAME = "trainium"
 #: Name of the NodePool and EC2NodeClass of the dataset staging node.
@@ -95,6 +96,93 @@ CAPACITY_BLOCK_DRAIN_MINUTES = 40
 #: Nodes a disruption may take at once, by reason: empty ones all; drifted ones (a changed NodePool
 #: or EC2NodeClass) never while in use: they go when empty, and new nodes take the new settings.
 DISRUPTION_BUDGETS = ({"nodes": "100%", "reasons": ["Empty"]}, {"nodes": "0", "reasons": ["Drifted"]})
+
+# --- bounds of the karpenter keys (docs/capacity.md, "Bounds") ---------------------------------
+#: The shortest idle time accepted. At 0 Karpenter marks an empty node consolidatable as soon as
+#: its last pod goes (kubernetes-sigs/karpenter v1.14.1 pkg/controllers/nodeclaim/disruption/
+#: consolidation.go L62-80) and removes it on its next pass, every 10 s (disruption/
+#: controller.go L71); a gang restarting after a failed pod has no pod for a moment, because
+#: Volcano creates the new ones only once every old one is gone (volcano-sh/volcano v1.15.0
+#: pkg/controllers/job/state/restarting.go L41-49).
+MIN_IDLE_MINUTES = 1
+#: Addresses AWS keeps in every subnet: "the first four and the last IPv4 address in each
+#: subnet's CIDR block" (Amazon EC2 API Reference, CreateSubnet).
+SUBNET_RESERVED_ADDRESSES = 5
+
+
+def node_addresses(facts: InstanceFacts, efa_layout: str) -> int:
+    """The most subnet addresses one Trainium node takes: every IPv4 address of the ENIs the VPC
+    CNI may attach for pods (nodeadm's ENIs x addresses per ENI, :mod:`trainium_job.node_facts`),
+    and with the ``efa`` layout one more per interface on the other network cards (``efa-only``
+    interfaces have no address)."""
+    net = network_facts(facts.name)
+    others = len(facts.network_cards) - 1 if facts.multi_node and efa_layout == "efa" else 0
+    return net.default_enis * net.ipv4_per_eni + others
+
+
+def nodes_in_subnet(facts: InstanceFacts, efa_layout: str, prefix_length: int) -> int:
+    """How many such nodes a subnet of ``prefix_length`` holds at their most."""
+    return (2 ** (32 - prefix_length) - SUBNET_RESERVED_ADDRESSES) // node_addresses(facts, efa_layout)
+
+
+def check_karpenter_bounds(
+    *,
+    max_nodes: int,
+    idle_minutes: int,
+    facts: InstanceFacts,
+    efa_layout: str,
+    subnet_prefix_length: int | None,
+    max_field: str = "max_nodes",
+    idle_field: str = "idle_minutes",
+) -> None:
+    """ConfigError for an idle time under :data:`MIN_IDLE_MINUTES`, or for more nodes than the
+    Trainium subnet has addresses for (``subnet_prefix_length``: its size, when known at synth)."""
+    if Token.is_unresolved(max_nodes) or Token.is_unresolved(idle_minutes):
+        return
+    if idle_minutes < MIN_IDLE_MINUTES:
+        raise ConfigError(
+            idle_field,
+            idle_minutes,
+            f"give at least {MIN_IDLE_MINUTES}: at 0 Karpenter may remove a node the moment its last training "
+            "pod is gone, and a gang that restarts after a failed pod has none for a moment (Volcano makes "
+            "the new pods once the old ones are gone), so a restart could launch all nodes anew",
+        )
+    if subnet_prefix_length is None:
+        return
+    most = nodes_in_subnet(facts, efa_layout, subnet_prefix_length)
+    if max_nodes > most:
+        raise ConfigError(
+            max_field,
+            max_nodes,
+            f"give at most {most}: the Trainium nodes share one /{subnet_prefix_length} subnet of "
+            f"{2 ** (32 - subnet_prefix_length) - SUBNET_RESERVED_ADDRESSES:,} addresses and a {facts.name} can "
+            f"take {node_addresses(facts, efa_layout)} (its ENIs for pods, and its EFA interfaces with "
+            f"efa_interface_layout={efa_layout}); beyond that, launches fail for want of addresses. For more, "
+            "deploy into an existing VPC with a larger subnet (existing_vpc_id)",
+        )
+
+
+def karpenter_warnings(
+    *, max_nodes: int, desired_nodes: int, idle_minutes: int, facts: InstanceFacts, health_check: bool
+) -> list[str]:
+    """Karpenter-mode values that are legal but most likely not meant (printed by the review)."""
+    warnings = []
+    if health_check and max_nodes > desired_nodes:
+        # tests/trainium_eks/test_node_health_karpenter.py: the check is overhead of a node still
+        # launching or being checked, so a waiting training pod does not fit there.
+        warnings.append(
+            f"max_nodes={max_nodes} is above the job's {desired_nodes} nodes with trainium_health_check on: "
+            f"while new nodes are checked, Karpenter counts the check's {facts.neuron_devices} Neuron devices "
+            "against them and launches more nodes for the same training pods, up to max_nodes, which then "
+            f"stand empty for trainium_idle_minutes; set max_nodes={desired_nodes} (docs/capacity.md, Bounds)"
+        )
+    relaunch = gang_wait_floor(facts, health_check=health_check)
+    if idle_minutes > relaunch.phases_minutes:
+        warnings.append(
+            f"trainium_idle_minutes={idle_minutes} keeps each empty {facts.name} longer than a relaunch takes "
+            f"({relaunch.explain()}): past that, an idle node costs more node-minutes than the relaunch it saves"
+        )
+    return warnings
 
 
 def ami_alias(release_version: str) -> str:
@@ -310,6 +398,15 @@ def dataset_node_pool(*, az_id: str) -> dict[str, Any]:
     }
 
 
+def _prefix_length(subnet: ec2.ISubnet) -> int | None:
+    """The subnet's prefix length, when its CIDR is known at synth (a subnet the stack creates)."""
+    try:
+        cidr = subnet.ipv4_cidr_block
+    except Exception:  # an imported subnet given without its CIDR: aws-cdk-lib refuses to guess
+        return None
+    return None if Token.is_unresolved(cidr) else int(cidr.rsplit("/", 1)[1])
+
+
 class TrainiumNodePool(Construct):
     """Trainium nodes that Karpenter launches for a waiting training pod and removes when empty.
 
@@ -333,11 +430,12 @@ class TrainiumNodePool(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         facts: InstanceFacts,
         subnet: ec2.ISubnet,
         az_id: str,
-        release_version: str,
+        release_version: str | None = None,
+        kubernetes_version: str | None = None,
         max_nodes: int = 2,
         idle_minutes: int = 10,
         root_volume_gib: int = 512,
@@ -355,7 +453,10 @@ class TrainiumNodePool(Construct):
             cluster: the EKS cluster (its VPC and cluster security group are used).
             facts: the Trainium instance type's facts row.
             subnet: the one subnet of the nodes; ``az_id``: its AZ ID.
-            release_version: the EKS Neuron AMI release (``1.35.2-20260625``).
+            release_version: the EKS Neuron AMI release (``1.35.2-20260625``). Default None: the
+                tested release of the cluster's Kubernetes version, as :class:`TrainiumNodegroup`.
+            kubernetes_version: the cluster's Kubernetes ``major.minor``. Default None: read from
+                the cluster; an imported cluster needs this or ``release_version``.
             max_nodes: most nodes at once (the NodePool's vCPU limit). Default 2.
             idle_minutes: minutes an empty node is kept. Default 10.
             root_volume_gib, efa_layout, fast_image_pull: as the launch template's. Defaults 512,
@@ -370,10 +471,21 @@ class TrainiumNodePool(Construct):
                 (see :func:`node_pool`). Default False.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
+        release_version = self.release_version = resolve_release_version(
+            cluster, release_version, kubernetes_version
+        )
         check_root_volume_gib(root_volume_gib)
         check_efa_layout(efa_layout)
         check_capacity_reservation_id(capacity_reservation_id)
         check_multi_node(facts, max_nodes)
+        check_karpenter_bounds(
+            max_nodes=max_nodes,
+            idle_minutes=idle_minutes,
+            facts=facts,
+            efa_layout=efa_layout,
+            subnet_prefix_length=_prefix_length(subnet),
+        )
         if capacity_block:
             check_capacity_block("capacity_block", True, capacity_reservation_id)
         if termination_grace_period_s() >= TERMINATION_GRACE_MINUTES * 60:

@@ -13,11 +13,12 @@ from .compatibility import label as component_label
 from .compatibility import not_compatible
 from .config import PlatformConfig, unverified_addons
 from .fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
+from .gang_wait import MIN_GANG_WAIT_MINUTES, NODE_LAUNCH_MINUTES, gang_wait_floor, health_check_minutes
 from .image_build import BUILD_MINUTES_ESTIMATE, CHECKS_MINUTES, PRECOMPILE_MINUTES, pull_minutes
 from .image_build import review_lines as image_review_lines
 from .monitoring.stack_values import retention_size_gib
 from .node_fit import node_fit
-from .node_pool import MIN_GANG_WAIT_MINUTES
+from .node_pool import karpenter_warnings
 from .training_image import build_context, context_bytes
 from .versions import SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 
@@ -39,6 +40,7 @@ def platform_review(config: PlatformConfig) -> str:
         [
             f"Trainium platform '{config.name_prefix}' in {config.region} ({config.trainium_az_id})",
             nodes_line(config),
+            *([gang_wait_line(config)] if config.trainium_capacity == "karpenter" else []),
             f"  NeuronCores:  {nodes * facts.neuron_cores} ({facts.neuron_cores} per node, "
             f"{nodes * facts.neuron_devices} Trainium devices)",
             f"  EFA:          {facts.efa_interfaces} interfaces per node, "
@@ -55,6 +57,7 @@ def platform_review(config: PlatformConfig) -> str:
             *(f"warning: {line}" for line in training_warnings(config)),
             *(f"warning: {line}" for line in compatibility_warnings(config)),
             *(f"warning: {line}" for line in ami_warnings(config)),
+            *(f"warning: {line}" for line in _karpenter_warnings(config)),
             *(
                 f"warning: {addon} is not verified for Kubernetes {config.kubernetes_version}; EKS refuses "
                 "versions it does not offer (check `aws eks describe-addon-versions`)"
@@ -206,6 +209,16 @@ def nodes_line(c: PlatformConfig) -> str:
     return f"  nodes:        {c.desired_nodes} x {name} (min {c.min_nodes}, max {c.max_nodes})"
 
 
+def gang_wait_line(c: PlatformConfig) -> str:
+    """The review line of the gang wait: the configured minutes against what a new node needs
+    before its pod runs (:func:`trainium_eks.gang_wait.gang_wait_floor`; a value under it is refused)."""
+    floor = gang_wait_floor(c.facts, health_check=c.trainium_health_check)
+    return (
+        f"                gang wait {c.trainium_gang_wait_minutes} min, at least {floor.minutes}: a pod waits for its "
+        f"new node through {floor.explain()}; the fabric check runs after it starts (trainium_eks/gang_wait.py)"
+    )
+
+
 def monitoring_review(c: PlatformConfig) -> str:
     """The review line of the monitoring add-on: what runs and how long Prometheus keeps data."""
     if not c.monitoring_enabled:
@@ -241,6 +254,18 @@ def compatibility_warnings(c: PlatformConfig) -> list[str]:
         f"{component_label(component)} is not declared compatible with Kubernetes {c.kubernetes_version}: {d.source}"
         for component, d in not_compatible(c.kubernetes_version, deployed)
     ]
+
+
+def _karpenter_warnings(c: PlatformConfig) -> list[str]:
+    if c.trainium_capacity != "karpenter":
+        return []
+    return karpenter_warnings(
+        max_nodes=c.max_nodes,
+        desired_nodes=c.desired_nodes,
+        idle_minutes=c.trainium_idle_minutes,
+        facts=c.facts,
+        health_check=c.trainium_health_check,
+    )
 
 
 def ami_warnings(c: PlatformConfig) -> list[str]:
@@ -356,11 +381,6 @@ def training_review(c: PlatformConfig) -> list[str]:
 #: Minutes EKS takes to create a cluster's control plane: the EKS team's average
 #: (aws/containers-roadmap issue #1227, "Reduction in EKS cluster creation time").
 EKS_CLUSTER_CREATE_MINUTES = 15
-#: Minutes from a Trainium node's launch to its joining with its device plugins ready: an
-#: estimate (no published figure for trn1 was found): EC2 start and boot of the AL2023 Neuron AMI,
-#: nodeadm's join, the Neuron and EFA plugins. Bounded by Karpenter's 15-minute registration
-#: limit (which :data:`trainium_eks.node_pool.MIN_GANG_WAIT_MINUTES` equals).
-NODE_LAUNCH_MINUTES = 5
 
 
 def start_review(c: PlatformConfig) -> list[str]:
@@ -368,11 +388,13 @@ def start_review(c: PlatformConfig) -> list[str]:
     source of each figure. From the deploy with a nodegroup; from the job's submission with
     Karpenter (which launches the nodes then)."""
     pull = pull_minutes()
+    health = health_check_minutes(c.facts) if c.trainium_health_check else 0
     after_join = (
         f"~{pull:.0f} min image pull{' (parallel pull on: less)' if c.fast_image_pull else ''} + "
-        f"~{CHECKS_MINUTES} min checks + ~{PRECOMPILE_MINUTES} min precompile into an empty cache set"
+        + (f"~{health} min node health check + " if health else "")
+        + f"~{CHECKS_MINUTES} min checks + ~{PRECOMPILE_MINUTES} min precompile into an empty cache set"
     )
-    job = NODE_LAUNCH_MINUTES + pull + CHECKS_MINUTES + PRECOMPILE_MINUTES
+    job = NODE_LAUNCH_MINUTES + pull + health + CHECKS_MINUTES + PRECOMPILE_MINUTES
     deploy = EKS_CLUSTER_CREATE_MINUTES + BUILD_MINUTES_ESTIMATE
     if c.trainium_capacity == "karpenter":
         lines = [
@@ -394,6 +416,7 @@ def start_review(c: PlatformConfig) -> list[str]:
         *lines,
         "                sources: EKS cluster aws/containers-roadmap#1227 (EKS team's average); node launch: "
         f"estimate, no published trn1 figure (Karpenter gives up on a node after {MIN_GANG_WAIT_MINUTES} min); "
-        "build and pull: the image lines; precompile: Neuron BERT pretraining tutorial; dataset staging "
-        "not counted",
+        "build and pull: the image lines; "
+        + ("node health check: estimate, not measured on hardware; " if c.trainium_health_check else "")
+        + "precompile: Neuron BERT pretraining tutorial; dataset staging not counted",
     ]

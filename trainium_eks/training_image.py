@@ -39,13 +39,12 @@ from aws_cdk import aws_s3_assets as s3_assets
 from cdklabs.deploy_time_build import ContainerImageBuild
 from constructs import Construct
 
-import training
 import trainium_job
 
-from . import build_responder, image_build
+from . import _training, build_responder, image_build
 
 DOCKER_DIR = Path(__file__).resolve().parent / "_docker"
-TRAINING_DIR = Path(training.__file__).resolve().parent
+TRAINING_DIR = Path(_training.__file__).resolve().parent
 #: The job contract: the training code imports its launch helpers (``trainium_job.launch``).
 CONTRACT_DIR = Path(trainium_job.__file__).resolve().parent
 DOCKERFILES = ("Dockerfile", "tensorboard.Dockerfile")
@@ -151,12 +150,26 @@ ECR_PUBLIC_READ_ACTIONS = (
 )
 
 
+#: The service through which S3 asks KMS on the caller's behalf (``kms:ViaService``: AWS KMS
+#: Developer Guide, "AWS KMS condition keys", ``kms:ViaService``; the same value the CDK bootstrap
+#: template's key policy names, ``s3.${AWS::Region}.amazonaws.com``).
+S3_VIA_SERVICE = "s3.{region}.amazonaws.com"
+
+
 def build_boundary_statements(
-    *, context_object_arns: list[str], repository_arn: str, log_group_arn: str, key_arn: str
+    *,
+    context_object_arns: list[str],
+    repository_arn: str,
+    log_group_arn: str,
+    key_arn: str,
+    account_keys_arn: str,
+    region: str,
 ) -> list[iam.PolicyStatement]:
     """The most the image-build role may do, whatever the library grants it: read the build
     contexts (not the rest of the bootstrap bucket), pull public base images, push to the
-    platform's repository, write its own log group, use its own key."""
+    platform's repository, write its own log group, use its own key, and have S3 decrypt the
+    contexts with the bootstrap bucket's key (``account_keys_arn``: the keys of the stack's
+    account and region)."""
     return [
         iam.PolicyStatement(actions=["s3:GetObject"], resources=context_object_arns),
         # GetAuthorizationToken has no resource-level permissions (Service Authorization Reference).
@@ -170,11 +183,24 @@ def build_boundary_statements(
             actions=["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
             resources=[key_arn],
         ),
+        # The contexts lie in the CDK bootstrap bucket, SSE-KMS by default (the AWS managed aws/s3
+        # key, or the key `cdk bootstrap` made or was given): GetObject has S3 call kms:Decrypt as
+        # the role. The key policies grant that to the account's principals via S3, and a grant
+        # to a role (not to one named session) is capped by the role's boundary (IAM User Guide,
+        # "Permissions boundaries for IAM entities", resource-based policies): allowed here, for
+        # this account's keys in this region, through S3 only.
+        iam.PolicyStatement(
+            actions=["kms:Decrypt"],
+            resources=[account_keys_arn],
+            conditions={"StringEquals": {"kms:ViaService": S3_VIA_SERVICE.format(region=region)}},
+        ),
     ]
 
 
-#: CodeBuild's terminal build statuses other than SUCCEEDED ("CodeBuild Build State Change"
-#: ``build-status``: AWS CodeBuild User Guide, "Build notifications input format reference").
+#: CodeBuild's terminal build statuses other than SUCCEEDED (``Build.buildStatus`` in the CodeBuild
+#: API reference, all but IN_PROGRESS; the "CodeBuild Build State Change" event's ``build-status``).
+#: The responder answers only those builds whose ``post_build`` did not answer
+#: (:mod:`trainium_eks.build_responder`).
 ENDED_WITHOUT_SUCCESS = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 #: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
 #: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
@@ -284,6 +310,8 @@ class TrainingImages(Construct):
                 repository_arn=repository.repository_arn,
                 log_group_arn=_log_group_arn(stack, group.log_group_name),
                 key_arn=key.key_arn,
+                account_keys_arn=stack.format_arn(service="kms", resource="key", resource_name="*"),
+                region=stack.region,
             ),
         )
         assert project.role is not None
@@ -349,8 +377,11 @@ class TrainingImages(Construct):
             timeout=Duration.minutes(1),
             role=role,
             log_group=own_logs,
-            # Two builds per deploy at most; the cap keeps a stray event storm from fanning out.
-            reserved_concurrent_executions=2,
+            # No reserved concurrency: Lambda reserves at most the account's unreserved concurrency
+            # minus 100 (Lambda Developer Guide, "Configuring reserved concurrency for a
+            # function"), so on an account whose quota is 10, as new accounts' often is, any
+            # reservation fails the stack. Nothing needs one: the rule sends one event per ended
+            # build, two builds a deploy.
             description="Answers CloudFormation for an image build that ended before answering it",
         )
         events.Rule(

@@ -203,7 +203,11 @@ ADDON_PINS: dict[str, AddonPin] = {
             created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
             digest=None,
             app_version="1.14.1",
-            index="aws/karpenter-provider-aws@1d927085:charts/karpenter-crd/Chart.yaml (the release's docs commit)",
+            # The chart is the tag's charts/karpenter-crd, whose Chart.yaml still reads 1.13.0 (L5-6):
+            # the release script writes 1.14.1 into it before packaging (hack/release/common.sh
+            # L100-101). Not main's later copy (1d927085 reads 1.14.1 but changed the CRDs).
+            index="aws/karpenter-provider-aws@bde00654:charts/karpenter-crd/Chart.yaml L5-6 (1.13.0, "
+            "stamped 1.14.1 at release: hack/release/common.sh L100-101)",
         ),
     ),
     "karpenter": AddonPin(
@@ -215,8 +219,12 @@ ADDON_PINS: dict[str, AddonPin] = {
             created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
             digest=None,
             app_version="1.14.1",
-            index="aws/karpenter-provider-aws@1d927085:charts/karpenter/Chart.yaml; controller image "
-            "digest sha256:723130949e4cab989461ff07d1be4cd781d63515432494641b33c235f300ae23 (values.yaml)",
+            # As above; the controller image is stamped into values.yaml at release too
+            # (common.sh L80-82), and the release's docs commit records what was pushed.
+            index="aws/karpenter-provider-aws@bde00654:charts/karpenter/Chart.yaml L5-6 (1.13.0, "
+            "stamped 1.14.1 at release: hack/release/common.sh L100-101); controller image digest "
+            "sha256:723130949e4cab989461ff07d1be4cd781d63515432494641b33c235f300ae23 "
+            "(1d927085:charts/karpenter/values.yaml L129-131, stamped by common.sh L80-82)",
         ),
     ),
     # FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.17.0

@@ -18,7 +18,7 @@ Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for
 
 Why not Neuron's ``nccom-test``: across nodes it runs through MPI over SSH (``--hosts`` with
 ``NEURON_RT_ROOT_COMM_ID``; NCCOM-TEST User Guide, "Multi-node with MPI", aws-neuron-sdk
-tools/neuron-sys-tools/nccom-test.rst L309-339). The training image has ``mpirun`` and
+tools/neuron-sys-tools/nccom-test.rst at v2.29.1 L301-L331). The training image has ``mpirun`` and
 ``sshd`` (aws-neuron/deep-learning-containers pytorch/training/2.9.0/Dockerfile.neuronx L76-93),
 but using them needs an SSH daemon and keys in every training pod (Volcano's ``ssh`` plugin),
 the inbound SSH the platform removed from the reference. The torchrun check goes through the
@@ -52,7 +52,7 @@ MODULE: Final = FABRIC_CHECK
 RESULT_FILE: Final = "/tmp/fabric-check.json"
 #: Bus bandwidth floor of the default job, in the GB/s nccom-test prints (gibibytes per second).
 #: Neuron's two-instance all-reduce example measures 39.19 GB/s at 128 MiB and 22.69 GB/s at
-#: 32 MiB (NCCOM-TEST User Guide, nccom-test.rst L826-863); traffic on the pods' eth0 instead of
+#: 32 MiB (NCCOM-TEST User Guide, nccom-test.rst at v2.29.1 L691-L728); traffic on the pods' eth0 instead of
 #: EFA is bounded by the primary interface's link, far below. 10 GB/s stops a broken fabric
 #: without tripping on the overhead of timing through torch-xla; raise it to what the first
 #: healthy run logs.
@@ -95,7 +95,7 @@ class FabricCheck:
         pair_size_mib: all-reduce buffer per worker between two nodes (3 nodes or more: the pairs
             that name a slow node, ``training.node.fabric_pairs``). A quarter of ``size_mib`` so
             the pairs add little time; Neuron's two-instance figure at 32 MiB, 22.69 GB/s
-            (nccom-test.rst L826-863), is still twice the default floor the pairs are held to.
+            (nccom-test.rst L691-L728), is still twice the default floor the pairs are held to.
         pair_iters: timed all-reduces per pair (after one untimed).
         heal: what a failure that names nodes does to them (:data:`trainium_job.node_health.HEAL_MODES`):
             ``off``, the default, aborts the job as before; the training job sets ``taint`` or

@@ -5,7 +5,10 @@ resource), read in the synthesized template, where the library's own code has pu
 Sources: the AWS CodeBuild User Guide and API reference ("Build environment compute modes and
 types"; ``ProjectEnvironment.privilegedMode``; ``Project.timeoutInMinutes`` 5-2160 and
 ``queuedTimeoutInMinutes`` 5-480); AWS CloudFormation ``AWS::CloudFormation::CustomResource``
-``ServiceTimeout`` (1-3600 s); cdklabs/deploy-time-build 0.1.14 ``lib/container-image-build.js``.
+``ServiceTimeout`` (1-3600 s); cdklabs/deploy-time-build 0.1.14 ``lib/container-image-build.js``;
+the CodeBuild API reference (``Build.buildStatus``, BatchGetBuilds) and its model in botocore; the
+CodeBuild User Guide's "Build notifications input format reference"; the CDK CLI's bootstrap
+template (aws-cdk 2.1148.1).
 """
 
 from __future__ import annotations
@@ -58,3 +61,31 @@ RESPONSE_FIELDS = frozenset(
 )
 #: Where the library's start function is shipped: the jsii package inside the wheel.
 HANDLER_SOURCE = "package/lambda/trigger-codebuild/dist/index.js"
+
+#: ``Build.buildStatus``, CodeBuild API reference ("Build": "FAILED: The build failed. FAULT: The
+#: build faulted. IN_PROGRESS: The build is still in progress. STOPPED: The build stopped.
+#: SUCCEEDED: The build succeeded. TIMED_OUT: The build timed out."); botocore's codebuild service
+#: model (``StatusType``) at the installed version is checked against it. Every status but
+#: IN_PROGRESS ends a build.
+BUILD_STATUSES = frozenset({"FAILED", "FAULT", "IN_PROGRESS", "STOPPED", "SUCCEEDED", "TIMED_OUT"})
+TERMINAL_BUILD_STATUSES = BUILD_STATUSES - {"IN_PROGRESS"}
+#: The "CodeBuild Build State Change" event names its build by ARN (CodeBuild User Guide, "Build
+#: notifications input format reference": ``"build-id": "arn:aws:codebuild:us-west-2:123456789012:
+#: build/my-sample-project:8745a7a9-..."``); BatchGetBuilds takes ``ids``, "The IDs of the builds"
+#: (API reference, BatchGetBuilds), an ID being ``Build.id`` ("The unique ID for the build",
+#: ``<project>:<uuid>``), not ``Build.arn``.
+EVENT_BUILD_ARN = "arn:aws:codebuild:us-west-2:123456789012:build/{build_id}"
+BATCH_GET_BUILDS_PARAMETER = "ids"
+#: The library's post_build ends with the answer to CloudFormation (container-image-build.js,
+#: buildspec ``post_build``: ``curl -i -X PUT ... "$responseURL"``, the last line of its last
+#: command): a build whose POST_BUILD phase SUCCEEDED has answered.
+POST_BUILD_ANSWER = 'curl -i -X PUT -H \'Content-Type:\' -d "@payload.json" "$responseURL"'
+
+#: The CDK CLI's bootstrap template, as the pinned CLI (package.json: aws-cdk 2.1148.1) ships it:
+#: the asset bucket (``StagingBucket``) is SSE-KMS (``SSEAlgorithm: aws:kms``) with the key
+#: ``FileAssetsBucketKmsKeyId`` names: the AWS managed aws/s3 key (``AWS_MANAGED_KEY``, what
+#: ``cdk bootstrap`` passes unless ``--bootstrap-customer-key`` or ``--bootstrap-kms-key-id``), a
+#: key the template makes (whose policy grants the account's principals ``kms:Decrypt`` with
+#: ``kms:ViaService`` s3.${AWS::Region}.amazonaws.com), or a key given by ID.
+BOOTSTRAP_TEMPLATE = "node_modules/aws-cdk/lib/api/bootstrap/bootstrap-template.yaml"
+CDK_CLI_VERSION = "2.1148.1"

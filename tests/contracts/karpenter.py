@@ -7,7 +7,8 @@ the ``preview`` copy at the tag that the guide downloads (``_CFN``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 _AWS = "aws/karpenter-provider-aws@v1.14.1"
 _CORE = "kubernetes-sigs/karpenter@v1.14.1"
@@ -128,58 +129,295 @@ DO_NOT_DISRUPT = ("karpenter.sh/do-not-disrupt", f"{_CORE}:pkg/apis/v1/labels.go
 #: False for 10 minutes, as the EKS node monitoring agent reports Neuron faults).
 NODE_REPAIR_SOURCE = f"{_AWS}:pkg/cloudprovider/cloudprovider.go:305-346"
 
-#: The controller policy's statements as published: Sid -> actions.
-PUBLISHED_STATEMENTS: dict[str, frozenset[str]] = {
-    "AllowScopedEC2InstanceAccessActions": frozenset({"ec2:RunInstances", "ec2:CreateFleet"}),
-    "AllowScopedEC2LaunchTemplateAccessActions": frozenset({"ec2:RunInstances", "ec2:CreateFleet"}),
-    "AllowScopedEC2InstanceActionsWithTags": frozenset(
-        {"ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"}
-    ),
-    "AllowScopedResourceCreationTagging": frozenset({"ec2:CreateTags"}),
-    "AllowScopedResourceTagging": frozenset({"ec2:CreateTags"}),
-    "AllowScopedDeletion": frozenset({"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}),
-    "AllowPassingInstanceRole": frozenset({"iam:PassRole"}),
-    "AllowScopedInstanceProfileCreationActions": frozenset({"iam:CreateInstanceProfile"}),
-    "AllowScopedInstanceProfileTagActions": frozenset({"iam:TagInstanceProfile"}),
-    "AllowScopedInstanceProfileActions": frozenset(
-        {"iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"}
-    ),
-    "AllowAPIServerEndpointDiscovery": frozenset({"eks:DescribeCluster"}),
-    "AllowInterruptionQueueActions": frozenset(
-        {"sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"}
-    ),
-    "AllowZonalShiftStatusReadOnly": frozenset({"arc-zonal-shift:GetManagedResource"}),
-    "AllowRegionalReadActions": frozenset(
-        {
-            "ec2:DescribeCapacityReservations",
-            "ec2:DescribeImages",
-            "ec2:DescribeInstances",
-            "ec2:DescribeInstanceStatus",
-            "ec2:DescribeInstanceTypeOfferings",
-            "ec2:DescribeInstanceTypes",
-            "ec2:DescribeLaunchTemplates",
-            "ec2:DescribePlacementGroups",
-            "ec2:DescribeSecurityGroups",
-            "ec2:DescribeSpotPriceHistory",
-            "ec2:DescribeSubnets",
-        }
-    ),
-    "AllowSSMReadActions": frozenset({"ssm:GetParameter"}),
-    "AllowPricingReadActions": frozenset({"pricing:GetProducts"}),
-    "AllowUnscopedInstanceProfileListAction": frozenset({"iam:ListInstanceProfiles"}),
-    "AllowInstanceProfileReadActions": frozenset({"iam:GetInstanceProfile"}),
+
+@dataclass(frozen=True)
+class PolicyStatement:
+    """One ``Allow`` statement of a policy: its actions, resources and conditions (operator ->
+    key -> values), with CloudFormation's ``${...}`` placeholders as the published template has
+    them; ``lines``: where it is in the template."""
+
+    lines: str
+    actions: frozenset[str]
+    resources: frozenset[str]
+    conditions: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+
+
+def _statement(lines: str, actions: str, resources: str, conditions: dict | None = None) -> PolicyStatement:
+    def values(value: str | tuple[str, ...]) -> frozenset[str]:
+        return frozenset([value] if isinstance(value, str) else value)
+
+    return PolicyStatement(
+        lines,
+        frozenset(actions.split()),
+        frozenset(resources.split()),
+        {op: {key: values(v) for key, v in keys.items()} for op, keys in (conditions or {}).items()},
+    )
+
+
+_EC2_ARN = "arn:${AWS::Partition}:ec2:${AWS::Region}"
+_PROFILES = "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/*"
+_CLUSTER_TAG = "kubernetes.io/cluster/${ClusterName}"
+_TAGGED = " ".join(
+    f"{_EC2_ARN}:*:{kind}/*"
+    for kind in (
+        "fleet",
+        "instance",
+        "volume",
+        "network-interface",
+        "launch-template",
+        "spot-instances-request",
+    )
+)
+_OWNED = {
+    "StringEquals": {f"aws:ResourceTag/{_CLUSTER_TAG}": "owned"},
+    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
 }
-PUBLISHED_STATEMENTS_SOURCE = f"{_CFN}:27-380"
+_REQUESTED = {
+    f"aws:RequestTag/{_CLUSTER_TAG}": "owned",
+    "aws:RequestTag/eks:eks-cluster-name": "${ClusterName}",
+}
+_PROFILE_OWNED = {
+    f"aws:ResourceTag/{_CLUSTER_TAG}": "owned",
+    "aws:ResourceTag/topology.kubernetes.io/region": "${AWS::Region}",
+}
+_PROFILE_REQUESTED = {**_REQUESTED, "aws:RequestTag/topology.kubernetes.io/region": "${AWS::Region}"}
+
+#: The controller policy as published, statement by statement (Sid -> statement), transcribed
+#: from the template's six managed policies; ``${...}`` are its parameters and resources.
+PUBLISHED_POLICY: dict[str, PolicyStatement] = {
+    "AllowScopedEC2InstanceAccessActions": _statement(
+        "39-53",
+        "ec2:RunInstances ec2:CreateFleet",
+        f"{_EC2_ARN}::image/* {_EC2_ARN}::snapshot/* {_EC2_ARN}:*:security-group/* {_EC2_ARN}:*:subnet/* "
+        f"{_EC2_ARN}:*:capacity-reservation/* {_EC2_ARN}:*:placement-group/*",
+    ),
+    "AllowScopedEC2LaunchTemplateAccessActions": _statement(
+        "55-70", "ec2:RunInstances ec2:CreateFleet", f"{_EC2_ARN}:*:launch-template/*", _OWNED
+    ),
+    "AllowScopedEC2InstanceActionsWithTags": _statement(
+        "72-96",
+        "ec2:RunInstances ec2:CreateFleet ec2:CreateLaunchTemplate",
+        _TAGGED,
+        {"StringEquals": _REQUESTED, "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}},
+    ),
+    "AllowScopedResourceCreationTagging": _statement(
+        "98-123",
+        "ec2:CreateTags",
+        _TAGGED,
+        {
+            "StringEquals": {
+                **_REQUESTED,
+                "ec2:CreateAction": ("RunInstances", "CreateFleet", "CreateLaunchTemplate"),
+            },
+            "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+        },
+    ),
+    "AllowScopedResourceTagging": _statement(
+        "125-147",
+        "ec2:CreateTags",
+        f"{_EC2_ARN}:*:instance/*",
+        {
+            **_OWNED,
+            "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": "${ClusterName}"},
+            "ForAllValues:StringEquals": {
+                "aws:TagKeys": ("eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name")
+            },
+        },
+    ),
+    "AllowScopedDeletion": _statement(
+        "149-167",
+        "ec2:TerminateInstances ec2:DeleteLaunchTemplate",
+        f"{_EC2_ARN}:*:instance/* {_EC2_ARN}:*:launch-template/*",
+        _OWNED,
+    ),
+    "AllowPassingInstanceRole": _statement(
+        "182-194",
+        "iam:PassRole",
+        "${KarpenterNodeRole.Arn}",
+        {"StringEquals": {"iam:PassedToService": ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")}},
+    ),
+    "AllowScopedInstanceProfileCreationActions": _statement(
+        "196-212",
+        "iam:CreateInstanceProfile",
+        _PROFILES,
+        {
+            "StringEquals": _PROFILE_REQUESTED,
+            "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+        },
+    ),
+    "AllowScopedInstanceProfileTagActions": _statement(
+        "214-233",
+        "iam:TagInstanceProfile",
+        _PROFILES,
+        {
+            "StringEquals": {**_PROFILE_OWNED, **_PROFILE_REQUESTED},
+            "StringLike": {
+                "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+            },
+        },
+    ),
+    "AllowScopedInstanceProfileActions": _statement(
+        "235-252",
+        "iam:AddRoleToInstanceProfile iam:RemoveRoleFromInstanceProfile iam:DeleteInstanceProfile",
+        _PROFILES,
+        {
+            "StringEquals": _PROFILE_OWNED,
+            "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+        },
+    ),
+    "AllowAPIServerEndpointDiscovery": _statement(
+        "267-271",
+        "eks:DescribeCluster",
+        "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}",
+    ),
+    "AllowInterruptionQueueActions": _statement(
+        "286-294",
+        "sqs:DeleteMessage sqs:GetQueueUrl sqs:ReceiveMessage",
+        "${KarpenterInterruptionQueue.Arn}",
+    ),
+    "AllowZonalShiftStatusReadOnly": _statement(
+        "307-318",
+        "arc-zonal-shift:GetManagedResource",
+        "*",
+        {
+            "StringEquals": {
+                "arc-zonal-shift:ResourceIdentifier": (
+                    "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}"
+                )
+            }
+        },
+    ),
+    "AllowRegionalReadActions": _statement(
+        "333-354",
+        "ec2:DescribeCapacityReservations ec2:DescribeImages ec2:DescribeInstances ec2:DescribeInstanceStatus "
+        "ec2:DescribeInstanceTypeOfferings ec2:DescribeInstanceTypes ec2:DescribeLaunchTemplates "
+        "ec2:DescribePlacementGroups ec2:DescribeSecurityGroups ec2:DescribeSpotPriceHistory ec2:DescribeSubnets",
+        "*",
+        {"StringEquals": {"aws:RequestedRegion": "${AWS::Region}"}},
+    ),
+    "AllowSSMReadActions": _statement(
+        "356-360", "ssm:GetParameter", "arn:${AWS::Partition}:ssm:${AWS::Region}::parameter/aws/service/*"
+    ),
+    "AllowPricingReadActions": _statement("362-366", "pricing:GetProducts", "*"),
+    "AllowUnscopedInstanceProfileListAction": _statement("368-372", "iam:ListInstanceProfiles", "*"),
+    "AllowInstanceProfileReadActions": _statement("374-378", "iam:GetInstanceProfile", _PROFILES),
+}
+PUBLISHED_POLICY_SOURCE = f"{_CFN}:27-380"
 #: Published statements the platform leaves out, and why each is not needed.
 OMITTED_STATEMENTS = {
     "AllowScopedInstanceProfileCreationActions": "the EC2NodeClass names an instance profile made by the "
-    "stack (spec.instanceProfile): Karpenter manages profiles only for spec.role "
-    f"({_AWS}:website/content/en/v1.14/concepts/nodeclasses.md:733-747)",
+    "stack (spec.instanceProfile): Karpenter creates profiles only for spec.role "
+    f"({_AWS}:pkg/controllers/nodeclass/instanceprofile.go:59-113; "
+    "website/content/en/v1.14/concepts/nodeclasses.md:733-747 at 1d927085)",
     "AllowScopedInstanceProfileTagActions": "as above: no profile is created by Karpenter",
-    "AllowScopedInstanceProfileActions": "as above: no profile is changed or deleted by Karpenter",
-    "AllowUnscopedInstanceProfileListAction": "listing is for the garbage collection of profiles Karpenter made",
+    "AllowScopedInstanceProfileActions": "as above: no profile is changed by Karpenter; the finalizer and the "
+    "garbage collector delete only profiles they list under Karpenter's own path, or the legacy name, which "
+    "this platform never makes (pkg/controllers/nodeclass/controller.go:175-212)",
     "AllowZonalShiftStatusReadOnly": "settings.enableZonalShift stays false (charts/karpenter/values.yaml:212)",
 }
+#: The platform's changes to the statements it keeps, each narrower than the published one.
+#: A published condition ``kubernetes.io/cluster/${ClusterName}: owned`` (request or resource tag)
+#: becomes ``eks:eks-cluster-name: ${ClusterName}``: the published policy itself requires that tag
+#: on every RunInstances, CreateFleet and CreateLaunchTemplate (L87-95, L109-118), so all Karpenter
+#: makes carries it; CloudFormation cannot put the cluster's name inside a condition key.
+CLUSTER_TAG_SUBSTITUTE = ((_CLUSTER_TAG, "owned"), ("eks:eks-cluster-name", "${ClusterName}"))
+#: (Sid, published resource) -> the platform's resources, and why. ``${Subnet}``,
+#: ``${SecurityGroup}``, ``${PlacementGroup}``, ``${CapacityReservation}`` and
+#: ``${InstanceProfile.Arn}`` stand for each one the EC2NodeClasses name (none: no resource).
+#: Every other EC2 ARN of the published policy keeps its resource and has the stack's account
+#: for ``*`` (the platform launches only in its own account).
+NARROWED_RESOURCES: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    **{
+        ("AllowScopedEC2InstanceAccessActions", f"{_EC2_ARN}:*:{kind}/*"): (
+            (f"{_EC2_ARN}:${{AWS::AccountId}}:{kind}/${{{name}}}",),
+            "a launch may name only the EC2NodeClasses' own",
+        )
+        for kind, name in (
+            ("security-group", "SecurityGroup"),
+            ("subnet", "Subnet"),
+            ("capacity-reservation", "CapacityReservation"),
+            ("placement-group", "PlacementGroup"),
+        )
+    },
+    **{
+        (sid, f"{_EC2_ARN}:*:spot-instances-request/*"): (
+            (),
+            "no NodePool allows the spot capacity type (checked beside the comparison)",
+        )
+        for sid in ("AllowScopedEC2InstanceActionsWithTags", "AllowScopedResourceCreationTagging")
+    },
+    ("AllowInstanceProfileReadActions", _PROFILES): (
+        (
+            "${InstanceProfile.Arn}",
+            "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/${ClusterName}_*",
+        ),
+        "the EC2NodeClasses' profile, and the legacy name <cluster>_<hash> the finalizer looks up "
+        "(see FINALIZER_IAM_CALLS)",
+    ),
+    (
+        "AllowAPIServerEndpointDiscovery",
+        "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}",
+    ): (
+        ("${Cluster.Arn}",),
+        "the same ARN: what Fn::GetAtt Arn of an AWS::EKS::Cluster returns (CloudFormation "
+        "AWS::EKS::Cluster, Return values: arn:aws:eks:us-west-2:666666666666:cluster/prod)",
+    ),
+}
+#: (Sid, operator, key) -> the platform's values, and why.
+NARROWED_CONDITIONS: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
+    ("AllowPassingInstanceRole", "StringEquals", "iam:PassedToService"): (
+        frozenset({"ec2.amazonaws.com"}),
+        "ec2.amazonaws.com.cn is EC2 in the China partition, whose regions the configuration refuses "
+        "(trainium_eks/config/checks.py, SUPPORTED_PARTITIONS)",
+    ),
+}
+#: The IAM calls Karpenter makes whatever the EC2NodeClass names, with ``${...}`` as above
+#: (``${ClusterName}_1`` stands for a legacy name ``<cluster>_<hash>``): (action, resource, source).
+#: Each denied one keeps the EC2NodeClass's finalizer, and so the stack's deletion, waiting.
+FINALIZER_IAM_CALLS = (
+    (
+        "iam:ListInstanceProfiles",
+        "*",
+        f"{_AWS}:pkg/controllers/nodeclass/controller.go:175-189 (finalize L214-228 -> "
+        "cleanupManagedInstanceProfiles L203-212, skipped only with isolatedVPC); "
+        "pkg/controllers/nodeclass/garbagecollection/controller.go:104-142 (every 30 minutes)",
+    ),
+    (
+        "iam:GetInstanceProfile",
+        "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/${ClusterName}_1",
+        f"{_AWS}:pkg/controllers/nodeclass/controller.go:191-201 (cleanupLegacyInstanceProfile); "
+        "pkg/apis/v1/ec2nodeclass.go:612-614 (LegacyInstanceProfileName); "
+        "pkg/providers/instanceprofile/instanceprofile.go:188-195 (Delete: GetInstanceProfile first, "
+        "only NoSuchEntity ignored: pkg/errors/errors.go:40-48, 71-86)",
+    ),
+)
+#: aws-cdk-lib 2.275.0's Helm handler, in its jsii package: it reads ``SkipCrds`` (L54) but its
+#: one install call, ``helm('upgrade', ...)`` (L97), does not pass it, so ``helm()`` never adds
+#: ``--skip-crds`` (L209-228: only when its ``skip_crds`` argument is true).
+HELM_HANDLER_MEMBER = "package/custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/helm/__init__.py"
+#: So Helm installs the controller chart's ``crds/`` on the release's first install
+#: (``upgrade --install`` of a new release runs the install action with server-side apply unless
+#: ``--server-side=false``: helm v4.1.3 pkg/cmd/upgrade.go L122-157; install.go L313-322), by a
+#: server-side apply of each CRD (install.go L180-215; pkg/kube/client.go L312-368), not a create
+#: that would stop at AlreadyExists, under the field manager named after the binary, ``helm``, the
+#: same for both releases (client.go L927-945). The kubectl-v35 layer's Helm is 4.1.3; the
+#: v36 layer's 4.2.3 does the same (install.go L185-212, upgrade.go L158).
+#: They cannot conflict at v1.14.1: the two charts hold the same five CRDs (charts/karpenter/crds/*
+#: are links to pkg/apis/crds/*; charts/karpenter-crd/templates/* are those files with an
+#: ``additionalAnnotations`` block, empty by default: charts/karpenter-crd/values.yaml L1-2), so
+#: the second apply changes no field's value and, from the same manager, meets no conflict. The
+#: CRD chart goes first (its CRDs, with Helm's metadata, belong to its release, which deletes them
+#: on destroy; ``crds/`` are never deleted or upgraded by Helm). Read at both charts' version:
+CHART_CRDS_VERSION = "1.14.1"
+CHART_CRDS = (
+    "autoscaling.x-k8s.io_capacitybuffers",
+    "karpenter.k8s.aws_ec2nodeclasses",
+    "karpenter.sh_nodeclaims",
+    "karpenter.sh_nodeoverlays",
+    "karpenter.sh_nodepools",
+)
+CHART_CRDS_SOURCE = f"{_AWS}:charts/karpenter/crds/, charts/karpenter-crd/templates/, pkg/apis/crds/"
 #: The interruption queue's rules as published: (source, detail-type), and the queue's settings.
 PUBLISHED_INTERRUPTION_EVENTS = frozenset(
     {

@@ -5,15 +5,17 @@ the base digest resolved by the buildspec's eval, the failure answered with a lo
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from tests.support import path_without_node, resources
+from tests.support import REPO, path_without_node, resources
 from trainium_eks import image_build as facts
 from trainium_eks.training_image import base_image
 
@@ -176,3 +178,118 @@ def test_given_the_responder_then_it_reads_only_build_variables_the_library_pass
     assert read <= passed, read - passed
     answered = set(re.findall(r'^\s+"(\w+)": ', source, re.M))
     assert answered and answered <= image_build.RESPONSE_FIELDS
+
+
+def test_given_botocore_s_codebuild_model_then_the_build_statuses_and_the_batch_get_builds_parameter_are_codebuild_s():
+    # botocore's service model is the API's own definition at the installed version: it must
+    # agree with the API reference's list the responder's tests are written against.
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("codebuild")
+    assert set(model.shape_for("Build").members["buildStatus"].enum) == image_build.BUILD_STATUSES
+    ids = model.operation_model("BatchGetBuilds").input_shape.members
+    assert list(ids) == [image_build.BATCH_GET_BUILDS_PARAMETER]
+    assert "IDs of the builds" in ids[image_build.BATCH_GET_BUILDS_PARAMETER].documentation
+
+
+def test_given_the_library_s_post_build_then_its_last_command_is_the_answer(training_json):
+    # The responder leaves a build whose POST_BUILD phase SUCCEEDED alone: that holds only while
+    # the answer is what post_build ends with (a phase succeeds when its last command does).
+    (last,) = _commands(training_json, "post_build")[-1:]
+    assert last.rstrip().splitlines()[-1].strip() == image_build.POST_BUILD_ANSWER
+
+
+#: Values of the pseudo parameters for evaluating the synthesized boundary in one account.
+_ACCOUNT, _REGION = "123456789012", "us-west-2"
+_PSEUDO = {"AWS::Partition": "aws", "AWS::Region": _REGION, "AWS::AccountId": _ACCOUNT}
+
+
+def _resolved(value: Any) -> str:
+    """A policy value as IAM sees it in the account: pseudo parameters resolved, ``Fn::Join``
+    joined; a reference to a resource stays its JSON (it matches no literal ARN)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and value.get("Ref") in _PSEUDO:
+        return _PSEUDO[value["Ref"]]
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_resolved(p) for p in parts)
+    return json.dumps(value, sort_keys=True)
+
+
+def _allows(statements: list[dict], action: str, resource: str, context: dict[str, str]) -> bool:
+    """Whether an Allow statement matches the request (actions and resources with IAM's ``*``;
+    ``StringEquals``, the only condition operator the boundary uses)."""
+
+    def as_list(v: Any) -> list:
+        return v if isinstance(v, list) else [v]
+
+    for st in statements:
+        if st["Effect"] != "Allow" or not any(fnmatch.fnmatchcase(action, a) for a in as_list(st["Action"])):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, _resolved(r)) for r in as_list(st["Resource"])):
+            continue
+        conditions = st.get("Condition", {})
+        assert set(conditions) <= {"StringEquals"}, conditions
+        equals = conditions.get("StringEquals", {})
+        if all(context.get(key) in [_resolved(v) for v in as_list(vs)] for key, vs in equals.items()):
+            return True
+    return False
+
+
+def _bootstrap_template() -> dict:
+    path = REPO / image_build.BOOTSTRAP_TEMPLATE
+    installed = json.loads((REPO / "node_modules/aws-cdk/package.json").read_text())["version"]
+    assert installed == image_build.CDK_CLI_VERSION, installed
+    return yaml.safe_load(path.read_text())
+
+
+def test_given_the_bootstrap_bucket_s_encryption_then_the_build_role_s_boundary_lets_s3_decrypt_the_context(
+    training_json,
+):
+    # Given the asset bucket of the pinned CLI's bootstrap template: SSE-KMS with the aws/s3 key
+    # (the CLI's default), a key the template makes or a key given by ID, all of them used by S3
+    # on the reader's behalf, whose kms:Decrypt the key policies grant the account via S3
+    bootstrap = _bootstrap_template()
+    (rule,) = bootstrap["Resources"]["StagingBucket"]["Properties"]["BucketEncryption"][
+        "ServerSideEncryptionConfiguration"
+    ]
+    default = rule["ServerSideEncryptionByDefault"]
+    assert default["SSEAlgorithm"] == "aws:kms"
+    assert default["KMSMasterKeyID"] == {
+        "Fn::If": [
+            "CreateNewKey",
+            {"Fn::Sub": "${FileAssetsBucketEncryptionKey.Arn}"},
+            {
+                "Fn::If": [
+                    "UseAwsManagedKey",
+                    {"Ref": "AWS::NoValue"},
+                    {"Fn::Sub": "${FileAssetsBucketKmsKeyId}"},
+                ]
+            },
+        ]
+    }
+    key_policy = bootstrap["Resources"]["FileAssetsBucketEncryptionKey"]["Properties"]["KeyPolicy"]
+    (via_s3,) = [
+        st["Condition"]["StringEquals"]["kms:ViaService"]
+        for st in key_policy["Statement"]
+        if st["Principal"] == {"AWS": "*"} and "kms:Decrypt" in st["Action"]
+    ]
+    (via_s3_sub,) = [v["Fn::Sub"] for v in via_s3]
+    via_service = via_s3_sub.replace("${AWS::Region}", _REGION)
+    # When S3 decrypts the context for the build role (a key of the account and region: the
+    # aws/s3 key's ID is the account's own)
+    ((_, boundary),) = [
+        (lid, r)
+        for lid, r in resources(training_json, "AWS::IAM::ManagedPolicy").items()
+        if "BuildBoundary" in lid
+    ]
+    statements = boundary["Properties"]["PolicyDocument"]["Statement"]
+    key = f"arn:aws:kms:{_REGION}:{_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    # Then the boundary allows it, and only through S3, in this account and region
+    assert _allows(statements, "kms:Decrypt", key, {"kms:ViaService": via_service})
+    assert not _allows(statements, "kms:Decrypt", key, {})  # a direct call
+    assert not _allows(statements, "kms:Decrypt", key, {"kms:ViaService": f"ec2.{_REGION}.amazonaws.com"})
+    other_account = key.replace(_ACCOUNT, "210987654321")
+    assert not _allows(statements, "kms:Decrypt", other_account, {"kms:ViaService": via_service})
+    assert not _allows(statements, "kms:Encrypt", key, {"kms:ViaService": via_service})

@@ -5,41 +5,58 @@ the managed nodegroup (the two modes must not drift)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import fnmatch
+import itertools
 import json
 import re
 import subprocess
+import tarfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from aws_cdk import App, Environment, Stack
 
 from tests.support import (
     REPO,
     VARIANTS,
     VENV_BIN,
+    _detokenize,
     helm_charts,
     k8s_manifests,
     resources,
     synth_platform,
     synth_training,
 )
-from trainium_eks.config import config_from_context
+from trainium_eks.addons.karpenter import LaunchResources, controller_statements
+from trainium_eks.config import SUPPORTED_PARTITIONS, config_from_context
 from trainium_eks.node_fit import node_fit
+from trainium_eks.versions import ADDON_PINS
 from trainium_job.instances import INSTANCE_FACTS, instance_facts
 
 from .karpenter import (
+    CHART_CRDS_VERSION,
+    CLUSTER_TAG_SUBSTITUTE,
     DO_NOT_DISRUPT,
+    FINALIZER_IAM_CALLS,
+    HELM_HANDLER_MEMBER,
     KARPENTER_ALLOCATABLE,
+    NARROWED_CONDITIONS,
+    NARROWED_RESOURCES,
     NODE_CLASS_FIELDS,
     NODE_POOL_FIELDS,
     OMITTED_STATEMENTS,
     PUBLISHED_INTERRUPTION_EVENTS,
+    PUBLISHED_POLICY,
     PUBLISHED_QUEUE,
-    PUBLISHED_STATEMENTS,
     WELL_KNOWN_REQUIREMENT_KEYS,
     Field,
 )
 from .nodes import EKS_TAINT_EFFECTS
+
+#: A statement's actions, resources and conditions (operator -> key -> values).
+Shape = tuple[frozenset[str], frozenset[str], dict[str, dict[str, frozenset[str]]]]
 
 #: The platform stack of each pair of configurations whose nodes must be the same.
 PAIRS = {
@@ -116,14 +133,194 @@ def _controller_policy(template: Mapping[str, Any]) -> list[dict[str, Any]]:
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
-def test_given_the_published_policy_then_each_statement_has_its_actions_and_each_omission_a_reason():
-    statements = _controller_policy(_platform("karpenter"))
-    emitted = {
-        s["Sid"]: frozenset([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+def _values(value: str | list[str]) -> frozenset[str]:
+    return frozenset([value] if isinstance(value, str) else value)
+
+
+def _emitted_policy(template: Mapping[str, Any]) -> dict[str, Shape]:
+    """Sid -> (actions, resources, conditions) of the controller's policy, tokens as placeholders."""
+    return _shapes([_detokenize(s) for s in _controller_policy(template)])
+
+
+def _shapes(statements: list[dict[str, Any]]) -> dict[str, Shape]:
+    for statement in statements:
+        assert statement["Effect"] == "Allow" and set(statement) <= {
+            "Sid",
+            "Effect",
+            "Action",
+            "Resource",
+            "Condition",
+        }
+    policy = {
+        s["Sid"]: (
+            _values(s["Action"]),
+            _values(s["Resource"]),
+            {op: {key: _values(v) for key, v in keys.items()} for op, keys in s.get("Condition", {}).items()},
+        )
         for s in statements
     }
-    assert {sid: emitted[sid] for sid in emitted} == {sid: PUBLISHED_STATEMENTS[sid] for sid in emitted}
-    assert set(PUBLISHED_STATEMENTS) - set(emitted) == set(OMITTED_STATEMENTS)
+    assert len(policy) == len(statements), "two statements with one Sid"
+    return policy
+
+
+def _names(template: Mapping[str, Any], region: str) -> dict[str, list[str]]:
+    """What each ``${...}`` of the published policy and of its narrowings is in ``template``: the
+    cluster, the role the EC2NodeClasses' instance profile holds, the queue the chart reads, and
+    every subnet, group, placement group and reservation an EC2NodeClass names."""
+    specs = [c["spec"] for c in _objects(template, "EC2NodeClass")]
+    (cluster,) = resources(template, "AWS::EKS::Cluster")
+    (profile,) = {spec["instanceProfile"].removeprefix("REF_") for spec in specs}
+    (role,) = template["Resources"][profile]["Properties"]["Roles"]
+    chart = next(c for c in helm_charts(template).values() if c["Chart"] == "karpenter")
+    queue = chart["Values"]["settings"]["interruptionQueue"].removeprefix("ATT_").removesuffix("_QueueName")
+    return {
+        "AWS::Partition": ["REF_AWS::Partition"],
+        "AWS::Region": [region],
+        "AWS::AccountId": ["REF_AWS::AccountId"],
+        "ClusterName": [f"REF_{cluster}"],
+        "Cluster.Arn": [f"ATT_{cluster}_Arn"],
+        "KarpenterNodeRole.Arn": [f"ATT_{role['Ref']}_Arn"],
+        "KarpenterInterruptionQueue.Arn": [f"ATT_{queue}_Arn"],
+        "InstanceProfile.Arn": [f"ATT_{profile}_Arn"],
+        "Subnet": sorted({t["id"] for s in specs for t in s["subnetSelectorTerms"]}),
+        "SecurityGroup": sorted({t["id"] for s in specs for t in s["securityGroupSelectorTerms"]}),
+        "PlacementGroup": sorted(
+            {s["placementGroupSelector"]["name"] for s in specs if "placementGroupSelector" in s}
+        ),
+        "CapacityReservation": sorted(
+            {t["id"] for s in specs for t in s.get("capacityReservationSelectorTerms", [])}
+        ),
+    }
+
+
+_PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
+
+
+def _render(text: str, names: Mapping[str, list[str]]) -> list[str]:
+    """``text`` with each placeholder replaced, once per combination of its names (none if a
+    placeholder names nothing)."""
+    keys = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
+    rendered = []
+    for combination in itertools.product(*(names[key] for key in keys)):
+        out = text
+        for key, value in zip(keys, combination, strict=True):
+            out = out.replace(f"${{{key}}}", value)
+        rendered.append(out)
+    return rendered
+
+
+def _expected_policy(names: Mapping[str, list[str]]) -> dict[str, Shape]:
+    """The published policy with the omissions and narrowings of tests/contracts/karpenter.py."""
+    (old_tag, old_value), (new_tag, new_value) = CLUSTER_TAG_SUBSTITUTE
+    expected = {}
+    for sid, published in PUBLISHED_POLICY.items():
+        if sid in OMITTED_STATEMENTS:
+            continue
+        kept: set[str] = set()
+        for resource in published.resources:
+            default = (resource.replace(":*:", ":${AWS::AccountId}:", 1),)
+            narrowed, _ = NARROWED_RESOURCES.get((sid, resource), (default, ""))
+            kept.update(r for template in narrowed for r in _render(template, names))
+        conditions: dict[str, dict[str, frozenset[str]]] = {}
+        for op, keys in published.conditions.items():
+            for key, values in keys.items():
+                values, _ = NARROWED_CONDITIONS.get((sid, op, key), (values, ""))
+                prefix, _, tag = key.partition("/")
+                if tag == old_tag and values == {old_value}:
+                    key, values = f"{prefix}/{new_tag}", frozenset({new_value})
+                (rendered_key,) = _render(key, names)
+                rendered = frozenset(v for value in values for v in _render(value, names))
+                # Two published keys that become one must agree, or the substitution widened one.
+                assert conditions.setdefault(op, {}).get(rendered_key, rendered) == rendered, (sid, key)
+                conditions[op][rendered_key] = rendered
+        expected[sid] = (published.actions, frozenset(kept), conditions)
+    return expected
+
+
+@pytest.mark.parametrize("variant", ["karpenter", "karpenter capacity block"])
+def test_given_the_published_policy_then_each_statement_is_it_but_for_the_declared_narrowings(variant):
+    # Actions, resources and conditions, statement by statement: a changed resource or condition
+    # (PassRole's role or its iam:PassedToService) fails here, not only a changed action.
+    template = _platform(variant)
+    names = _names(template, config_from_context(VARIANTS[variant]).region)
+    assert _emitted_policy(template) == _expected_policy(names)
+
+
+#: What the direct tests below give controller_statements, and each as a ``${...}`` of the
+#: published policy; the subnet, groups and placement group are an EC2NodeClass's (two groups: a
+#: dropped one fails).
+_LAUNCH = LaunchResources(
+    subnet_id="subnet-0a1b",
+    security_group_ids=("sg-0cluster", "sg-0efa"),
+    placement_group="trn-pg",
+    instance_profile_arn="arn:aws:iam::123456789012:instance-profile/trn-nodes",
+)
+_GIVEN = {
+    "cluster_name": "trn-cluster",
+    "cluster_arn": "arn:aws:eks:us-west-2:123456789012:cluster/trn-cluster",
+    "node_role_arn": "arn:aws:iam::123456789012:role/trn-nodes",
+    "queue_arn": "arn:aws:sqs:us-west-2:123456789012:trn-interruptions",
+}
+
+
+@pytest.mark.parametrize("reservation", [None, "cr-0123456789abcdef0"])
+def test_given_the_controller_statements_then_each_is_the_published_one_but_for_the_declared_narrowings(
+    reservation,
+):
+    # Given the statements built directly, without a synth (make mutation runs this per mutant;
+    # the template test above checks the same after the platform's synth, with the stack's names)
+    stack = Stack(App(), "Policy", env=Environment(region="us-west-2"))
+    launch = dataclasses.replace(_LAUNCH, capacity_reservation_id=reservation)
+    # When each is rendered as the policy document has it
+    emitted = [
+        _detokenize(stack.resolve(statement.to_statement_json()))
+        for statement in controller_statements(stack, launch=launch, **_GIVEN)
+    ]
+    # Then it is the published statement, narrowed only as declared, for these names
+    names = {
+        "AWS::Partition": [_detokenize(stack.resolve(stack.partition))],
+        "AWS::Region": ["us-west-2"],
+        "AWS::AccountId": [_detokenize(stack.resolve(stack.account))],
+        "ClusterName": [_GIVEN["cluster_name"]],
+        "Cluster.Arn": [_GIVEN["cluster_arn"]],
+        "KarpenterNodeRole.Arn": [_GIVEN["node_role_arn"]],
+        "KarpenterInterruptionQueue.Arn": [_GIVEN["queue_arn"]],
+        "InstanceProfile.Arn": [launch.instance_profile_arn],
+        "Subnet": [launch.subnet_id],
+        "SecurityGroup": list(launch.security_group_ids),
+        "PlacementGroup": [launch.placement_group],
+        "CapacityReservation": [reservation] if reservation else [],
+    }
+    assert _shapes(emitted) == _expected_policy(names)
+
+
+def test_given_the_declared_narrowings_then_each_names_a_published_statement_and_holds():
+    for sid, resource in NARROWED_RESOURCES:
+        assert resource in PUBLISHED_POLICY[sid].resources, (sid, resource)
+    for sid, op, key in NARROWED_CONDITIONS:
+        assert key in PUBLISHED_POLICY[sid].conditions[op], (sid, op, key)
+    assert set(OMITTED_STATEMENTS) < set(PUBLISHED_POLICY)
+    # spot-instances-request/* is dropped: no NodePool may launch spot capacity.
+    for variant in ("karpenter", "karpenter capacity block"):
+        for pool in _objects(_platform(variant), "NodePool"):
+            requirements = {r["key"]: r for r in pool["spec"]["template"]["spec"]["requirements"]}
+            capacity = requirements["karpenter.sh/capacity-type"]
+            assert capacity["operator"] == "In" and set(capacity["values"]) <= {"on-demand", "reserved"}
+    # ec2.amazonaws.com.cn is dropped: the configuration refuses the China partition.
+    assert "aws-cn" not in SUPPORTED_PARTITIONS
+
+
+def test_given_the_ec2nodeclass_finalizer_then_each_iam_call_it_makes_whatever_the_class_names_is_allowed():
+    # Denied, the finalizer never clears: the NodePool manifest's deletion, and cdk destroy, hang.
+    template = _platform("karpenter")
+    names = _names(template, config_from_context(VARIANTS["karpenter"]).region)
+    statements = _emitted_policy(template)
+    for action, resource, source in FINALIZER_IAM_CALLS:
+        (call,) = _render(resource, names)
+        assert any(
+            action in actions and not conditions and any(fnmatch.fnmatchcase(call, r) for r in allowed)
+            for actions, allowed, conditions in statements.values()
+        ), f"{action} on {call} is denied ({source})"
 
 
 def test_given_the_policy_then_launches_name_only_this_pools_subnet_groups_and_placement_group():
@@ -137,6 +334,32 @@ def test_given_the_policy_then_launches_name_only_this_pools_subnet_groups_and_p
     for sid in ("AllowScopedEC2LaunchTemplateAccessActions", "AllowScopedDeletion"):
         equals = statements[sid]["Condition"]["StringEquals"]
         assert list(equals) == ["aws:ResourceTag/eks:eks-cluster-name"]
+
+
+def _helm_handler_source() -> str:
+    """The Helm handler of the installed aws-cdk-lib (what runs the charts at deploy)."""
+    from importlib import resources as package_files
+
+    (archive,) = [f for f in package_files.files("aws_cdk._jsii").iterdir() if f.name.endswith(".jsii.tgz")]
+    with tarfile.open(str(archive)) as tar:
+        member = tar.extractfile(HELM_HANDLER_MEMBER)
+        assert member is not None
+        return member.read().decode()
+
+
+def test_given_skip_crds_then_the_pinned_handler_ignores_it_and_both_charts_carry_the_same_crds():
+    source = _helm_handler_source()
+    assert "props.get('SkipCrds', False)" in source
+    (install,) = re.findall(r"^\s*helm\('upgrade',.*$", source, flags=re.MULTILINE)
+    # A handler that passes it would make the CRD chart the only source: then this comment and
+    # CHART_CRDS can go.
+    assert "skip_crds" not in install, install
+    # So the controller chart's crds/ are applied too: harmless only while both charts are the
+    # release whose CRDs were compared (CHART_CRDS).
+    assert ADDON_PINS["karpenter"].version == ADDON_PINS["karpenter-crd"].version == CHART_CRDS_VERSION
+    template = _platform("karpenter")
+    charts = {props["Chart"]: logical_id for logical_id, props in helm_charts(template).items()}
+    assert charts["karpenter-crd"] in template["Resources"][charts["karpenter"]]["DependsOn"]
 
 
 def test_given_the_interruption_queue_then_it_and_its_rules_are_as_published():

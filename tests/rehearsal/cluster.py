@@ -14,6 +14,7 @@ What differs from a cluster and why: :mod:`tests.rehearsal.substitutions`.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import shlex
@@ -23,7 +24,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -275,6 +276,9 @@ class Pod:
     proc: subprocess.Popen
     log: Path
     _log_file: IO[bytes] = field(repr=False)
+    #: The whole ``unshare`` line and the pod's folder (its volumes), for a container restart.
+    command: tuple[str, ...] = ()
+    pod_dir: Path | None = None
 
     def pid1(self, timeout: float = 10) -> int:
         """The host PID of the pod's PID 1 (the child of ``unshare``)."""
@@ -339,11 +343,18 @@ PID1 = ("unshare", "--user", "--map-root-user", "--pid", "--kill-child=SIGKILL",
 
 
 def launch(
-    command: list[str], log: Path, *, name: str, hostname: str, address: str = "", node: str = ""
+    command: list[str],
+    log: Path,
+    *,
+    name: str,
+    hostname: str,
+    address: str = "",
+    node: str = "",
+    append: bool = False,
 ) -> Pod:
     """Start ``command`` (an ``unshare ... --kill-child`` line, e.g. :data:`PID1` + argv) as a pod,
-    stdout and stderr to ``log``, in a session of its own."""
-    log_file = open(log, "wb")  # noqa: SIM115 - closed by Pod.kill
+    stdout and stderr to ``log`` (after what it holds with ``append``), in a session of its own."""
+    log_file = open(log, "ab" if append else "wb")  # noqa: SIM115 - closed by Pod.kill
     proc = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
@@ -429,6 +440,7 @@ class Cluster:
             "device_faults": {},
             "core_faults": {},
             "collective_faults": {},
+            "hang_faults": {},  # pod host name -> its neuron-ls never answers
         }
         self._write_config()
         for tool in standins.TOOLS:
@@ -450,6 +462,11 @@ class Cluster:
         """In the pod with host name ``host``, NeuronCore ``core`` computes wrong (its
         ``torch_xla`` stand-in: :mod:`tests.rehearsal.torch_xla_standin`)."""
         self._config["core_faults"][host] = core
+        self._write_config()
+
+    def hang_fault(self, host: str) -> None:
+        """In the pod with host name ``host``, ``neuron-ls`` never answers (a hung driver)."""
+        self._config["hang_faults"][host] = True
         self._write_config()
 
     def collective_fault(self, host: str) -> None:
@@ -503,13 +520,15 @@ class Cluster:
     def start_tensorboard(self) -> Pod:
         return self._start(self.workload.tensorboard, "tensorboard", self._other_address(), own=True)
 
-    def start_health_check(self, node: Node, api: KubeApi) -> Pod:
+    def start_health_check(self, node: Node, api: KubeApi, extra_args: Sequence[str] = ()) -> Pod:
         """The node-health-check DaemonSet's pod on ``node``: the API server's address in its
         environment and the ServiceAccount's files at their path, as the kubelet gives them; the
-        EC2 endpoint and AWS credentials of the stand-in (:mod:`tests.rehearsal.substitutions`)."""
+        EC2 endpoint and AWS credentials of the stand-in (:mod:`tests.rehearsal.substitutions`).
+        ``extra_args`` go after the container's command (a scene's own setting)."""
         spec = self.workload.health_check
         if spec is None:
             raise ValueError("the template has no node-health-check DaemonSet")
+        spec = dataclasses.replace(spec, command=(*spec.command, *extra_args))
         hostname = f"node-health-check-{node.name}"
         account = api.service_account(self.root / "service-accounts" / hostname)
         return self._start(
@@ -721,6 +740,7 @@ class Cluster:
         pod = launch(
             command, pod_dir / "log.txt", name=name, hostname=hostname, address=address, node=node_name
         )
+        pod.command, pod.pod_dir = tuple(command), pod_dir
         self.pods.append(pod)
         try:
             self.network.plug(pod.pid1(), f"veth{self._started}", address)
@@ -729,6 +749,31 @@ class Cluster:
             raise
         plugged.touch()
         return pod
+
+    def restart(self, pod: Pod) -> Pod:
+        """The kubelet's restart of a pod's container that ended (``restartPolicy: Always``): the
+        same command in the same pod folder, so the pod's emptyDir volumes hold what the ended
+        container wrote there; its log goes on in the same file. The new container gets a network
+        namespace of its own, plugged in at the pod's address again (the old one went with it)."""
+        if pod.running or pod.pod_dir is None:
+            raise ValueError(f"pod {pod.name}: only a started pod's ended container restarts")
+        pod.kill()  # reaps it, closes its log
+        plugged = pod.pod_dir / "network-ready"
+        plugged.unlink(missing_ok=True)
+        again = launch(
+            list(pod.command), pod.log, name=pod.name, hostname=pod.hostname, address=pod.address,
+            node=pod.node, append=True,
+        )  # fmt: skip
+        again.command, again.pod_dir = pod.command, pod.pod_dir
+        self.pods.append(again)
+        self._started += 1
+        try:
+            self.network.plug(again.pid1(), f"veth{self._started}", pod.address)
+        except Exception:
+            again.kill()
+            raise
+        plugged.touch()
+        return again
 
     def stop(self, pod: Pod, grace_period_s: float) -> int:
         """Pod deletion: SIGTERM to PID 1, SIGKILL after the grace period; the exit code."""

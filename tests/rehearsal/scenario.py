@@ -6,7 +6,9 @@ again, TensorBoard serves the run; last, the gang meets nodes whose EFA counters
 the job is aborted. Then six fresh nodes come up: the node-health-check DaemonSet's pod checks
 each (four have a fault, one for each of its checks) and labels and taints it through a stand-in
 Kubernetes API, and
-the gang goes where the scheduler may put it. Each phase records what it saw in
+the gang goes where the scheduler may put it. Last, two fresh nodes whose check never gives a
+verdict (one hangs, one is killed at every start and restarted) must end failed and replaced
+once the verdict's bound, shortened to seconds, has passed. Each phase records what it saw in
 :class:`Observations`; the tests assert on them.
 """
 
@@ -93,6 +95,17 @@ FAULTS: Final = {1: "devices", 3: "compute", 4: "collective", 5: "efa"}
 DEVICES_MISSING = 1
 FAULTY_CORE = 5
 EFA_MISSING = 1
+#: The no-verdict scene's nodes, each with a check that never gives a verdict: ``hang``, its
+#: ``neuron-ls`` never answers; ``crash``, the same, and its check's process is killed (as the
+#: kernel's OOM killer would) at each start once it runs a check, its container restarted.
+SILENT_NODE = "rehearsal-silent-node-{}"
+SILENT_FAULTS: Final = {0: "hang", 1: "crash"}
+#: The verdict's bound in that scene (``--verdict-deadline-s``; 3,660 s on a trn1.32xlarge): long
+#: enough for a few starts of the crashing check on 2 busy cores, short for the suite.
+NO_VERDICT_DEADLINE_S = 20
+#: Seconds between a crashed container's end and its restart (the kubelet's back-off starts at
+#: 10 s and doubles; shortened here as the bound is).
+RESTART_BACKOFF_S = 1.0
 #: The gang's driver check line on a supported pair (training.node.driver_check ``verdict``).
 DRIVER_CHECK_OK = ": a supported pair"
 
@@ -165,6 +178,7 @@ PHASES: Final = (
     "fabric_fallback",
     "stop_in_fabric_check",
     "deep_check",
+    "no_verdict",
 )
 
 
@@ -217,6 +231,21 @@ class DeepCheck:
 
 
 @dataclass
+class NoVerdict:
+    """The node-health-check DaemonSet's pods on nodes whose check never gives a verdict."""
+
+    faults: dict[str, str] = field(default_factory=dict)  # node -> "hang" or "crash"
+    registered: dict[str, dict[str, Any]] = field(default_factory=dict)  # the Nodes before
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the Nodes after
+    requests: list[dict[str, Any]] = field(default_factory=list)  # every request to the stand-in
+    starts: dict[str, int] = field(default_factory=dict)  # node -> its check container's starts
+    codes: dict[str, int] = field(default_factory=dict)  # node -> its last container's exit code
+    logs: dict[str, str] = field(default_factory=dict)  # node -> its check pod's log (every start)
+    #: Node -> seconds from its pod's first start until it was labelled.
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class Observations:
     paths: JobPaths
     fsx: Path
@@ -253,6 +282,7 @@ class Observations:
     restage_code: int | None = None
     restage_log: str = ""
     deep_check: DeepCheck = field(default_factory=DeepCheck)
+    no_verdict: NoVerdict = field(default_factory=NoVerdict)
     calls: list[dict[str, Any]] = field(default_factory=list)  # every stand-in call, at the end
     tensorboard: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log, for failure messages
@@ -606,6 +636,81 @@ class Rehearsal:
                 seen.gang_codes[pod.hostname] = self.cluster.stop(pod, worker.grace_period_s)
                 seen.gang_nodes[pod.hostname] = pod.node
                 seen.gang_logs[pod.hostname] = pod.output()
+
+    def no_verdict(self) -> None:
+        """The ``node-health-check`` DaemonSet's pod on fresh nodes whose check never gives a
+        verdict (SILENT_FAULTS), with the verdict's bound shortened to
+        :data:`NO_VERDICT_DEADLINE_S`: one whose check hangs, one whose check's process is
+        killed at every start and restarted after a back-off as the kubelet restarts a
+        DaemonSet's container. Each must end labelled, tainted and replaced like a failed node."""
+        seen, worker = self.seen.no_verdict, self.workload.worker
+        daemon = self.workload.health_check
+        if daemon is None or worker.instance_type is None:
+            raise self._failed("the template has no node-health-check DaemonSet or no instance type")
+        names = {SILENT_NODE.format(i): kind for i, kind in SILENT_FAULTS.items()}
+        seen.faults = dict(names)
+        registered = []
+        for i, name in enumerate(names):
+            node = self.cluster.node(name)
+            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces)
+            labels = {
+                INSTANCE_TYPE_LABEL: worker.instance_type,
+                **TRAINIUM_NODE_LABEL,
+                "kubernetes.io/hostname": name,
+            }
+            registered.append(node_object(name, labels, f"i-0{0xA0 + i:016x}"))
+        seen.registered = {n["metadata"]["name"]: n for n in registered}
+        api = KubeApi(
+            self.cluster.root / "kube-api-no-verdict",
+            self.cluster.network.enter(),
+            f"{POD_NETWORK}.1",
+            registered,
+            die_with_test,
+        )
+        pods: dict[str, Pod] = {}
+        try:
+            for name in names:
+                self.cluster.hang_fault(f"node-health-check-{name}")
+            deadline_arg = ("--verdict-deadline-s", str(NO_VERDICT_DEADLINE_S))
+            first = {}
+            for name in names:
+                pods[name] = self.cluster.start_health_check(self.cluster.node(name), api, deadline_arg)
+                first[name], seen.starts[name] = time.monotonic(), 1
+            killed = {name: 0 for name in names}  # the crashing check's kills so far
+            until = time.monotonic() + NO_VERDICT_DEADLINE_S + PHASE_TIMEOUT_S
+            while len(seen.codes) < len(pods):
+                current = api.nodes()
+                for name, pod in pods.items():
+                    if name in seen.codes:
+                        continue
+                    if not selects(current[name], daemon.node_selector, daemon.node_affinity):
+                        seen.seconds[name] = time.monotonic() - first[name]
+                        seen.codes[name] = self.cluster.stop(pod, daemon.grace_period_s)
+                        seen.logs[name] = pod.output()
+                        continue
+                    host = f"node-health-check-{name}"
+                    ran = len([c for c in self.cluster.calls("neuron-ls") if c["host"] == host])
+                    if names[name] == "crash" and pod.running and ran > killed[name]:
+                        # The check's process dies while it runs a check, before a verdict.
+                        os.kill(pod.pid1(), signal.SIGKILL)
+                        pod.wait(30)
+                        killed[name] = ran
+                    if not pod.running:
+                        if names[name] != "crash":
+                            raise self._failed(
+                                f"the check's pod on {name} ended before its node was labelled"
+                            )
+                        time.sleep(RESTART_BACKOFF_S)
+                        pods[name] = self.cluster.restart(pod)
+                        seen.starts[name] += 1
+                if time.monotonic() > until:
+                    raise self._failed("timed out: the nodes without a verdict are labelled")
+                time.sleep(0.2)
+            seen.nodes, seen.requests = api.nodes(), api.requests()
+        finally:
+            for name, pod in pods.items():
+                seen.logs.setdefault(name, pod.output())
+            api.close()
 
     # --- helpers -------------------------------------------------------------------------------
     def _run_until_ended(self, stop: Callable[[list[Pod]], Pod] | None = None) -> Ended:

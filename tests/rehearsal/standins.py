@@ -84,8 +84,9 @@ def neuron_parallel_compile(argv: Sequence[str], root: Path = MOUNT) -> int:
 def neuron_ls(argv: Sequence[str], root: Path = MOUNT) -> int:
     """``neuron-ls --json-output``: the recorded output of the pod's instance type (``neuron_ls``
     in the config: tests/training/node/recorded/health), less the last ``device_faults[<host>]``
-    devices for a pod whose node has a device fault (a device the driver no longer lists). Exit 1
-    for an instance type without a recording; anything else: exit 2."""
+    devices for a pod whose node has a device fault (a device the driver no longer lists); no
+    answer at all for a pod whose node has a hang fault (``hang_faults[<host>]``). Exit 1 for an
+    instance type without a recording; anything else: exit 2."""
     cfg = config(root)
     if list(argv) != ["--json-output"]:
         print(f"neuron-ls (rehearsal): only --json-output is rehearsed, not {list(argv)}", file=sys.stderr)
@@ -94,6 +95,9 @@ def neuron_ls(argv: Sequence[str], root: Path = MOUNT) -> int:
     if recorded is None:
         print(f"neuron-ls (rehearsal): no recorded output for {cfg['instance_type']}", file=sys.stderr)
         return 1
+    if cfg.get("hang_faults", {}).get(socket.gethostname()):
+        while True:  # a driver that never answers; the pod's end takes this process along
+            time.sleep(3600)
     listed = json.loads((root / recorded).read_text())
     missing = cfg.get("device_faults", {}).get(socket.gethostname(), 0)
     print(json.dumps(listed[: len(listed) - missing], indent=4))

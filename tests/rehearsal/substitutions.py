@@ -105,6 +105,16 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "decides which agent hosts the store by comparing that name's address with its own",
     ),
     Substitution(
+        "the kubelet's restart of a DaemonSet pod's container that ended (CrashLoopBackOff), and "
+        "the kernel's OOM kill of a container's process",
+        "the harness SIGKILLs the pod's PID 1 from outside (no-verdict scene), waits "
+        "1 s and runs the same container command again in the same pod folder (its emptyDir "
+        "volumes kept, the log continued), in a fresh network namespace plugged in at the pod's "
+        "address",
+        "the kubelet's back-off starts at 10 s and doubles up to 5 minutes; shortened as the "
+        "scene's verdict bound is (20 s for the 3,660 s of a trn1.32xlarge)",
+    ),
+    Substitution(
         "the downward API's `spec.nodeName` (NODE_NAME, which the fabric check names)",
         f"set by the harness as the kubelet would: gang pod i is on node `{NODE_NAME.format('i')}`",
         "no nodes; one gang pod per node, as the gang's resources force on the cluster",
@@ -175,7 +185,7 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "neuron-ls (Neuron tools; `neuron-ls --json-output`, the deep check's devices check)",
         "tests/rehearsal/standins.py: the recorded JSON of the instance type "
         "(tests/training/node/recorded/health), less one device on the deep-check scene's node "
-        "with a device fault",
+        "with a device fault; no answer at all on the no-verdict scene's nodes",
         "needs the Neuron driver; the recording follows the Neuron documentation's samples",
     ),
     Substitution(

@@ -150,14 +150,26 @@ def test_given_the_daemonset_then_it_runs_the_check_with_its_node_name_and_the_h
     assert container["image"] == "training:1"
     assert container["command"] == [
         "python", "-m", "training.node.health_check", "--instance-type", TRN1.name,
-        "--sysfs", "/host/sys/class/infiniband", "--replace",
+        "--sysfs", "/host/sys/class/infiniband", "--state-dir", "/run/node-health", "--replace",
     ]  # fmt: skip
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container[
         "env"
     ]
-    (mount,) = container["volumeMounts"]
-    (volume,) = spec["volumes"]
-    assert (mount["mountPath"], mount["readOnly"], volume["hostPath"]["path"]) == ("/host/sys", True, "/sys")
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert set(mounts) == set(volumes) == {"sys", "state"}
+    sys_mount, sys_volume = mounts["sys"], volumes["sys"]
+    assert (sys_mount["mountPath"], sys_mount["readOnly"], sys_volume["hostPath"]["path"]) == (
+        "/host/sys",
+        True,
+        "/sys",
+    )
+    # The verdict's bound runs from the pod's first start: the record of starts must outlive a
+    # container's restart, which an emptyDir does and the container's own file system does not
+    # (Kubernetes docs, concepts/storage/volumes, emptyDir: "The data in an emptyDir volume is
+    # safe across container crashes").
+    assert "emptyDir" in volumes["state"] and not mounts["state"].get("readOnly", False)
+    assert mounts["state"]["mountPath"] == "/run/node-health"
     assert spec["serviceAccountName"] == "node-health-check" and spec["automountServiceAccountToken"] is True
     context = container["securityContext"]
     assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False

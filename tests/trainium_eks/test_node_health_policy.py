@@ -231,6 +231,30 @@ DENIED = {
         _edited(PASSED_NODE, ("spec", "providerID"), "aws:///us-west-2d/i-0fedcba9876543210"),
         SPEC_DENIED,
     ),
+    # The rest of core/v1 NodeSpec besides taints (k8s.io/api core/v1 types.go NodeSpec:
+    # podCIDR, podCIDRs, providerID, unschedulable, taints, configSource, externalID), each
+    # set where the Node had none: the routes a node's pods get, its kubelet's configuration
+    # source, its external ID.
+    "pod-cidr-set": (FRESH, _edited(PASSED_NODE, ("spec", "podCIDR"), "10.244.7.0/24"), SPEC_DENIED),
+    "pod-cidrs-set": (
+        FRESH,
+        _edited(PASSED_NODE, ("spec", "podCIDRs"), ["10.244.7.0/24", "fd00:10:244:7::/64"]),
+        SPEC_DENIED,
+    ),
+    "config-source-set": (
+        FRESH,
+        _edited(
+            PASSED_NODE,
+            ("spec", "configSource"),
+            {"configMap": {"name": "kubelet", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}},
+        ),
+        SPEC_DENIED,
+    ),
+    "external-id-set": (
+        FRESH,
+        _edited(PASSED_NODE, ("spec", "externalID"), "i-0fedcba9876543210"),
+        SPEC_DENIED,
+    ),
 }
 
 

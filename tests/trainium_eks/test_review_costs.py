@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import k8s_manifests, resources
+from tests.trainium_eks.test_review_gang_wait import TRN1_32XL_HEALTH_CHECK_MINUTES
 from trainium_eks import image_build, prices
 from trainium_eks.addons.etcd import DEFAULT_VOLUME_GIB as ETCD_VOLUME_GIB
 from trainium_eks.cluster import SYSTEM_ROOT_VOLUME_GIB
@@ -204,11 +205,21 @@ def test_given_an_existing_vpc_when_reviewed_then_no_nat_is_counted_and_the_line
             + image_build.BUILD_MINUTES_ESTIMATE
             + NODE_LAUNCH_MINUTES
             + image_build.pull_minutes()
+            + TRN1_32XL_HEALTH_CHECK_MINUTES
             + image_build.CHECKS_MINUTES
             + image_build.PRECOMPILE_MINUTES,
         ),
         (
             KARPENTER,
+            "job submitted -> first step",
+            NODE_LAUNCH_MINUTES
+            + image_build.pull_minutes()
+            + TRN1_32XL_HEALTH_CHECK_MINUTES
+            + image_build.CHECKS_MINUTES
+            + image_build.PRECOMPILE_MINUTES,
+        ),
+        (
+            {**KARPENTER, "trainium_health_check": "false"},
             "job submitted -> first step",
             NODE_LAUNCH_MINUTES
             + image_build.pull_minutes()
@@ -228,11 +239,20 @@ def test_given_either_capacity_mode_when_reviewed_then_one_start_line_sums_the_p
     assert f"~{image_build.pull_minutes():.0f} min image pull" in start[0]
     assert f"~{image_build.PRECOMPILE_MINUTES} min precompile into an empty cache set" in start[0]
     assert "aws/containers-roadmap#1227" in start[-1] and "Neuron BERT pretraining tutorial" in start[-1]
+    # The deep check holds a new node until it passes (with it on): its estimate is a phase too.
+    checked = context.get("trainium_health_check") != "false"
+    assert (f"~{TRN1_32XL_HEALTH_CHECK_MINUTES:.0f} min node health check" in start[0]) is checked
+    assert ("node health check: estimate" in start[-1]) is checked
 
 
 def test_given_karpenter_when_reviewed_then_the_start_line_says_what_the_first_job_and_a_quick_relaunch_wait():
     start = _lines({**KARPENTER, "trainium_idle_minutes": "20"}, "  start:")
-    warm = NODE_LAUNCH_MINUTES + image_build.pull_minutes() + image_build.CHECKS_MINUTES
+    warm = (
+        NODE_LAUNCH_MINUTES
+        + image_build.pull_minutes()
+        + TRN1_32XL_HEALTH_CHECK_MINUTES
+        + image_build.CHECKS_MINUTES
+    )
     assert f"~{warm:.0f} min once the cache on FSx holds the graphs" in start[0]
     assert (
         f"the first job also waits for the deploy (~{EKS_CLUSTER_CREATE_MINUTES} min EKS cluster" in start[1]

@@ -16,16 +16,16 @@ from trainium_job.node_health import (
     CHECKS,
     EXPECTATIONS,
     FABRIC,
-    FAILED_TAINT_KEY,
     HEALTH_LABEL,
-    HEALTH_TAINT_KEYS,
     MARGIN,
     NCCOM_SIZE_BYTES,
+    NO_VERDICT,
     PENDING_TAINT,
     failed_taint,
 )
 
 RECORDED = Path(__file__).resolve().parents[1] / "training" / "node" / "recorded" / "health"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "healing.md"
 
 
 def _busbw_at_32mib(name: str) -> float:
@@ -72,12 +72,53 @@ def test_given_no_doc_run_of_all_cores_then_the_floor_is_the_margin_of_the_lowes
     assert "no" in expect.busbw_basis and str(expect.neuron_cores) in expect.busbw_basis
 
 
-def test_given_a_failed_check_then_its_taint_names_it_and_an_unknown_one_is_refused():
-    assert [failed_taint(c)["value"] for c in (*CHECKS, FABRIC)] == [*CHECKS, FABRIC]
-    assert PENDING_TAINT["key"] == HEALTH_LABEL and failed_taint("efa")["key"] == FAILED_TAINT_KEY
-    assert {PENDING_TAINT["key"], FAILED_TAINT_KEY} == set(HEALTH_TAINT_KEYS)
+def _kubectl_taint(text: str) -> dict[str, str]:
+    """A taint as ``kubectl taint`` writes it, ``KEY[=VALUE]:EFFECT`` (kubectl reference,
+    kubectl taint: "The taint key and value ... the effect must be NoSchedule, PreferNoSchedule or
+    NoExecute"), as a core/v1 Taint."""
+    key_value, effect = text.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    return {"key": key, "value": value, "effect": effect}
+
+
+def test_given_the_healing_page_then_the_taints_and_checks_it_tells_people_to_use_are_the_codes():
+    """docs/healing.md is what an operator types from (``kubectl taint``, ``kubectl get nodes -L``)
+    and what the alert runbook points to: its names, read from the page, are the expected ones."""
+    page = DOCS.read_text()
+    # "kubectl taint node <node> trainium-eks/node-health=pending:NoSchedule": a node checked again.
+    [pending] = re.findall(r"kubectl taint node <node> (\S+)", page)
+    assert _kubectl_taint(pending) == PENDING_TAINT
+    # "tainted `trainium-eks/node-health-failed=<check>:NoSchedule`", its value each check's name.
+    [failed] = re.findall(r"tainted `([^`]+=<check>:NoSchedule)`", page)
+    numbered = re.findall(r"^\d\. `([a-z-]+)`:", page, flags=re.MULTILINE)
+    assert numbered == list(CHECKS)  # the page lists them in the order they run
+    others = re.findall(r"`trainium-eks/node-health-failed=([a-z-]+)`", page)
+    assert sorted(set(others)) == sorted({FABRIC, NO_VERDICT})
+    for check in (*numbered, *others):
+        assert failed_taint(check) == _kubectl_taint(failed.replace("<check>", check))
+    # "labelled `trainium-eks/node-health=passed`": what the training pods' gate selects.
+    assert re.search(rf"labelled `{re.escape(HEALTH_LABEL)}=passed`", page)
     with pytest.raises(ValueError, match="unknown check"):
         failed_taint("disk")
+
+
+def test_given_the_healing_pages_table_of_bounds_then_each_row_is_its_sum_and_the_codes_bound():
+    """Each row of the page's table: the instance types, their NeuronCores, and the sum of the
+    checks' timeouts (600 s per tool run; one compute wave per 8 cores); the page is what an
+    operator waits out before a silent node is replaced."""
+    page = DOCS.read_text()
+    rows = re.findall(
+        r"^\| ([a-z0-9., ]+) \| (\d+) \| 600 \+ (\d+) x 600 \+ 600 \+ 60 = ([\d,]+) s",
+        page,
+        flags=re.MULTILINE,
+    )
+    assert {t for names, *_ in rows for t in names.split(", ")} == set(INSTANCE_FACTS)
+    for names, cores, waves, total in rows:
+        assert int(waves) == -(-int(cores) // 8)
+        assert int(total.replace(",", "")) == 600 + int(waves) * 600 + 600 + 60
+        for name in names.split(", "):
+            assert EXPECTATIONS[name].neuron_cores == int(cores)
+            assert EXPECTATIONS[name].verdict_deadline_s == int(total.replace(",", ""))
 
 
 def test_given_the_health_taints_and_label_then_a_node_carrying_them_is_valid():
@@ -89,6 +130,5 @@ def test_given_the_health_taints_and_label_then_a_node_carrying_them_is_valid():
     }
     validate_k8s(node, DEFAULT_KUBERNETES_VERSION)
     # A label value is a qualified name's value: 63 characters at most, alphanumeric ends.
-    assert all(
-        re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", c) for c in (*CHECKS, FABRIC, "passed", "failed")
-    )
+    values = (*CHECKS, FABRIC, NO_VERDICT, "passed", "failed")
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", c) for c in values)

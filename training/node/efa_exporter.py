@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from training.node.efa_counters import SYSFS_ROOT, device_counters, devices, port_counters
-from training.node.exporter import registry_of, serve_until_stopped
 from trainium_job.telemetry import EFA_EXPORTER_PORT
+
+from .efa_counters import SYSFS_ROOT, device_counters, devices, port_counters
+from .exporter import registry_of, serve_until_stopped
 
 
 class EfaCollector(Collector):

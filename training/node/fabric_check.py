@@ -12,8 +12,9 @@ is ``pairs_error`` and leaves the full measurement standing).
 
 Bus bandwidth is the all-reduce's algorithm bandwidth (bytes per worker / time of one op) times
 ``2 (n - 1) / n`` for ``n`` workers, in the "GB/s" Neuron's nccom-test prints, which are
-gibibytes per second (NCCOM-TEST User Guide, aws-neuron-sdk tools/neuron-sys-tools/nccom-test.rst
-L58-61 and "Bus Bandwidth Calculation" L69-120), so the floor compares with its figures.
+gibibytes per second (NCCOM-TEST User Guide of the image's Neuron 2.29.1, aws-neuron/aws-neuron-sdk
+tag v2.29.1 tools/neuron-sys-tools/nccom-test.rst L58-L61 and "Bus Bandwidth Calculation"
+L69-L125), so the floor compares with its figures.
 
 ``verdict`` reads the result and prints one line naming the node: exit 0, or
 ``trainium_job.fabric_check.EXIT_CODE`` when libfabric is not told to use ``efa``, no EFA device
@@ -41,13 +42,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.node.efa_counters import SYSFS_ROOT, bytes_moved, devices
-from training.node.fabric_pairs import localize, pairs_in_order, round_robin
 from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE
 from trainium_job.node_health import FABRIC, HEAL_MODES
 
+from .efa_counters import SYSFS_ROOT, bytes_moved, devices
+from .fabric_pairs import localize, pairs_in_order, round_robin
+
 if TYPE_CHECKING:
-    from training.trainer.device import Backend
+    from ..trainer.device import Backend
 
 #: Keys of a node's result (``measure`` writes them; ``verdict`` and the recorded results in
 #: tests/training/trainer/data/fabric_check/ use them).
@@ -110,7 +112,7 @@ def measure(args: argparse.Namespace) -> int:
     try:
         import torch
 
-        from training.trainer.device import make_backend, select_device
+        from ..trainer.device import make_backend, select_device
 
         backend = make_backend(select_device("auto"), local_rank, rank, world)
         backend.init_distributed()
@@ -450,8 +452,9 @@ def main(argv: list[str] | None = None) -> int:
 def heal(outcome: Verdict, node: str, *, replace: bool, recheck: bool = True, actions: Any = None) -> int:
     """Act on a failed fabric check that names nodes, then the exit code that restarts the job
     without them. Each pod acts on its own node only (every pod's verdict carries the same names):
-    a named node is marked failed (taint ``trainium-eks/node-health=fabric``, an Event, its
-    instance terminated with ``replace``), a node to re-check goes back to the deep check. Then
+    a named node is marked failed (taint ``trainium-eks/node-health-failed=fabric``, from
+    ``trainium_job.node_health.failed_taint``; an Event; its instance terminated with
+    ``replace``), a node to re-check goes back to the deep check. Then
     every pod of the gang exits :data:`NOT_MEASURED_EXIT_CODE`, which the Job restarts (no policy
     names it), so one pod's 69 cannot abort the job the others are healing. With no name (a
     fabric-wide fault) or an action that failed, :data:`EXIT_CODE`: the job aborts as without the
@@ -461,7 +464,7 @@ def heal(outcome: Verdict, node: str, *, replace: bool, recheck: bool = True, ac
     if not (outcome.named_nodes or outcome.recheck_nodes):
         return outcome.exit_code
     if actions is None:
-        from training.node import node_actions as actions
+        from . import node_actions as actions
     message = outcome.findings[0] if outcome.findings else outcome.line
     try:
         if node in outcome.named_nodes or (node in outcome.recheck_nodes and not recheck):
@@ -482,6 +485,6 @@ def heal(outcome: Verdict, node: str, *, replace: bool, recheck: bool = True, ac
 
 
 if __name__ == "__main__":
-    from training.trainer.worker_exit import run_worker
+    from ..trainer.worker_exit import run_worker
 
     run_worker(main)

@@ -21,8 +21,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from training.node.exporter import registry_of, serve_until_stopped
 from trainium_job.telemetry import FSX_EXPORTER_PORT
+
+from .exporter import registry_of, serve_until_stopped
 
 
 class StatvfsCollector(Collector):

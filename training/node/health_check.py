@@ -4,6 +4,7 @@ the ``node-health-check`` DaemonSet on every Trainium node not yet labelled
 
     python -m training.node.health_check --instance-type trn1.32xlarge [--node-name NAME]
         [--sysfs /host/sys/class/infiniband] [--replace | --no-replace] [--dry-run]
+        [--verdict-deadline-s SECONDS] [--state-dir /run/node-health]
 
 Four checks, in the order of ``CHECKS``; the first failure stops the rest (what the table
 expects: :mod:`trainium_job.node_health`):
@@ -24,6 +25,13 @@ After acting it waits for SIGTERM instead of exiting: a DaemonSet pod's containe
 (``restartPolicy: Always`` is the only one a DaemonSet allows), so an exit would run the checks
 again; the label just set makes the DaemonSet controller delete the pod, whose SIGTERM ends the wait
 with exit code 0. ``--dry-run`` prints the verdict and exits, touching nothing.
+
+The verdict has a bound, :func:`trainium_job.node_health.verdict_deadline_s` seconds from the first
+start of the pod's check (each start is noted in ``--state-dir``, an emptyDir that outlives the
+container's restarts). A node without a verdict by then fails the ``no-verdict`` check and is
+treated as any failed node: a check still running is overtaken by a timer thread that acts in its
+stead (the check hangs), and a start past the bound acts at once without checking (the check kept
+crashing before a verdict, and the kubelet restarted it).
 """
 
 from __future__ import annotations
@@ -36,27 +44,26 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from training.node.efa_counters import SYSFS_ROOT, devices
 from trainium_job.entry_points import NODE_HEALTH
 from trainium_job.node_health import (
     CHECKS,
+    COMPUTE_PARALLEL,
     NCCOM_DATATYPE,
     NCCOM_SIZE_BYTES,
+    NO_VERDICT,
+    TOOL_TIMEOUT_S,
     NodeExpectation,
     expectation,
 )
 
-#: Seconds one tool run may take: the first compile of a core's graph (neuronx-cc) or the
-#: all-reduce with its correctness check.
-TOOL_TIMEOUT_S: Final = 600
-#: Core processes run at once (each loads torch and the Neuron runtime).
-COMPUTE_PARALLEL: Final = 8
+from .efa_counters import SYSFS_ROOT, devices
 
 #: The compute check's operands: small integers, exact in bf16 (8 significant bits), which the
 #: Neuron compiler casts matrix multiplications to by default (neuronx-cc ``--auto-cast matmult``
@@ -101,25 +108,38 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class ToolRun:
-    """A tool's exit status and output (stdout then stderr)."""
+    """A tool's exit status, its standard output (what the checks parse) and its standard error
+    (only ever quoted: a tool or the Neuron runtime under it may log a warning there, which must
+    not break the parse of a healthy node's answer)."""
 
     returncode: int
     output: str
+    errors: str = ""
+
+    @property
+    def last_line(self) -> str:
+        """What to quote when the run failed: the last line of stderr, else of stdout."""
+        for text in (self.errors, self.output):
+            lines = text.strip().splitlines()
+            if lines:
+                return lines[-1]
+        return ""
 
 
 def run_tool(
     argv: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = TOOL_TIMEOUT_S
 ) -> ToolRun:
-    """Run ``argv``; a missing program or a timeout is a failed run, not an exception."""
+    """Run ``argv``, its stdout and stderr kept apart; a missing program or a timeout is a failed
+    run, not an exception."""
     try:
         done = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout_s, env=env, check=False
         )
     except FileNotFoundError:
-        return ToolRun(127, f"{argv[0]}: not found")
+        return ToolRun(127, "", f"{argv[0]}: not found")
     except subprocess.TimeoutExpired:
-        return ToolRun(124, f"{argv[0]}: no answer in {timeout_s:.0f} s")
-    return ToolRun(done.returncode, done.stdout + done.stderr)
+        return ToolRun(124, "", f"{argv[0]}: no answer in {timeout_s:.0f} s")
+    return ToolRun(done.returncode, done.stdout, done.stderr)
 
 
 # --- devices -----------------------------------------------------------------------------------
@@ -136,8 +156,7 @@ def check_devices(neuron_ls: ToolRun, expect: NodeExpectation) -> CheckResult:
         count = len(listed)
         cores = sum(int(device["nc_count"]) for device in listed)
     except (ValueError, TypeError, KeyError) as err:
-        last = neuron_ls.output.strip().splitlines()[-1:] or [""]
-        return CheckResult("devices", False, wanted, f"neuron-ls failed ({err}): {last[0][:200]}")
+        return CheckResult("devices", False, wanted, f"neuron-ls failed ({err}): {neuron_ls.last_line[:200]}")
     found = f"{count} Neuron devices, {cores} NeuronCores"
     ok = count >= expect.neuron_devices and cores >= expect.neuron_cores
     return CheckResult("devices", ok, wanted, found)
@@ -169,10 +188,9 @@ def run_core(core: int) -> list[list[float]] | str:
     """The product computed on NeuronCore ``core``, or what went wrong."""
     env = {**os.environ, "NEURON_RT_VISIBLE_CORES": str(core)}
     done = run_tool([sys.executable, "-c", _CORE_PROGRAM], env=env)
-    lines = done.output.strip().splitlines()
     if done.returncode != 0:
-        return f"exit {done.returncode}: {(lines or [''])[-1][:200]}"
-    for line in reversed(lines):  # the runtime may log around the answer
+        return f"exit {done.returncode}: {done.last_line[:200]}"
+    for line in reversed(done.output.strip().splitlines()):  # the runtime may log around the answer
         if line.startswith("[["):
             try:
                 return [[float(v) for v in row] for row in json.loads(line)]
@@ -215,8 +233,8 @@ def check_compute(
 
 def nccom_test_argv(expect: NodeExpectation) -> list[str]:
     """All-reduce (``allr``) across every NeuronCore at :data:`NCCOM_SIZE_BYTES`, with the
-    correctness check on random data (nccom-test.rst L143-L158 ``-r``, L174-L180 ``-b``/``-e``,
-    L251-L258 ``-d`` and ``--check``, L398-L400 ``--non-interactive``)."""
+    correctness check on random data (nccom-test.rst at v2.29.1 L142-L156 ``-r``, L172-L178 ``-b``/``-e``,
+    L249-L256 ``-d`` and ``--check``, L389-L391 ``--non-interactive``)."""
     size = f"{NCCOM_SIZE_BYTES // 2**20}MB"  # the tool's units are binary (32M prints 33554432)
     return [
         "nccom-test", "allr", "-r", str(expect.neuron_cores), "-b", size, "-e", size,
@@ -245,9 +263,10 @@ def parse_busbw(output: str, size: int = NCCOM_SIZE_BYTES) -> float | None:
 
 
 def check_collective(nccom_test: ToolRun, expect: NodeExpectation) -> CheckResult:
-    """nccom-test's all-reduce: it succeeded (exit 0, no failure line, such as a failed
-    ``--check`` or "N errors found - test failed", nccom-test.rst L605-L612) and its bus bandwidth
-    reaches the floor."""
+    """nccom-test's all-reduce: it succeeded (exit 0, no failure line on stdout, such as a failed
+    ``--check`` or "N errors found - test failed", nccom-test.rst at v2.29.1 L529-L536) and its bus bandwidth
+    reaches the floor. Its stderr is quoted when it failed, never searched: a runtime warning
+    there mentioning an error is no failed all-reduce."""
     wanted = (
         f"all-reduce across {expect.neuron_cores} NeuronCores correct, "
         f"bus bandwidth >= {expect.min_busbw_gbps:.2f} GB/s"
@@ -255,7 +274,7 @@ def check_collective(nccom_test: ToolRun, expect: NodeExpectation) -> CheckResul
     failures = [line.strip() for line in nccom_test.output.splitlines() if _FAILURE.search(line)]
     busbw = parse_busbw(nccom_test.output)
     if nccom_test.returncode != 0 or failures:
-        detail = "; ".join(failures[:2]) or (nccom_test.output.strip().splitlines() or [""])[-1]
+        detail = "; ".join(failures[:2]) or nccom_test.last_line
         return CheckResult(
             "collective", False, wanted, f"nccom-test failed (exit {nccom_test.returncode}): {detail[:300]}"
         )
@@ -361,12 +380,48 @@ def _flush_print(line: str) -> None:
     print(line, flush=True)
 
 
+# --- the bound on the verdict ------------------------------------------------------------------
+
+#: Where the check notes each start of its container: an emptyDir of its pod, which a
+#: container's crash or OOM kill leaves in place ("A container crashing does not remove a Pod
+#: from a node. The data in an emptyDir volume is safe across container crashes.", Kubernetes
+#: docs, concepts/storage/volumes, emptyDir), so the bound runs from the pod's first start
+#: whatever number of restarts came between.
+STATE_DIR: Final = Path("/run/node-health")
+STARTS_FILE: Final = "starts"
+
+
+def record_start(state_dir: Path, now: float) -> list[float]:
+    """Note ``now`` as a start of the check; every start of this pod's check so far, oldest
+    first. Without a record to keep (no such folder: a run by hand) this start is the first."""
+    path = state_dir / STARTS_FILE
+    try:
+        with path.open("a") as record:
+            record.write(f"{now:.3f}\n")
+        starts = [float(x) for x in path.read_text().split()]
+    except (OSError, ValueError) as err:
+        print(f"no record of earlier starts ({err}): the verdict's bound runs from now", file=sys.stderr)
+        return [now]
+    return starts or [now]
+
+
+def no_verdict(deadline_s: float, elapsed_s: float, starts: int, where: str) -> CheckResult:
+    """The failure of a node whose checks gave no verdict within ``deadline_s``."""
+    return CheckResult(
+        NO_VERDICT,
+        False,
+        f"a verdict within {deadline_s:.0f} s of the check's first start",
+        f"none after {elapsed_s:.0f} s and {starts} start{'s' if starts != 1 else ''} of the check ({where})",
+    )
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
     tools: Tools = Tools(),
     actions: Any = None,
     wait: Callable[[], None] = wait_for_removal,
+    exit_process: Callable[[int], None] = os._exit,
 ) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {NODE_HEALTH}", description=__doc__.split("\n")[0])
     parser.add_argument("--instance-type", required=True, help="the node's EC2 instance type")
@@ -379,6 +434,15 @@ def main(
         help="terminate a failed node's instance so a fresh one replaces it",
     )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the verdict; change nothing")
+    parser.add_argument(
+        "--verdict-deadline-s", type=float, default=None,
+        help="seconds from the check's first start after which a node without a verdict fails "
+        "the no-verdict check (default: the sum of the checks' timeouts for the instance type)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--state-dir", type=Path, default=STATE_DIR,
+        help="where the check notes its starts (an emptyDir: it outlives a container's restart)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         expect = expectation(args.instance_type)
@@ -386,29 +450,105 @@ def main(
         parser.error(str(err.args[0]))
     if not args.dry_run and not args.node_name:
         parser.error("--node-name (or NODE_NAME) is required unless --dry-run")
-    if not args.dry_run and wait is wait_for_removal:
-        watch_for_removal()
-
-    results = run_checks(expect, args.sysfs, tools, _flush_print)
-    failed = next((r for r in results if not r.passed), None)
     node = args.node_name or "this node"
+    if args.dry_run:
+        _verdict_line(node, expect, run_checks(expect, args.sysfs, tools, _flush_print), args.replace)
+        return 0
+    if wait is wait_for_removal:
+        watch_for_removal()
+    if actions is None:
+        from . import node_actions as actions
+
+    def act(failed: CheckResult | None) -> None:
+        if failed is None:
+            actions.mark_passed(args.node_name)
+        else:
+            actions.mark_failed(args.node_name, failed.check, failed.message, replace=args.replace)
+        _flush_print("acted on the verdict; waiting for the DaemonSet to remove this pod")
+
+    deadline_s = args.verdict_deadline_s if args.verdict_deadline_s is not None else expect.verdict_deadline_s
+    now = time.time()
+    starts = record_start(args.state_dir, now)
+    left = starts[0] + deadline_s - now
+    if left <= 0:  # the checks kept ending before a verdict: this start gives the verdict
+        late = no_verdict(deadline_s, now - starts[0], len(starts), "no check run at this start")
+        _report(node, expect, [late], args.replace)
+        act(late)
+        wait()
+        return 0
+
+    # The verdict goes to whoever claims it first: the checks, or the deadline while they still
+    # run (a check waiting on something no timeout bounds). Every wait of the checks is a system
+    # call or a child process, which lets this thread run.
+    claim = threading.Lock()
+    overtaken = threading.Event()
+    done: list[str] = []
+
+    def on_deadline() -> None:
+        if not claim.acquire(blocking=False):
+            return
+        overtaken.set()
+        running = next((c for c in CHECKS if c not in done), CHECKS[-1])
+        overdue = no_verdict(
+            deadline_s, time.time() - starts[0], len(starts), f"the {running} check had not ended"
+        )
+        try:
+            _report(node, expect, [overdue], args.replace)
+            act(overdue)
+        except Exception as err:  # noqa: BLE001 - the container's restart gives the verdict again
+            print(f"acting on the missing verdict failed: {err!r}", file=sys.stderr, flush=True)
+            exit_process(1)
+            return
+        wait()
+        exit_process(0)  # the checks' thread may never return
+
+    timer = threading.Timer(left, on_deadline)
+    timer.daemon = True
+    timer.start()
+
+    def log(line: str) -> None:
+        if overtaken.is_set():  # a check that answers after the verdict: nothing more to run
+            raise _Overtaken
+        done.append(line.split(":", 1)[0])
+        _flush_print(line)
+
+    try:
+        results = run_checks(expect, args.sysfs, tools, log)
+    except _Overtaken:
+        results = []
+    if not claim.acquire(blocking=False):  # the deadline gave the verdict already
+        timer.join()
+        return 0
+    timer.cancel()
+    failed = _report(node, expect, results, args.replace)
+    act(failed)
+    wait()
+    return 0
+
+
+class _Overtaken(Exception):
+    """The deadline gave the verdict while a check ran."""
+
+
+def _report(
+    node: str, expect: NodeExpectation, results: list[CheckResult], replace: bool
+) -> CheckResult | None:
+    """Print the verdict line of ``results`` (the no-verdict failure's own line first); the
+    failed check's result, or None."""
+    failed = next((r for r in results if not r.passed), None)
+    if failed is not None and failed.check == NO_VERDICT:
+        _flush_print(failed.line)
+    _verdict_line(node, expect, results, replace)
+    return failed
+
+
+def _verdict_line(node: str, expect: NodeExpectation, results: list[CheckResult], replace: bool) -> None:
+    failed = next((r for r in results if not r.passed), None)
     if failed is None:
         _flush_print(f"verdict: {node} ({expect.instance_type}) passed all {len(results)} checks")
     else:
-        then = "; replacing it" if args.replace else ""
+        then = "; replacing it" if replace else ""
         _flush_print(f"verdict: {node} ({expect.instance_type}) failed the {failed.check} check{then}")
-    if args.dry_run:
-        return 0
-
-    if actions is None:
-        from training.node import node_actions as actions
-    if failed is None:
-        actions.mark_passed(args.node_name)
-    else:
-        actions.mark_failed(args.node_name, failed.check, failed.message, replace=args.replace)
-    _flush_print("acted on the verdict; waiting for the DaemonSet to remove this pod")
-    wait()
-    return 0
 
 
 if __name__ == "__main__":

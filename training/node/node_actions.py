@@ -46,6 +46,10 @@ from trainium_job.node_health import (
 EVENT_NAMESPACE: Final = "default"
 #: Reads and patches tried before giving up on a Node that keeps changing.
 CONFLICT_ATTEMPTS: Final = 5
+#: Seconds each API request may take (the client waits forever without one): a request that
+#: hangs ends in an error, the check's process ends, and its restart acts again (the verdict's
+#: bound, ``training.node.health_check``).
+REQUEST_TIMEOUT_S: Final = 30
 #: ``aws:///<availability zone>/<instance id>``: the AWS cloud provider's Node ``spec.providerID``
 #: (kubernetes/cloud-provider-aws, ``pkg/providers/v1/instances.go`` ``KubernetesInstanceID``).
 _PROVIDER_ID = re.compile(r"^aws:///(?P<az>[a-z0-9-]+)/(?P<instance>i-[0-9a-f]+)$")
@@ -76,7 +80,9 @@ def _patch_verdict(
     """Label (``verdict`` None: unlabel) and re-taint the Node, retrying on 409 Conflict; the Node
     as last read."""
     for attempt in range(CONFLICT_ATTEMPTS):
-        node = core.api_client.sanitize_for_serialization(core.read_node(node_name))
+        node = core.api_client.sanitize_for_serialization(
+            core.read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)
+        )
         taints = health_taints(node.get("spec", {}).get("taints") or [], taint)
         body = {
             "metadata": {
@@ -87,7 +93,12 @@ def _patch_verdict(
         }
         try:
             # A dict body would be sent as a JSON patch by the client's default content type.
-            core.patch_node(node_name, body, _content_type="application/strategic-merge-patch+json")
+            core.patch_node(
+                node_name,
+                body,
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=REQUEST_TIMEOUT_S,
+            )
             return dict(node)
         except ApiException as err:
             if err.status != 409 or attempt == CONFLICT_ATTEMPTS - 1:
@@ -117,6 +128,10 @@ def event_body(
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def _event(core: client.CoreV1Api, body: Mapping[str, Any]) -> None:
+    core.create_namespaced_event(EVENT_NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT_S)
 
 
 def instance_of(provider_id: str) -> tuple[str, str]:
@@ -153,13 +168,12 @@ def mark_failed(
     ``ec2_client`` makes the EC2 client for a region."""
     core = core or core_api()
     node = _patch_verdict(core, node_name, FAILED, failed_taint(check))
-    core.create_namespaced_event(EVENT_NAMESPACE, event_body(node, FAILED_REASON, f"{check}: {message}"))
+    _event(core, event_body(node, FAILED_REASON, f"{check}: {message}"))
     if not replace:
         return
     region, instance_id = instance_of(node.get("spec", {}).get("providerID") or "")
-    core.create_namespaced_event(
-        EVENT_NAMESPACE,
-        event_body(node, REPLACED_REASON, f"terminating {instance_id} after the {check} check failed"),
+    _event(
+        core, event_body(node, REPLACED_REASON, f"terminating {instance_id} after the {check} check failed")
     )
     ec2_client(region).terminate_instances(InstanceIds=[instance_id])
 
@@ -170,4 +184,4 @@ def request_recheck(node_name: str, message: str, *, core: client.CoreV1Api | No
     passes again), with a Warning Event saying why."""
     core = core or core_api()
     node = _patch_verdict(core, node_name, None, PENDING_TAINT)
-    core.create_namespaced_event(EVENT_NAMESPACE, event_body(node, RECHECK_REASON, message))
+    _event(core, event_body(node, RECHECK_REASON, message))

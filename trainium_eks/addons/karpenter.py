@@ -8,7 +8,8 @@ for the chart), with these differences, each narrower than the original:
 
 * the controller's credentials come from EKS Pod Identity (what that script's cluster uses);
 * the nodes use an instance profile made here, so the controller gets no permission to create,
-  tag or delete instance profiles (``spec.instanceProfile``: Karpenter does not manage it);
+  tag or delete instance profiles (``spec.instanceProfile``: Karpenter does not manage it), and
+  reads only that one and those named as its own would be (its finalizer still looks for them);
 * no zonal-shift permission (``settings.enableZonalShift`` stays off);
 * resources are scoped by the ``eks:eks-cluster-name`` tag, which Karpenter puts on everything it
   creates, instead of ``kubernetes.io/cluster/<name>``: the cluster's name is known only at deploy,
@@ -31,6 +32,7 @@ from constructs import Construct
 
 from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
+from ..arguments import AnyCluster, require_cluster
 from ..monitoring.karpenter import karpenter_chart_monitoring_values
 from ..versions import ADDON_PINS, AddonPin
 from .helm import HELM_TIMEOUT
@@ -204,10 +206,28 @@ def controller_statements(
         ),
         # The Price List API has no resource ARNs.
         iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
+        # The EC2NodeClass's finalizer lists the profiles Karpenter would have made for the class,
+        # and the instance-profile garbage collector lists those of the cluster every 30 minutes,
+        # whatever the class names: denied, the finalizer never clears and the NodePool's
+        # deletion (cdk destroy) hangs (v1.14.1 pkg/controllers/nodeclass/controller.go L214-228
+        # finalize -> L203-212 -> L175-189; nodeclass/garbagecollection/controller.go L104-142).
+        # On every resource, as published: the call names a path prefix, not a profile.
+        iam.PolicyStatement(
+            sid="AllowUnscopedInstanceProfileListAction",
+            actions=["iam:ListInstanceProfiles"],
+            resources=["*"],
+        ),
         iam.PolicyStatement(
             sid="AllowInstanceProfileReadActions",
             actions=["iam:GetInstanceProfile"],
-            resources=[launch.instance_profile_arn],
+            # The node pool's profile, and the one the same finalizer looks up by its legacy name
+            # ``<cluster>_<hash>`` (controller.go L191-201, pkg/apis/v1/ec2nodeclass.go L612-614;
+            # pkg/providers/instanceprofile/instanceprofile.go L188-195): only NoSuchEntity lets
+            # it go on, AccessDenied is an error (pkg/errors/errors.go L40-48, L71-86).
+            resources=[
+                launch.instance_profile_arn,
+                f"arn:{partition}:iam::{account}:instance-profile/{cluster_name}_*",
+            ],
         ),
     ]
 
@@ -258,7 +278,7 @@ class KarpenterController(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: AnyCluster,
         node_role: iam.IRole,
         launch: LaunchResources,
         system_nodes: int = 2,
@@ -280,6 +300,7 @@ class KarpenterController(Construct):
                 ``ADDON_PINS["karpenter"]``.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
         self.queue = sqs.Queue(
             self,
             "InterruptionQueue",
@@ -337,6 +358,11 @@ class KarpenterController(Construct):
             **pin.chart_props(),
             release="karpenter",
             namespace=KARPENTER_NAMESPACE,
+            # Ignored at aws-cdk-lib 2.275: its Helm handler reads SkipCrds and never passes
+            # --skip-crds (kubectl-handler/helm/__init__.py L54, L97), so Helm 4 server-side-applies
+            # this chart's crds/ over the CRD chart's on first install. Harmless while both
+            # charts are the same release: the same five CRDs, the same spec, the same field
+            # manager (tests/contracts/karpenter.py, CHART_CRDS). Kept for a handler that honours it.
             skip_crds=True,
             values=chart_values(
                 cluster_name=cluster.cluster_name,

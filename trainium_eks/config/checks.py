@@ -40,14 +40,15 @@ from ..fsx import s3_uri_problem as fsx_s3_uri_problem
 from ..fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from ..fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..fsx import throughput_problem as fsx_throughput_problem
+from ..gang_wait import check_gang_wait
 from ..launch_template import (
     check_capacity_block,
     check_capacity_reservation_id,
     check_efa_layout,
     check_root_volume_gib,
 )
-from ..network import check_existing_vpc, check_nat_gateways, check_vpc_cidr
-from ..node_pool import MIN_GANG_WAIT_MINUTES, TRAINIUM_CAPACITY_MODES
+from ..network import SUBNET_LAYOUT, check_existing_vpc, check_nat_gateways, check_vpc_cidr
+from ..node_pool import TRAINIUM_CAPACITY_MODES, check_karpenter_bounds
 from ..nodegroup import check_multi_node, check_node_sizes, check_release_version
 from ..registry import check_keep_images
 from ..versions import ADDON_EVIDENCE, ADDON_PINS
@@ -285,14 +286,22 @@ def _validate_capacity(c: PlatformSettings) -> None:
     check_efa_layout(c.efa_interface_layout, field="efa_interface_layout")
     checks.one_of("trainium_capacity", c.trainium_capacity, TRAINIUM_CAPACITY_MODES)
     checks.whole_number(
-        "trainium_gang_wait_minutes",
-        c.trainium_gang_wait_minutes,
-        minimum=MIN_GANG_WAIT_MINUTES,
-        maximum=24 * 60,
+        "trainium_gang_wait_minutes", c.trainium_gang_wait_minutes, minimum=1, maximum=24 * 60
     )
     checks.whole_number("trainium_idle_minutes", c.trainium_idle_minutes, minimum=0, maximum=24 * 60)
+    if c.trainium_capacity == "karpenter":
+        check_karpenter_bounds(
+            max_nodes=c.max_nodes,
+            idle_minutes=c.trainium_idle_minutes,
+            facts=c.facts,
+            efa_layout=c.efa_interface_layout,
+            # The created VPC's Trainium subnet; an existing one's size is not known offline.
+            subnet_prefix_length=None if c.existing_vpc_id else dict(SUBNET_LAYOUT)["private"],
+            idle_field="trainium_idle_minutes",
+        )
     checks.flag("trainium_health_check", c.trainium_health_check)
     checks.flag("trainium_health_replace", c.trainium_health_replace)
+    check_gang_wait(c.trainium_gang_wait_minutes, c.facts, health_check=c.trainium_health_check)
 
 
 def _validate_network(c: PlatformSettings) -> None:

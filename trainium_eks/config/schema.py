@@ -76,10 +76,14 @@ class PlatformSettings:
     trainium_capacity: str = "nodegroup"
     #: With ``karpenter``: minutes a job's gang may wait for all of its nodes; then the job is
     #: aborted, the nodes that came are released, and it waits at no cost until resumed
-    #: (``vcctl job resume``). It covers the launch, the node's start and the image pull.
+    #: (``vcctl job resume``). At least what a new node takes before its pod runs: its launch and
+    #: join, the image pull and the node health check (the review's ``gang wait`` line shows the
+    #: sum, ``trainium_eks/gang_wait.py``); a shorter wait is refused.
     trainium_gang_wait_minutes: int = 30
     #: With ``karpenter``: minutes an empty Trainium node is kept (a relaunch within them reuses it;
-    #: each costs a node-minute at the on-demand price).
+    #: each costs a node-minute at the on-demand price). At least 1 (at 0 a restarting gang would
+    #: lose its nodes); above what a relaunch takes the review warns; with ``karpenter``,
+    #: ``max_nodes`` is bounded by the Trainium subnet's addresses (docs/capacity.md, Bounds).
     trainium_idle_minutes: int = 10
     #: Deep health check of every new Trainium node before it takes work (Neuron devices, EFA,
     #: a compute and a collective test; trainium_eks/node_health.py): nodes start tainted

@@ -125,7 +125,7 @@ def test_given_a_result_then_it_is_written_whole_under_its_name_and_read_back(tm
 
 
 def test_given_nccom_test_figures_then_the_bus_bandwidth_formula_matches():
-    # nccom-test.rst L826-863: 1 GiB over 64 ranks in 41806 us -> busbw 47.09, at 128 MiB in 6279 us -> 39.19.
+    # nccom-test.rst v2.29.1 L691-L728: 1 GiB over 64 ranks in 41806 us -> busbw 47.09, at 128 MiB in 6279 us -> 39.19.
     assert bus_bandwidth_gbps(1024**3, 41806e-6, 64) == pytest.approx(47.09, abs=0.01)
     assert bus_bandwidth_gbps(128 * 1024**2, 6279e-6, 64) == pytest.approx(39.19, abs=0.01)
 

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,6 +118,38 @@ def test_given_neuron_ls_fails_then_devices_fail_with_its_last_line():
     assert not result.passed and "driver not loaded" in result.found
 
 
+#: A line a tool or the Neuron runtime beneath it may print on stderr of a healthy run.
+STDERR_WARNING = "2026-Dec-03 06:30:00.0001 1234:1234 WARN  NRT:nrt_init  error log level set to 3"
+
+
+def test_given_a_warning_on_neuron_ls_stderr_then_devices_parse_stdout_alone_and_pass(tmp_path, monkeypatch):
+    listed = tmp_path / "neuron_ls.json"
+    listed.write_text(recorded("neuron_ls.trn1.32xlarge.json"))
+    stand_in_tool(tmp_path / "bin", "neuron-ls", listed, stderr=STDERR_WARNING)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    run = Tools().neuron_ls()
+    assert STDERR_WARNING in run.errors  # the stand-in did write it, where the tool would
+    result = check_devices(run, expectation("trn1.32xlarge"))
+    assert result.passed, result.line
+
+
+def test_given_neuron_ls_fails_with_its_reason_on_stderr_then_devices_fail_quoting_it(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    stand_in_tool(
+        tmp_path / "bin", "neuron-ls", empty, exit_code=1, stderr="neuron-ls: no neuron device found"
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    result = check_devices(Tools().neuron_ls(), expectation("trn1.2xlarge"))
+    assert not result.passed and "no neuron device found" in result.found
+
+
+def test_given_a_runtime_warning_naming_an_error_on_nccom_tests_stderr_then_a_good_all_reduce_passes():
+    run = ToolRun(0, recorded("nccom_test.r2_allr.txt"), STDERR_WARNING)
+    result = check_collective(run, expectation("trn1.2xlarge"))
+    assert result.passed, result.line
+
+
 # --- compute -----------------------------------------------------------------------------------
 
 
@@ -212,6 +245,25 @@ def test_given_an_efa_port_down_then_efa_fails_naming_it(tmp_path):
     fake_efa_port(root, "rdmap999s27", state="1: DOWN", phys="3: Disabled")
     result = check_efa(root, expectation("trn1.32xlarge"))
     assert not result.passed and "rdmap999s27 port 1 state 1 phys_state 3" in result.found
+
+
+# Each half of the port's state alone: the logical state (``state``) and the physical link
+# (``phys_state``) are separate sysfs files, each "<number>: <name>" (Linux
+# drivers/infiniband/core/sysfs.c: ``state_show`` 1 DOWN ... 4 ACTIVE; ``phys_state_show`` through
+# ``phys_state_to_str``, 2 Polling, 3 Disabled, 5 LinkUp). A port may be ACTIVE while its link
+# retrains, or have a link the subnet has not activated.
+@pytest.mark.parametrize(
+    ("state", "phys", "shown"),
+    [("4: ACTIVE", "2: Polling", "state 4 phys_state 2"), ("1: DOWN", "5: LinkUp", "state 1 phys_state 5")],
+    ids=["active-without-link", "link-up-not-active"],
+)
+def test_given_an_efa_port_with_only_one_of_its_states_up_then_efa_fails_naming_it(
+    tmp_path, state, phys, shown
+):
+    root = efa_tree(tmp_path / "infiniband", 7)
+    fake_efa_port(root, "rdmap999s27", state=state, phys=phys)
+    result = check_efa(root, expectation("trn1.32xlarge"))
+    assert not result.passed and f"rdmap999s27 port 1 {shown}" in result.found
 
 
 # --- the Kubernetes and EC2 actions ------------------------------------------------------------
@@ -427,11 +479,12 @@ def test_given_provider_ids_then_the_region_and_instance_are_read_and_others_ref
 # --- the CLI -----------------------------------------------------------------------------------
 
 
-def stand_in_tool(bin_dir: Path, name: str, output_file: Path, exit_code: int = 0) -> None:
-    """A program named ``name`` on PATH that prints a recorded output."""
+def stand_in_tool(bin_dir: Path, name: str, output_file: Path, exit_code: int = 0, stderr: str = "") -> None:
+    """A program named ``name`` on PATH that prints a recorded output (and ``stderr`` there)."""
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / name
-    script.write_text(f"#!/bin/sh\ncat '{output_file}'\nexit {exit_code}\n")
+    warn = f"echo '{stderr}' >&2\n" if stderr else ""
+    script.write_text(f"#!/bin/sh\n{warn}cat '{output_file}'\nexit {exit_code}\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
@@ -535,3 +588,106 @@ def test_given_the_pod_deleted_while_it_acts_then_the_actions_finish_and_it_exit
         "events and termination done",
         "acted on the verdict; waiting for the DaemonSet to remove this pod",
     ]
+
+
+# --- the bound on the verdict ------------------------------------------------------------------
+
+
+def healthy_tools(instance_type: str = "trn1.2xlarge") -> Tools:
+    return Tools(
+        neuron_ls=lambda: ToolRun(0, recorded(f"neuron_ls.{instance_type}.json")),
+        nccom_test=lambda expect: ToolRun(0, recorded(NCCOM_PASS[instance_type])),
+        core=lambda core: [[float(v) for v in row] for row in EXPECTED_PRODUCT],
+    )
+
+
+def test_given_a_check_that_hangs_past_the_deadline_then_the_node_fails_no_verdict_and_is_replaced(
+    tmp_path, capsys
+):
+    released = threading.Event()
+
+    def hung_neuron_ls() -> ToolRun:
+        # A tool that answers only after the pod is gone: a healthy answer, which must no longer count.
+        released.wait(30)
+        return ToolRun(0, recorded("neuron_ls.trn1.2xlarge.json"))
+
+    actions, exits = RecordingActions(), []
+    code = health_check.main(
+        [
+            "--instance-type", "trn1.2xlarge", "--node-name", "n3", "--sysfs", str(efa_tree(tmp_path / "ib", 0)),
+            "--replace", "--verdict-deadline-s", "1", "--state-dir", str(tmp_path),
+        ],
+        tools=Tools(neuron_ls=hung_neuron_ls),
+        actions=actions,
+        wait=released.set,  # the pod's deletion once the verdict's label lands
+        exit_process=exits.append,
+    )  # fmt: skip
+    assert code == 0 and exits == [0]
+    [(verdict, node, check, message, replace)] = actions.calls
+    assert (verdict, node, check, replace) == ("failed", "n3", "no-verdict", True)
+    assert message.startswith("expected a verdict within 1 s of the check's first start; found none after")
+    assert "1 start of the check (the devices check had not ended)" in message
+    # Nothing the released check does after the verdict is run or logged.
+    assert capsys.readouterr().out.splitlines() == [
+        f"no-verdict: FAILED: {message}",
+        "verdict: n3 (trn1.2xlarge) failed the no-verdict check; replacing it",
+        "acted on the verdict; waiting for the DaemonSet to remove this pod",
+    ]
+
+
+def test_given_a_start_past_the_deadline_after_earlier_starts_then_it_fails_no_verdict_without_checking(
+    tmp_path,
+):
+    # The pod's earlier containers started an hour ago and ended before a verdict (a crash loop).
+    hour_ago = time.time() - 3600
+    (tmp_path / health_check.STARTS_FILE).write_text(f"{hour_ago:.3f}\n{hour_ago + 600:.3f}\n")
+
+    def never(*_: Any) -> Any:
+        raise AssertionError("a check ran past the deadline")
+
+    actions, waited = RecordingActions(), []
+    code = health_check.main(
+        ["--instance-type", "trn1.2xlarge", "--node-name", "n4", "--state-dir", str(tmp_path), "--replace"],
+        tools=Tools(neuron_ls=never, nccom_test=never, core=never),
+        actions=actions,
+        wait=lambda: waited.append(1),
+    )
+    assert code == 0 and waited == [1]
+    [(verdict, node, check, message, replace)] = actions.calls
+    assert (verdict, node, check, replace) == ("failed", "n4", "no-verdict", True)
+    assert "within 1860 s" in message and "3 starts of the check (no check run at this start)" in message
+
+
+def test_given_a_verdict_before_the_deadline_then_the_deadline_never_acts(tmp_path):
+    actions, exits = RecordingActions(), []
+    code = health_check.main(
+        [
+            "--instance-type", "trn1.2xlarge", "--node-name", "n5", "--sysfs", str(efa_tree(tmp_path / "ib", 0)),
+            "--verdict-deadline-s", "1", "--state-dir", str(tmp_path),
+        ],
+        tools=healthy_tools(),
+        actions=actions,
+        wait=lambda: time.sleep(1.5),  # the pod lives past the deadline
+        exit_process=exits.append,
+    )  # fmt: skip
+    assert code == 0 and exits == []
+    assert actions.calls == [("passed", "n5")]
+
+
+def test_given_restarts_then_each_start_is_noted_and_the_first_one_kept(tmp_path):
+    assert health_check.record_start(tmp_path, 100.0) == [100.0]
+    assert health_check.record_start(tmp_path, 160.5) == [100.0, 160.5]
+    # Without its emptyDir (a run by hand) the bound runs from this start.
+    assert health_check.record_start(tmp_path / "absent", 200.0) == [200.0]
+
+
+def test_given_the_checks_own_timeouts_then_the_deadline_is_their_sum_at_the_longest():
+    """The timeouts are what each check's tool runs get (``run_tool``'s default, the compute
+    check's pool); the sum is worked out here from the instance types' NeuronCores as AWS lists
+    them (trn1.2xlarge 2, trn1.32xlarge 32, trn2.48xlarge 64 at LNC=2)."""
+    assert health_check.run_tool.__defaults__[-1] == 600
+    assert check_compute.__defaults__[-1] == 8
+    # devices 600 + compute (cores / 8 waves, rounded up) x 600 + collective 600 + 60 s slack
+    assert expectation("trn1.2xlarge").verdict_deadline_s == 600 + 1 * 600 + 600 + 60
+    assert expectation("trn1.32xlarge").verdict_deadline_s == 600 + 4 * 600 + 600 + 60
+    assert expectation("trn2.48xlarge").verdict_deadline_s == 600 + 8 * 600 + 600 + 60

@@ -16,9 +16,10 @@ from tests.contracts.volcano import action_for_failure, policies
 from tests.training.conftest import REPO, child_env
 from tests.training.trainer.test_prom_metrics import samples
 from training.trainer import device, stop
+from training.trainer import watchdog as watchdog_module
 from training.trainer.cli import build_parser, check_args, parse_args
 from training.trainer.prom_metrics import TrainingMetrics
-from training.trainer.watchdog import WINDOW, Expiry, HangBound, StepWatchdog
+from training.trainer.watchdog import WINDOW, Expiry, HangBound, StepWatchdog, exit_hung
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE
 from trainium_job.hang import HANG_EXIT_CODE, PHASES
@@ -195,10 +196,18 @@ def test_given_the_thread_then_it_fires_at_the_deadline_and_close_stops_it():
     assert quiet._thread is None
 
 
-EXIT_SCRIPT = """
+#: The backstop in the plain mode: past the test's patience, so only exit_hung's own exit can end
+#: the process in time (the real 10 s would cover its loss).
+PLAIN_BACKSTOP_S = 3600
+#: How long the child may take in either mode: a start of Python on a loaded machine, the 0.5 s
+#: bound and, in the blocked mode, the 0.5 s backstop; far under PLAIN_BACKSTOP_S.
+EXIT_PATIENCE_S = 60
+
+EXIT_SCRIPT = f"""
 import logging, sys, threading, time
 from training.trainer import watchdog
 logging.basicConfig(level=logging.INFO, format="[rank 3] %(levelname)s %(name)s: %(message)s")
+watchdog.EXIT_GRACE_S = {PLAIN_BACKSTOP_S}
 if sys.argv[1] == "blocked-log":  # writing the line never returns: the timer still ends the process
     watchdog.EXIT_GRACE_S = 0.5
     class Stuck(logging.Handler):
@@ -214,20 +223,57 @@ threading.Event().wait()  # the main thread blocks for good, as in a collective 
 
 @pytest.mark.parametrize("mode", ["plain", "blocked-log"])
 def test_given_a_blocked_main_thread_then_the_process_exits_with_the_hang_code_and_its_line(mode):
-    t0 = time.monotonic()
+    # plain: the backstop is an hour away, so the exit is exit_hung's own os._exit; blocked-log:
+    # the line never gets written, so the exit is the 0.5 s backstop's.
     out = subprocess.run(
         [sys.executable, "-c", EXIT_SCRIPT, mode],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=EXIT_PATIENCE_S,
     )
     assert out.returncode == HANG_EXIT_CODE, out.stderr
-    assert time.monotonic() - t0 < 30
     line = "CRITICAL training.trainer.watchdog: hang: rank 3 waiting for step 8's loss all-reduce and report for "
     assert line in out.stderr
     assert "exiting 86 so the job restarts from the checkpoint of step 4" in out.stderr
+
+
+class Exited(BaseException):
+    """What the stand-in for os._exit raises: like the real one, exit_hung does not go on."""
+
+
+def test_given_an_expiry_then_exit_hung_itself_ends_the_process_and_arms_the_backstop_first(
+    monkeypatch, tmp_path
+):
+    # Given os._exit and the timer recorded (in this process: nothing really exits)
+    events: list[tuple[str, object]] = []
+    armed: list[threading.Timer] = []
+
+    def fake_exit(code: int) -> None:
+        events.append(("exit", code))
+        raise Exited
+
+    class Timer(threading.Timer):
+        def start(self) -> None:  # recorded, not run: the test checks its settings
+            armed.append(self)
+            events.append(("backstop", self.interval))
+
+    monkeypatch.setattr(watchdog_module.os, "_exit", fake_exit)
+    monkeypatch.setattr(watchdog_module.threading, "Timer", Timer)
+    expiry = Expiry(
+        rank=2, step=9, waiting_for="the next batch", waited_s=12.0, bound_s=10.0,
+        bound=HangBound(10, 3, 0), timed_steps=0, median_s=None, last_checkpoint=8,
+    )  # fmt: skip
+    # When the watchdog acts on it
+    with pytest.raises(Exited):
+        exit_hung(expiry, tmp_path)
+    # Then the backstop was armed before anything that may block, the process was ended by
+    # exit_hung itself with the hang code, and the backstop would end it too, as a daemon
+    assert events == [("backstop", watchdog_module.EXIT_GRACE_S), ("exit", HANG_EXIT_CODE)]
+    assert watchdog_module.EXIT_GRACE_S == 10.0
+    (backstop,) = armed
+    assert backstop.daemon and backstop.function is fake_exit and list(backstop.args) == [HANG_EXIT_CODE]
 
 
 def test_given_the_exit_code_then_no_other_program_of_the_pod_uses_it():
