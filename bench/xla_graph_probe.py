@@ -14,8 +14,9 @@ the counters just before and just after ``training.trainer.step.optimizer_step``
 
 With ``--device cpu`` the counters stay 0 and only ``time`` means something (the eager baseline).
 
-What happens between two steps (a checkpoint save, for one) falls between one step's
-``after`` and the next one's ``before``. Run it in a fresh process: torch-xla's counters and
+``evaluations`` holds the same counters around each held-out evaluation (``--eval_dir``), with
+the step it followed. What else happens between two steps (a checkpoint save, for one) falls
+between one step's ``after`` and the next one's ``before``. Run it in a fresh process: torch-xla's counters and
 its in-memory graph cache are per process. Used by ``python -m bench.bench_xla`` and ``tests/xla``.
 """
 
@@ -58,10 +59,25 @@ def main(argv: list[str]) -> int:
         steps.append({"before": before, "after": counters()})
         return result
 
-    pretrain.optimizer_step = probed  # pretrain's loop looks the name up at each step
+    evaluations: list[dict] = []
+    evaluate_fn = pretrain.evaluate
+
+    def probed_evaluation(run, reporter):
+        before = counters()
+        evaluate_fn(run, reporter)
+        evaluations.append({"step": run.step, "before": before, "after": counters()})
+
+    pretrain.optimizer_step = probed  # pretrain's loop looks the names up at each step
+    pretrain.evaluate = probed_evaluation
     t0 = time.perf_counter()
     summary = pretrain.train(parse_args(flags))
-    record = {"summary": summary, "wall_s": time.perf_counter() - t0, "steps": steps, "end": counters()}
+    record = {
+        "summary": summary,
+        "wall_s": time.perf_counter() - t0,
+        "steps": steps,
+        "evaluations": evaluations,
+        "end": counters(),
+    }
     out.write_text(json.dumps(record, indent=1))
     return 0
 

@@ -11,6 +11,10 @@ from typing import Final
 
 #: BERT pretraining, run by torchrun in each worker pod (training image).
 PRETRAIN: Final = "training.trainer.pretrain"
+#: Neuron's tutorial checkpoint (``ckpt_<step>.pt``) -> a weights-only start for ``--init_from``.
+IMPORT_NEURON: Final = "training.trainer.import_neuron"
+#: A checkpoint -> a Hugging Face folder (config.json, model.safetensors, tokenizer).
+EXPORT: Final = "training.trainer.export"
 #: The data tool: text corpus -> HDF5 shards, on one machine.
 PREPARE_DATA: Final = "training.dataprep.prepare_data"
 #: The data tool as an Indexed Job across pods (the platform's dataset preparation, training image).
@@ -34,6 +38,8 @@ FSX_EXPORTER: Final = "training.node.fsx_exporter"
 #: Module -> the image it runs in.
 ENTRY_POINTS: Final[dict[str, str]] = {
     PRETRAIN: "training",
+    IMPORT_NEURON: "training",
+    EXPORT: "training",
     PREPARE_DATA: "training",
     PREPARE_INDEXED: "training",
     SHARD_FORMAT: "training",

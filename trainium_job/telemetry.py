@@ -55,6 +55,18 @@ TRAINING_METRICS: dict[str, tuple[str, bool]] = {
         True,
     ),
     "bert_train_mfu_ratio": ("Model FLOPs utilization (0-1); absent when the device peak is unknown", True),
+    # Held-out evaluation (--eval_dir): NaN from the first report until the first evaluation, and
+    # in a run without one.
+    "bert_train_eval_mlm_loss": ("Masked-LM loss on the held-out samples at the last evaluation", True),
+    "bert_train_eval_mlm_accuracy_ratio": (
+        "Masked-LM accuracy (0-1) on the held-out samples at the last evaluation (MLPerf: 0.720)",
+        True,
+    ),
+    "bert_train_eval_nsp_accuracy_ratio": (
+        "Next-sentence accuracy (0-1) on the held-out samples at the last evaluation",
+        True,
+    ),
+    "bert_train_eval_step": ("Optimizer step of the last evaluation (NaN: none yet)", True),
     "bert_train_phase": (
         "What the training loop is in (trainium_job.hang.PHASES): warmup, step, checkpoint, or hung "
         "(its step watchdog is ending the process)",

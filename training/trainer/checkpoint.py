@@ -372,6 +372,14 @@ def _load(file: Path) -> Any:
         raise CheckpointError(f"{file}: cannot be loaded ({type(e).__name__}: {first})") from None
 
 
+def load_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's ``state.pt`` alone, to CPU (its digests checked by the caller: ``verify``)."""
+    state = _load(path / STATE_FILE)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path / STATE_FILE}: holds a {type(state).__name__}, not a state dict")
+    return state
+
+
 def load_checkpoint(path: Path, rank: int, world_size: int, *, verified: bool = False) -> Loaded:
     """Verify (unless ``verified``) and read a checkpoint to CPU; the rank part only if the
     world size matches. CheckpointError (one line, naming the file) when it is unusable."""

@@ -91,6 +91,22 @@ class DataArguments:
 
 
 @dataclass(frozen=True)
+class EvalArguments:
+    """Held-out evaluation (training.trainer.evaluate): masked-LM loss and accuracy, next-sentence
+    accuracy on a shard set the training never reads."""
+
+    eval_dir: str | None = flag(
+        None, "held-out shard set (as --data_dir, same --seq_len and --max_pred_len); none: no evaluation"
+    )
+    eval_every: int = flag(
+        0, "optimizer steps between evaluations (and after the last step); 0: the last only"
+    )
+    eval_samples: int = flag(
+        10000, "held-out samples per evaluation (whole global batches; MLPerf uses 10,000)"
+    )
+
+
+@dataclass(frozen=True)
 class CheckpointArguments:
     """Where the run keeps its checkpoints and outputs, and what it resumes from."""
 
@@ -101,6 +117,12 @@ class CheckpointArguments:
         "or a checkpoint directory, used unless output_dir holds a newer one",
         nargs="?",
         const="auto",
+    )
+    init_from: str | None = flag(
+        None,
+        "start a new run from these weights only (phase 2 from phase 1): a checkpoint directory "
+        "(step_*, or one written by training.trainer.import_neuron) or a run's --output_dir (its newest "
+        "checkpoint); its own optimizer and schedule; ignored once --output_dir holds a checkpoint",
     )
     checkpoint_every: int = flag(200, "optimizer steps between checkpoints")
     keep_checkpoints: int = flag(3, "checkpoints kept: the newest verified one and those before it")
@@ -169,6 +191,7 @@ class PretrainArgs:
     model: ModelArguments
     optim: OptimizationArguments
     data: DataArguments
+    eval: EvalArguments
     checkpoint: CheckpointArguments
     runtime: RuntimeArguments
     hang: HangArguments
@@ -243,6 +266,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in positive:
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
+    if args.eval_every < 0 or args.eval_samples < 1:
+        p.error("--eval_every must be >= 0 (0: after the last step only), --eval_samples >= 1")
     if args.steps_this_run is not None and args.steps_this_run < 1:
         p.error("--steps_this_run must be >= 1")
     if not 0 <= args.warmup_steps <= args.max_steps:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from training.dataprep.shard_format import SHARD_FIELDS, read_manifest
+from ..dataprep.shard_format import SHARD_FIELDS, read_manifest
 
 IGNORE_INDEX = -100
 

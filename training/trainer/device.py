@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from training.trainer.cli import DEVICES, PRECISIONS  # noqa: F401  (re-exported)
-from training.trainer.metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
+from .cli import DEVICES, PRECISIONS  # noqa: F401  (re-exported)
+from .metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 

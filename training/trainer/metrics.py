@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,11 +105,15 @@ class StepLogger:
 
             self.writer = SummaryWriter(log_dir=tb_dir, purge_step=purge_step)
 
-    def log(self, step: int, values: dict[str, float | None]) -> None:
+    def log(self, step: int, values: Mapping[str, float | None], group: str = "train") -> None:
+        """One line of ``step``; another ``group`` (``eval``) prefixes its names in the line and
+        the JSONL record (``eval_mlm_loss``) and is its TensorBoard section (``eval/mlm_loss``)."""
         if not self.enabled:
             return
+        prefix = "" if group == "train" else f"{group}_"
+        tagged = {f"{prefix}{k}": v for k, v in values.items()}
         parts = [f"step {step}"]
-        for k, v in values.items():
+        for k, v in tagged.items():
             if v is None:
                 continue
             parts.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
@@ -120,14 +125,14 @@ class StepLogger:
                 "restart": self.restart,
                 "pid": os.getpid(),
                 "time": time.time(),
-                **values,
+                **tagged,
             }
             with open(self.jsonl_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.writer is not None:
             for k, v in values.items():
                 if isinstance(v, int | float):
-                    self.writer.add_scalar(f"train/{k}", v, step)
+                    self.writer.add_scalar(f"{group}/{k}", v, step)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForPreTraining
 
-from training.trainer.cli import MLM_HEADS, MODEL_NAMES  # noqa: F401  (re-exported)
+from .cli import MLM_HEADS, MODEL_NAMES  # noqa: F401  (re-exported)
 
 CONFIG_DIR = Path(__file__).with_name("model_configs")
 IGNORE_INDEX = -100
@@ -83,6 +83,21 @@ class PretrainingModule(nn.Module):
                 next_sentence_label=batch["next_sentence_label"],
             )
             return out.loss
+        mlm_logits, nsp_logits = self.sparse_logits(batch, attention_mask)
+        # Loss in fp32 whatever the model dtype: bf16 log-softmax over 30522 classes is lossy.
+        mlm_loss = F.cross_entropy(
+            mlm_logits.reshape(-1, mlm_logits.size(-1)).float(),
+            batch["mlm_targets"].reshape(-1),
+            ignore_index=IGNORE_INDEX,
+        )
+        nsp_loss = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"])
+        return mlm_loss + nsp_loss
+
+    def sparse_logits(
+        self, batch: dict[str, torch.Tensor], attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked-LM logits at the ``mlm_positions`` [B, P, V] and next-sentence logits [B, 2]."""
+        model = self.bert_pretraining
         hidden = model.bert(
             input_ids=batch["input_ids"],
             attention_mask=attention_mask,
@@ -93,14 +108,27 @@ class PretrainingModule(nn.Module):
         selected = torch.gather(hidden.last_hidden_state, 1, index)  # [B, P, H]
         mlm_logits = model.cls.predictions(selected)  # [B, P, V]
         nsp_logits = model.cls.seq_relationship(hidden.pooler_output)  # [B, 2]
-        # Loss in fp32 whatever the model dtype: bf16 log-softmax over 30522 classes is lossy.
-        mlm_loss = F.cross_entropy(
-            mlm_logits.reshape(-1, mlm_logits.size(-1)).float(),
-            batch["mlm_targets"].reshape(-1),
-            ignore_index=IGNORE_INDEX,
+        return mlm_logits, nsp_logits
+
+    def eval_sums(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[masked-LM loss sum, masked-LM correct, masked positions, next-sentence correct] of a
+        batch, on the device (one fixed-shape graph on XLA; ``training.trainer.evaluate`` adds them up)."""
+        dtype = self.bert_pretraining.bert.embeddings.word_embeddings.weight.dtype
+        mlm_logits, nsp_logits = self.sparse_logits(
+            batch, additive_attention_mask(batch["attention_mask"], dtype)
         )
-        nsp_loss = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"])
-        return mlm_loss + nsp_loss
+        targets = batch["mlm_targets"]
+        valid = targets != IGNORE_INDEX
+        mlm_logits = mlm_logits.float()
+        loss_sum = F.cross_entropy(
+            mlm_logits.reshape(-1, mlm_logits.size(-1)),
+            targets.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+        mlm_correct = ((mlm_logits.argmax(-1) == targets) & valid).sum()
+        nsp_correct = (nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum()
+        return torch.stack([loss_sum, mlm_correct.float(), valid.sum().float(), nsp_correct.float()])
 
 
 def build_model(

@@ -9,10 +9,14 @@ input costs seconds, not a compiled graph and 64 NeuronCores idling until step 2
   are created if needed and proven writable (a file is created and removed);
 * the checkpoint to resume from is verified against its digests (older ones are tried when it
   fails, see ``training.trainer.checkpoint.first_verified``), and the run's flags are compared with
-  the ones it recorded (``training.trainer.resume``).
+  the ones it recorded (``training.trainer.resume``);
+* the held-out set (``--eval_dir``) is checked as the shards are, holds ``--eval_samples``, and
+  shares no shard with ``--data_dir``;
+* with nothing to resume, ``--init_from``'s checkpoint is verified and refused if it is of
+  another model or vocabulary (``training.trainer.init_from.check_start``).
 
 Errors are one line naming the file or flag, the value and the fix (``PreflightError``,
-``CheckpointError``, ``ResumeError``); ``python -m training.trainer.pretrain`` prints them without a
+``CheckpointError``, ``ResumeError``, ``InitFromError``); ``python -m training.trainer.pretrain`` prints them without a
 traceback unless ``--debug``.
 """
 
@@ -25,12 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.dataprep.shard_format import ShardSetError
-from training.trainer import checkpoint as ckpt
-from training.trainer.cli import PretrainArgs
-from training.trainer.data import ShardFormatError, check_shard, list_shards
-from training.trainer.resume import check_flags
-from training.trainer.train_state import recorded_run
+from ..dataprep.shard_format import ShardSetError, read_manifest
+from . import checkpoint as ckpt
+from .cli import PretrainArgs
+from .data import ShardFormatError, check_shard, list_shards
+from .init_from import StartPoint, check_start, shards_vocab
+from .resume import check_flags
+from .train_state import recorded_run
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +46,18 @@ class PreflightError(RuntimeError):
 
 @dataclass
 class Ready:
-    """What pre-flight found: the shards and the checkpoints to resume from (first verified)."""
+    """What pre-flight found: the shards and the checkpoints to resume from (first verified), or
+    with none, the verified ``--init_from`` checkpoint to take the weights of."""
 
     files: list[str]
     candidates: list[Path] = field(default_factory=list)
     meta: dict[str, Any] | None = None
     applied: list[str] = field(default_factory=list)
+    start: StartPoint | None = None
+    #: The SHA-256 of the shards' vocab.txt (their manifest's), None where not recorded.
+    vocab_sha256: str | None = None
+    #: The held-out shards (``--eval_dir``), sorted; empty without one.
+    eval_files: list[str] = field(default_factory=list)
 
 
 def check_writable(path: Path, flag: str) -> None:
@@ -81,6 +92,42 @@ def check_shards(files: list[str], seq_len: int, max_pred_len: int, rank: int, w
             raise PreflightError(f"{e} (--seq_len {seq_len}, --max_pred_len {max_pred_len})") from None
 
 
+def held_out(args: PretrainArgs, files: list[str], rank: int, world_size: int) -> list[str]:
+    """The ``--eval_dir`` shards, checked: their format, enough samples, none trained on."""
+    ev, data = args.eval, args.data
+    if ev.eval_dir is None:
+        return []
+    try:
+        held = list_shards(ev.eval_dir)
+    except FileNotFoundError:
+        raise PreflightError(
+            f"--eval_dir {ev.eval_dir}: no such directory or file; give a held-out shard set"
+        ) from None
+    except ShardSetError as e:
+        raise PreflightError(f"--eval_dir {e}") from None
+    batch = args.optim.batch_size * world_size
+    if ev.eval_samples < batch:
+        raise PreflightError(f"--eval_samples {ev.eval_samples}: below one global batch ({batch}); raise it")
+    same = sorted({os.path.realpath(f) for f in held} & {os.path.realpath(f) for f in files})
+    if not same and os.path.isdir(ev.eval_dir) and os.path.isdir(data.data_dir):
+        digests = lambda d: {e.sha256: e.name for e in read_manifest(d).shards}  # noqa: E731
+        train_digests = digests(data.data_dir)
+        same = sorted(name for digest, name in digests(ev.eval_dir).items() if digest in train_digests)
+    if same:
+        raise PreflightError(
+            f"--eval_dir {ev.eval_dir}: {same[0]} is also a training shard of --data_dir {data.data_dir} "
+            f"({len(same)} shared); evaluate on shards made from held-out documents"
+        )
+    if os.path.isdir(ev.eval_dir):
+        samples = sum(e.samples for e in read_manifest(ev.eval_dir).shards)
+        if samples < ev.eval_samples:
+            raise PreflightError(
+                f"--eval_samples {ev.eval_samples}: --eval_dir {ev.eval_dir} holds {samples}; lower it"
+            )
+    check_shards(held, data.seq_len, data.max_pred_len, rank, world_size)
+    return held
+
+
 def preflight(args: PretrainArgs, rank: int, world_size: int) -> Ready:
     data, run = args.data, args.runtime
     files = list_checked(data.data_dir)
@@ -99,8 +146,22 @@ def preflight(args: PretrainArgs, rank: int, world_size: int) -> Ready:
     candidates, meta = ckpt.first_verified(
         ckpt.resume_candidates(ckpt.checkpoint_root(output), args.checkpoint.resume_ckpt)
     )
-    applied = []
+    applied, start, init_from = [], None, args.checkpoint.init_from
     if meta is not None:
+        if meta.get("weights_only"):
+            raise PreflightError(
+                f"checkpoint {candidates[0]}: holds weights only (no optimizer or data state); "
+                "start a new run from it with --init_from and another --output_dir"
+            )
         applied = check_flags(recorded_run(meta), args.flags(), len(files), candidates[0])
+        if init_from:  # a restart of a run that began from init_from: its own state is newer
+            applied.append(f"--init_from {init_from} not read: resuming this run's {candidates[0]}")
+    elif init_from:
+        m = args.model
+        start = check_start(
+            init_from, model=m.model, vocab_size=m.vocab_size, seq_len=data.seq_len, data_dir=data.data_dir
+        )
+        applied.append(f"--init_from: the weights of {start.path} (step {start.meta['step']})")
     check_shards(files, data.seq_len, data.max_pred_len, rank, world_size)
-    return Ready(files, candidates, meta, applied)
+    eval_files = held_out(args, files, rank, world_size)
+    return Ready(files, candidates, meta, applied, start, shards_vocab(data.data_dir), eval_files)

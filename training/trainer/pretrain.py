@@ -1,9 +1,10 @@
-"""BERT phase-1 pretraining: ``python -m training.trainer.pretrain`` (one process per device; torchrun).
+"""BERT pretraining: ``python -m training.trainer.pretrain`` (one process per device; torchrun).
 
 Reads rank/world from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK). Resumes by
 itself from the newest verified checkpoint in ``--output_dir``, so a torchrun or Volcano
-restart continues where the job stopped. See ``--help`` for the flags; the reference
-script's names and defaults are kept.
+restart continues where the job stopped; with none there, ``--init_from`` gives the first
+weights (phase 2 from phase 1: ``training.trainer.init_from``). See ``--help`` for the flags;
+the reference script's names and defaults are kept.
 
 Exit codes: 0 done (``--steps_this_run`` or ``--max_steps`` reached); 2 a bad input, found by
 pre-flight before the first step or by a check later (one line on stderr; ``--debug`` shows the
@@ -22,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,29 +32,32 @@ import numpy as np
 import torch
 from transformers import BertConfig
 
-from training.trainer import checkpoint as ckpt
-from training.trainer import restarts
-from training.trainer.cli import PretrainArgs, parse_args
-from training.trainer.data import (
+from trainium_job.launch import launch_env
+
+from . import checkpoint as ckpt
+from . import restarts
+from .cli import PretrainArgs, parse_args
+from .data import (
     DataPosition,
     ShardFormatError,
     ShardStream,
     make_loader,
     position_from_tensor,
 )
-from training.trainer.device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
-from training.trainer.metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
-from training.trainer.model import PretrainingModule, build_model, count_parameters
-from training.trainer.optim import apply_hyperparameters
-from training.trainer.preflight import PreflightError, preflight
-from training.trainer.prom_metrics import TrainingMetrics, start_metrics
-from training.trainer.resume import ResumeError, check_flags, check_resumed_loss
-from training.trainer.step import StepState, make_step_state, optimizer_step
-from training.trainer.stop import STOP_EXIT_CODE, GracefulStop, Stopped
-from training.trainer.train_state import recorded_run, restore_state, save_state
-from training.trainer.watchdog import HangBound, StepWatchdog, exit_hung
-from training.trainer.worker_exit import run_worker
-from trainium_job.launch import launch_env
+from .device import Backend, make_backend, resolve_log_every, resolve_precision, select_device
+from .evaluate import EvalResult, Evaluator, eval_batches
+from .init_from import InitFromError, StartPoint, start_weights
+from .metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
+from .model import PretrainingModule, build_model, count_parameters
+from .optim import apply_hyperparameters
+from .preflight import PreflightError, preflight
+from .prom_metrics import TrainingMetrics, start_metrics
+from .resume import ResumeError, check_flags, check_resumed_loss
+from .step import StepState, make_step_state, optimizer_step
+from .stop import STOP_EXIT_CODE, GracefulStop, Stopped
+from .train_state import load_model_state, recorded_run, restore_state, save_state
+from .watchdog import HangBound, StepWatchdog, exit_hung
+from .worker_exit import run_worker
 
 log = logging.getLogger("training.trainer.pretrain")
 
@@ -107,25 +111,38 @@ class StepReporter:
         # (checkpoint, its recorded loss) until the first step after resuming is checked.
         self.resumed: tuple[Path, float | None] | None = None
         self.last_step = 0
+        self.last_eval: EvalResult | None = None
+
+    def evaluated(self, result: EvalResult) -> None:
+        """A held-out evaluation's result, on the host: the step log, TensorBoard, Prometheus."""
+        self.last_eval = result
+        self.logger.log(result.step, result.values(), group="eval")
+        if self.metrics is not None:
+            self.metrics.evaluated(
+                step=result.step,
+                mlm_loss=result.mlm_loss,
+                mlm_accuracy=result.mlm_accuracy,
+                nsp_accuracy=result.nsp_accuracy,
+            )
 
     @property
     def last_loss(self) -> float | None:
         """The loss of the last step reported (rank 0's; None before the first)."""
         return self.stats.losses[-1] if self.stats.losses else None
 
-    def __call__(self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+    def __call__(self, step: int, lr: float, scalars: torch.Tensor) -> None:
+        """``scalars``: the step's ``[loss, grad_norm]`` (``StepResult.scalars``), read at once."""
         # Throughput over the steps since the last report (--log_every may skip some).
         now = time.perf_counter()
         step_s = max(now - self.last, 1e-9) / max(step - self.last_step, 1)
         seq_per_s = self.global_batch * (step - self.last_step) / max(now - self.last, 1e-9)
         self.last, self.last_step = now, step
-        loss_v = float(loss.item())
+        loss_v, grad_norm_v = (float(v) for v in scalars.tolist())  # one host transfer for both
         if self.resumed is not None:  # the one extra check after a resume; the value is on the host
             path, recorded = self.resumed
             self.resumed = None
             check_resumed_loss(loss_v, recorded, path, step)
         self.stats.add(step, seq_per_s, loss_v)
-        grad_norm_v = float(grad_norm.item())
         mfu_v = mfu(seq_per_s, self.flops_per_seq, self.peak, self.world_size)
         self.logger.log(
             step, {"loss": loss_v, "lr": lr, "grad_norm": grad_norm_v, "seq_per_s": seq_per_s, "mfu": mfu_v}
@@ -161,6 +178,14 @@ class Run:
     metrics: TrainingMetrics | None = None
     #: The step watchdog of the loop (None outside it, and in a precompile trial).
     watchdog: StepWatchdog | None = None
+    #: ``--init_from``'s checkpoint, verified by pre-flight (None when resuming or starting fresh).
+    start: StartPoint | None = None
+    #: Where this run's first weights came from (``StartPoint.source``), kept in every checkpoint.
+    init_from: dict[str, Any] | None = None
+    #: The SHA-256 of the shards' vocab.txt, recorded in every checkpoint (None when unknown).
+    vocab_sha256: str | None = None
+    #: The held-out evaluation (``--eval_dir``), None without one.
+    evaluator: Evaluator | None = None
 
     @property
     def backend(self) -> Backend:
@@ -235,7 +260,7 @@ def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     run.backend.synchronize()
     wall = time.perf_counter() - t0
     reporter.logger.close()
-    result = None if stopped else finish(run, reporter.stats, start_step, wall)
+    result = None if stopped else finish(run, reporter.stats, start_step, wall, reporter.last_eval)
     run.backend.barrier()
     del batches, loader  # the process groups stay up: training.trainer.worker_exit
     if stopped:
@@ -297,6 +322,23 @@ def set_up(args: PretrainArgs, stop: GracefulStop) -> Run:
         state=state,
         config=config,
         peak=rt.peak_tflops * 1e12 if rt.peak_tflops else backend.peak_flops(),
+        start=ready.start,
+        vocab_sha256=ready.vocab_sha256,
+        evaluator=make_evaluator(args, ready.eval_files, world, config.vocab_size),
+    )
+
+
+def make_evaluator(args: PretrainArgs, files: list[str], world: int, vocab_size: int) -> Evaluator | None:
+    if not files:
+        return None
+    return Evaluator(
+        files,
+        batch_size=args.optim.batch_size,
+        seq_len=args.data.seq_len,
+        max_pred_len=args.data.max_pred_len,
+        seed=args.runtime.seed,
+        vocab_size=vocab_size,
+        batches=eval_batches(args.eval.eval_samples, args.optim.batch_size, world),
     )
 
 
@@ -307,7 +349,10 @@ def resume(run: Run) -> None:
     if loaded is None:
         seed_host(seed + rank)  # different dropout masks per rank
         backend.seed(seed + rank)
+        if run.start is not None:
+            start_from(run, run.start)
         return
+    run.init_from = loaded.meta.get("init_from")  # a run started with --init_from keeps saying so
     if loaded.path != run.candidates[0]:  # fell back past the one pre-flight checked
         check_flags(recorded_run(loaded.meta), run.args.flags(), len(run.files), loaded.path)
     restored = restore_state(loaded, run.state)
@@ -322,6 +367,18 @@ def resume(run: Run) -> None:
     run.step, run.position, run.loaded = restored.step, restored.position, loaded
     if rank == 0:
         log.info("resumed from %s at step %d, data position %s", loaded.path, run.step, run.position)
+
+
+def start_from(run: Run, start: StartPoint) -> None:
+    """The weights of ``--init_from``'s checkpoint; its optimizer, schedule and data state are not read."""
+    weights = start_weights(start)
+    try:
+        load_model_state(run.state.module, run.state.master, weights)
+    except RuntimeError as e:  # load_state_dict's missing, unexpected or mis-shaped keys
+        raise InitFromError(f"--init_from {start.path}: {' '.join(str(e).split())[:1000]}") from None
+    run.init_from = start.source
+    if run.rank == 0:
+        log.info("weights from %s (step %d of run %s)", start.path, start.meta["step"], run.init_from["run"])
 
 
 def serve_metrics(run: Run) -> TrainingMetrics | None:
@@ -433,10 +490,11 @@ def loop(
     """Optimizer steps up to ``end_step``, checkpointing on the way; True when a SIGTERM stopped it."""
     precompile, every = run.args.runtime.precompile, run.args.checkpoint.checkpoint_every
     log_every = resolve_log_every(run.device, run.args.runtime.log_every)
+    eval_every = run.args.eval.eval_every
     watchdog = run.watchdog
     while run.step < end_step:
         logs = run.rank == 0 and ((run.step + 1) % log_every == 0 or run.step + 1 == end_step)
-        report = (lambda r, s=run.step + 1: reporter(s, r.lr, r.loss, r.grad_norm)) if logs else None
+        report = (lambda r, s=run.step + 1: reporter(s, r.lr, r.scalars)) if logs else None
         progress = step_progress(watchdog, run.step + 1)
         run.last_position = optimizer_step(run.state, batches, report, progress).position
         run.step += 1
@@ -444,6 +502,13 @@ def loop(
             watchdog.stepped(run.step)
         if run.metrics is not None:
             run.metrics.stepped(run.step)
+        if run.evaluator is not None and (
+            run.step == end_step or (eval_every and run.step % eval_every == 0)
+        ):
+            # Unbounded; trainium_job.hang.PHASES has no phase of its own for it yet, and on XLA
+            # the first evaluation compiles its graphs (precompile builds them too), as warm-up does.
+            with unbounded(run, "warmup"):
+                evaluate(run, reporter)
         saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
             with unbounded(run, "checkpoint"):
@@ -456,6 +521,13 @@ def loop(
                     save(run, reporter, stopping=True)
             return True
     return False
+
+
+def evaluate(run: Run, reporter: StepReporter) -> None:
+    """The held-out evaluation after step ``run.step`` (every rank; rank 0 reports it)."""
+    assert run.evaluator is not None
+    report = reporter.evaluated if run.writes else None
+    run.evaluator(run.state.module, run.backend, run.precision, run.step, report)
 
 
 def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
@@ -472,6 +544,8 @@ def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
         loss=reporter.last_loss,
         keep=run.args.checkpoint.keep_checkpoints,
         verify_and_prune=not stopping,  # inside the grace period: the next save prunes
+        init_from=run.init_from,
+        vocab_sha256=run.vocab_sha256,
     )
     if run.metrics is not None:
         run.metrics.checkpointed(run.step, time.perf_counter() - started)
@@ -481,8 +555,11 @@ def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:
         log.info("checkpoint step %d written", run.step)
 
 
-def finish(run: Run, stats: RunStats, start_step: int, wall: float) -> dict[str, Any] | None:
-    """A finished run's outputs: each rank's weight digest (--param_digest), rank 0's metrics."""
+def finish(
+    run: Run, stats: RunStats, start_step: int, wall: float, last_eval: EvalResult | None = None
+) -> dict[str, Any] | None:
+    """A finished run's outputs: each rank's weight digest (--param_digest), rank 0's metrics
+    (with the last held-out evaluation's result)."""
     rt = run.args.runtime
     if rt.param_digest and not rt.precompile:
         digest_dir = Path(run.args.checkpoint.output_dir) / "param_digest"
@@ -506,6 +583,8 @@ def finish(run: Run, stats: RunStats, start_step: int, wall: float) -> dict[str,
             "optimizer": run.args.optim.optimizer,
             "restart": run.restart,
             "max_steps": run.args.optim.max_steps,
+            "init_from": run.init_from,
+            "eval": asdict(last_eval) if last_eval is not None else None,
         },
     )
     metrics_file = Path(rt.metrics_file)
@@ -540,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped as e:
         log.warning("%s", e)
         return STOP_EXIT_CODE
-    except (PreflightError, ckpt.CheckpointError, ResumeError, ShardFormatError) as e:
+    except (PreflightError, ckpt.CheckpointError, ResumeError, ShardFormatError, InitFromError) as e:
         if args.runtime.debug:
             raise
         print(f"error [rank {rank}]: {one_line(e)}", file=sys.stderr, flush=True)

@@ -28,6 +28,8 @@ from trainium_job.telemetry import TRAINING_METRICS as METRICS
 log = logging.getLogger(__name__)
 
 PREFIX = "bert_train"
+#: The held-out evaluation's gauges, without the prefix.
+EVAL_NAMES = ("eval_mlm_loss", "eval_mlm_accuracy_ratio", "eval_nsp_accuracy_ratio", "eval_step")
 
 
 def _gauge(name: str, registry: CollectorRegistry) -> Gauge:
@@ -59,6 +61,7 @@ class TrainingMetrics:
         # (and on every other node, whose process never reports).
         self.reported: dict[str, Gauge] = {}
         self.restart_metrics: tuple[Counter, Counter, Gauge] | None = None
+        self.eval_gauges: dict[str, Gauge] | None = None
         self._server: Any = None
 
     def started(
@@ -101,6 +104,21 @@ class TrainingMetrics:
             if name not in self.reported:
                 self.reported[name] = _gauge(f"{PREFIX}_{name}", self.registry)
             self.reported[name].set(value)
+        self._evaluation()  # rank 0 reports: its evaluation series exist from now on
+
+    def _evaluation(self) -> dict[str, Gauge]:
+        """Rank 0's evaluation gauges, made at its first report or evaluation: NaN until one."""
+        if self.eval_gauges is None:
+            self.eval_gauges = {name: _gauge(f"{PREFIX}_{name}", self.registry) for name in EVAL_NAMES}
+            for gauge in self.eval_gauges.values():
+                gauge.set(float("nan"))
+        return self.eval_gauges
+
+    def evaluated(self, *, step: int, mlm_loss: float, mlm_accuracy: float, nsp_accuracy: float) -> None:
+        """Rank 0's held-out evaluation (``training.trainer.evaluate``)."""
+        gauges = self._evaluation()
+        for name, value in zip(EVAL_NAMES, (mlm_loss, mlm_accuracy, nsp_accuracy, float(step)), strict=True):
+            gauges[name].set(value)
 
     def watchdog(self, phase: str, bound_s: float | None) -> None:
         """The step watchdog's phase and bound (None: no bound now)."""

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from training.trainer.prom_metrics import TrainingMetrics
 from trainium_job.paths import RESTART_LEDGER
 from trainium_job.restarts import Totals, ledger_summary, read, record_start, restarts, totals
+
+from .prom_metrics import TrainingMetrics
 
 log = logging.getLogger(__name__)
 

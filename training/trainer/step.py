@@ -14,9 +14,9 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from training.trainer.device import Backend
-from training.trainer.model import PretrainingModule
-from training.trainer.optim import MasterWeights, build_optimizer, build_scheduler, param_groups
+from .device import Backend
+from .model import PretrainingModule
+from .optim import MasterWeights, build_optimizer, build_scheduler, param_groups
 
 
 @dataclass
@@ -80,6 +80,9 @@ class StepResult:
     grad_norm: torch.Tensor  # before clipping
     lr: float  # the rate this update used
     position: torch.Tensor | None  # data position after the last micro-batch
+    #: ``[loss, grad_norm]`` in one fp32 tensor, made in every step's graph (so a logging step's
+    #: graph is the others'): a logging step reads both with one device-to-host transfer.
+    scalars: torch.Tensor
 
 
 def optimizer_step(
@@ -133,7 +136,9 @@ def optimizer_step(
         t.master.master_to_model()
     if progress:
         progress("loss all-reduce and report")
-    result = StepResult(b.all_reduce_mean(running), grad_norm, lr, position)
+    loss = b.all_reduce_mean(running)
+    scalars = torch.stack([loss, grad_norm.detach().float()])
+    result = StepResult(loss, grad_norm, lr, position, scalars)
     if report is not None:
         b.defer(report, result)
     if progress:

@@ -10,8 +10,11 @@ have always had, so checkpoints written by earlier versions resume:
 * ``rank_<r>.pt``: ``data_position`` (epoch, piece, offset: ``training.trainer.data.DataPosition``) and
   ``rng`` (the host RNGs and the device's: ``checkpoint.capture_rng_state``);
 * ``meta.json``, beside the checkpoint's own keys: ``args`` (the flags ``training.trainer.resume``
-  decides on), ``num_shards`` and ``loss`` (the last logged loss). Pre-flight reads them
-  without loading the state (``recorded_run``).
+  decides on), ``num_shards`` and ``loss`` (the last logged loss), ``model_config`` (the fields
+  that shape the weights: ``training.trainer.init_from.MODEL_FIELDS``), ``vocab_sha256`` (of the
+  shards' vocab.txt, when their manifest records it) and ``init_from`` (where a run started with
+  ``--init_from`` took its weights). Pre-flight reads them without loading the state
+  (``recorded_run``, ``init_from.check_start``).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from typing import Any
 
 import torch
 
-from training.trainer import checkpoint as ckpt
-from training.trainer.data import DataPosition
-from training.trainer.model import PretrainingModule
-from training.trainer.optim import MasterWeights
-from training.trainer.resume import RecordedRun, saved_flags
-from training.trainer.step import StepState
+from . import checkpoint as ckpt
+from .data import DataPosition
+from .init_from import model_fields
+from .model import PretrainingModule
+from .optim import MasterWeights
+from .resume import RecordedRun, saved_flags
+from .step import StepState
 
 
 def model_state(module: PretrainingModule, master: MasterWeights | None) -> dict[str, torch.Tensor]:
@@ -56,12 +60,18 @@ def save_state(
     loss: float | None,
     keep: int,
     verify_and_prune: bool = True,
+    init_from: Mapping[str, Any] | None = None,
+    vocab_sha256: str | None = None,
 ) -> Path:
     """Checkpoint ``step`` under ``root``; collective, like ``checkpoint.save_checkpoint``.
 
     ``position``: where this rank's data stream continues; ``flags``: every flag of the run, by
-    name; ``loss``: the last logged loss (rank 0's). Returns the checkpoint's directory.
+    name; ``loss``: the last logged loss (rank 0's); ``init_from``: where the run's first weights
+    came from (``init_from.StartPoint.source``); ``vocab_sha256``: the shards' vocabulary.
+    Returns the checkpoint's directory.
     """
+    config = t.module.hf_model.config.to_dict()
+    lineage = {"init_from": dict(init_from)} if init_from else {}
     b = t.backend
     return ckpt.save_checkpoint(
         root,
@@ -74,11 +84,19 @@ def save_state(
             "scheduler": t.scheduler.state_dict(),
             "step": step,
             "data_epoch": position.epoch,
-            "model_config": t.module.hf_model.config.to_dict(),
+            "model_config": config,
             "args": dict(flags),
+            **lineage,
         },
         keep=keep,
-        meta=lambda: {"args": saved_flags(flags), "num_shards": num_shards, "loss": loss},
+        meta=lambda: {
+            "args": saved_flags(flags),
+            "num_shards": num_shards,
+            "loss": loss,
+            "model_config": model_fields(config),
+            "vocab_sha256": vocab_sha256,
+            **lineage,
+        },
         verify_and_prune=verify_and_prune,
     )
 

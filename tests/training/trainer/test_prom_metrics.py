@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 import urllib.request
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args
 from training.trainer.cli import parse_args
-from training.trainer.prom_metrics import METRICS, TrainingMetrics, start_metrics
+from training.trainer.prom_metrics import EVAL_NAMES, METRICS, TrainingMetrics, start_metrics
 from trainium_job.restarts import CAUSES, Totals
 
 
@@ -112,3 +113,20 @@ def test_given_a_cpu_run_with_a_port_then_its_endpoint_serves_the_run(shards, tm
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_given_an_evaluation_then_its_values_replace_the_nan_of_the_first_report():
+    # Given rank 0's metrics after its first step report: the evaluation series exist, at NaN
+    m = TrainingMetrics()
+    m.report(loss=1.0, lr=1.0, grad_norm=1.0, seq_per_s=1.0, step_s=1.0, mfu=None)
+    before = samples(m)
+    assert all(math.isnan(before[f"bert_train_{n}"]) for n in EVAL_NAMES)
+    # When a held-out evaluation reports
+    m.evaluated(step=200, mlm_loss=2.5, mlm_accuracy=0.61, nsp_accuracy=0.93)
+    # Then its values are served
+    got = samples(m)
+    assert got["bert_train_eval_mlm_loss"] == 2.5 and got["bert_train_eval_step"] == 200
+    assert (
+        got["bert_train_eval_mlm_accuracy_ratio"] == 0.61
+        and got["bert_train_eval_nsp_accuracy_ratio"] == 0.93
+    )
