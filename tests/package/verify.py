@@ -123,7 +123,8 @@ def synth_example(python: str, workdir: Path, env: dict[str, str] | None = None)
         (app_dir / name).parent.mkdir(exist_ok=True)
         (app_dir / name).write_text(text)
     outdir = workdir / "out"
-    # cdk.json's context as the CDK CLI hands it over (the AZs of the example's account).
+    # cdk.json's context as the CDK CLI hands it over (the AZs of the example's account): the App
+    # reads CDK_CONTEXT_JSON (aws-cdk-lib 2.275.0 cx-api/lib/cxapi.js CONTEXT_ENV).
     context = json.loads((app_dir / "cdk.json").read_text())["context"]
     env = {**(os.environ if env is None else env), "CDK_CONTEXT_JSON": json.dumps(context)}
     code = (

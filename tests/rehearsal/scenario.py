@@ -549,6 +549,14 @@ class Rehearsal:
         finally:
             self.seen.deep_check.phase_seconds = time.monotonic() - started
 
+    def _new_trainium_node(self, name: str, instance_type: str, efa_missing: int, instance_id: str) -> dict:
+        """A fresh Trainium node of ``instance_type`` (its EFA devices, less ``efa_missing``), as the
+        Node object it registers with."""
+        node = self.cluster.node(name)
+        efa.make_devices(node.sys_class, instance_facts(instance_type).efa_interfaces - efa_missing)
+        labels = {INSTANCE_TYPE_LABEL: instance_type, **TRAINIUM_NODE_LABEL, "kubernetes.io/hostname": name}
+        return node_object(name, labels, instance_id)
+
     def _deep_check(self) -> None:
         seen, worker = self.seen.deep_check, self.workload.worker
         daemon = self.workload.health_check
@@ -558,15 +566,10 @@ class Rehearsal:
         seen.faults = {names[i]: kind for i, kind in FAULTS.items()}
         registered = []
         for i, name in enumerate(names):
-            node = self.cluster.node(name)
             missing = EFA_MISSING if FAULTS.get(i) == "efa" else 0
-            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces - missing)
-            labels = {
-                INSTANCE_TYPE_LABEL: worker.instance_type,
-                **TRAINIUM_NODE_LABEL,
-                "kubernetes.io/hostname": name,
-            }
-            registered.append(node_object(name, labels, f"i-0{i + 1:016x}"))
+            registered.append(
+                self._new_trainium_node(name, worker.instance_type, missing, f"i-0{i + 1:016x}")
+            )
         seen.registered = {n["metadata"]["name"]: n for n in registered}
         seen.daemon_fits = {
             n["metadata"]["name"]: schedulable(
@@ -651,14 +654,7 @@ class Rehearsal:
         seen.faults = dict(names)
         registered = []
         for i, name in enumerate(names):
-            node = self.cluster.node(name)
-            efa.make_devices(node.sys_class, instance_facts(worker.instance_type).efa_interfaces)
-            labels = {
-                INSTANCE_TYPE_LABEL: worker.instance_type,
-                **TRAINIUM_NODE_LABEL,
-                "kubernetes.io/hostname": name,
-            }
-            registered.append(node_object(name, labels, f"i-0{0xA0 + i:016x}"))
+            registered.append(self._new_trainium_node(name, worker.instance_type, 0, f"i-0{0xA0 + i:016x}"))
         seen.registered = {n["metadata"]["name"]: n for n in registered}
         api = KubeApi(
             self.cluster.root / "kube-api-no-verdict",
