@@ -121,10 +121,16 @@ TARGETS = (
     Target(
         "node replacement role statements",
         "trainium_eks/node_health.py",
-        ("tests/trainium_eks/test_node_health.py", "-k", "replacement or terminat"),
+        (
+            "tests/trainium_eks/test_node_replacement_role.py",
+            "tests/trainium_eks/test_node_health.py",
+            "-k",
+            "replacement or terminat",
+        ),
         functions=("x_terminate_conditions", "xǁNodeReplacementRoleǁ__init__"),
-        note="the file's tests of the role and its conditions; the others synthesize platforms "
-        "that build the role but look at other things",
+        note="the role built alone (test_node_replacement_role.py) and test_node_health.py's tests "
+        "of the role and its conditions; its others synthesize platforms that build the role but "
+        "look at other things",
         warmup="import",
     ),
     Target(

@@ -35,13 +35,19 @@ ALL_OPTIONS = {
     "monitoring_amp_remote_write": "true",
 }
 #: The app with the dataset prepared from a corpus on FSx instead of staged.
-PREPARATION_ON = {"preparation_enabled": "true", "preparation_args": '{"dupe_factor": "10"}'}
+PREPARATION_ON = {
+    "preparation_enabled": "true",
+    "preparation_args": '{"dupe_factor": "10"}',
+    "training_phases": "1",
+}
 #: A Capacity Block with the EFA-only interface layout (what differs in a node's launch).
 CAPACITY_BLOCK = {
     "capacity_type": "capacity-block",
     "capacity_reservation_id": "cr-0123456789abcdef0",
     "efa_interface_layout": "efa-only",
 }
+#: The fixed Trainium nodegroup instead of the default (Karpenter): its nodes up from deploy to destroy.
+NODEGROUP = {"trainium_capacity": "nodegroup"}
 #: The configurations tests synthesize beside the default, by name: every option that changes
 #: what the stacks emit or put on a node. Tests pick theirs with :func:`variants`, so equal
 #: contexts are synthesized once for the session (:func:`synth_app` caches per context).
@@ -54,7 +60,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "trn1n.32xlarge": {"instance_type": "trn1n.32xlarge"},
     "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
     "karpenter": {"trainium_capacity": "karpenter"},
-    "capacity block": CAPACITY_BLOCK,
+    "nodegroup": NODEGROUP,
+    "nodegroup capacity block": {**NODEGROUP, **CAPACITY_BLOCK},
     "karpenter capacity block": {"trainium_capacity": "karpenter", **CAPACITY_BLOCK},
     "trn1.2xlarge single node": {
         "instance_type": "trn1.2xlarge",

@@ -110,13 +110,15 @@ def test_given_a_review_block_then_it_is_found_and_rewritten_whole():
 
 
 def _prose_figures() -> list[str]:
-    """What the README's prose says of the default review and of Karpenter's, written from the
-    review's lines (so a changed figure on either side fails)."""
+    """What the README's prose says of the default (Karpenter) review and of the fixed nodegroup's,
+    written from the review's lines (so a changed figure on either side fails)."""
     review = platform_review(default_config())
-    karpenter = platform_review(config_from_context({"trainium_capacity": "karpenter"}))
-    training = review_value(
+    nodegroup = platform_review(config_from_context({"trainium_capacity": "nodegroup"}))
+    training = review_value(review, r"training: +BERT-large, (\d+) workers \((\d+) x (\d+)\)")
+    batch = review_value(review, r"phase 1: +seq 128, (micro-batch .*? = global batch [\d,]+)")[1]
+    phase2 = review_value(
         review,
-        r"training: +BERT-large, (\d+) workers \((\d+) x (\d+)\), (micro-batch .*? = global batch [\d,]+)",
+        r"phase 2: .*\n  schedule: +([\d,]+) steps .*\n.*\n  estimate: .*?published.*: ([\d.]+) h, \$([\d,]+)",
     )
     price = review_value(review, r"cost: +(\$[\d,.]+/h) on demand")[1]
     steps, sequences = review_value(review, r"schedule: +([\d,]+) steps = ([\d,]+) sequences").groups()
@@ -124,17 +126,20 @@ def _prose_figures() -> list[str]:
     walkthrough = review_value(
         review, r"([\d,]+) seq/s \(walkthrough's 2-node EKS run\): ([\d.]+) h, \$([\d,]+)"
     )
-    idle = review_value(karpenter, r"idle: +(\$[\d.]+/h) with no job running")[1]
-    gang = review_value(karpenter, r"gang not complete after (\d+) min")[1]
-    empty = review_value(karpenter, r"removes them (\d+) min after the last job ends")[1]
+    idle = review_value(review, r"idle: +(\$[\d.]+/h) with no job running")[1]
+    fixed_idle = review_value(nodegroup, r"idle: +(\$[\d,.]+/h) with no job running")[1]
+    gang = review_value(review, r"gang not complete after (\d+) min")[1]
+    empty = review_value(review, r"removes them (\d+) min after the last job ends")[1]
     millions = int(sequences.replace(",", "")) / 1e6
     return [
-        f"{training[1]} workers ({training[2]} x {training[3]} NeuronCores),\n{training[4]}",
+        f"{training[1]} workers ({training[2]} x {training[3]} NeuronCores),\n{batch}",
+        f"phase 2 ({phase2[1]} steps of 32,768 sequences at 512 tokens from phase 1's final checkpoint): at least\n"
+        f"~{phase2[2]} h / ~${phase2[3]}",
         f"{price} on demand",
         f"phase 1 ({steps} steps = {millions:g} M sequences): ~{published[2]} h / ~${published[3]} at the "
         f"published {published[1]} seq/s per\nnode, ~{walkthrough[2]} h / ~${walkthrough[3]} at the ~{walkthrough[1]} "
         "seq/s the original 2-node EKS walkthrough logged",
-        f"`deploy` to `destroy` ({price} whether a job runs or\nnot)",
+        f"`deploy` to `destroy` ({price} whether a job runs or\nnot; about {fixed_idle} idle in all)",
         f"removes them `trainium_idle_minutes` ({empty}) after the last one ends",
         f"(about {idle} with the defaults)",
         f"`trainium_gang_wait_minutes` ({gang}) without them",

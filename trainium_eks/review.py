@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainium_job.spec import BertJobSpec
 from trainium_job.stop_budget import stop_problem
 
 from . import prices
+from ._training.trainer.cli import build_parser
 from .addons.etcd import DEFAULT_VOLUME_GIB as ETCD_VOLUME_GIB
 from .cluster import SYSTEM_ROOT_VOLUME_GIB
 from .compatibility import label as component_label
@@ -179,7 +181,14 @@ def idle_review(c: PlatformConfig) -> list[str]:
         per_job = idle_total(idle_parts(c, trainium_always_on=False))
         head += f", the Trainium nodes always on (trainium_capacity=karpenter: ${per_job:,.2f}/h)"
     else:
-        head += ", no Trainium node"
+        # The fixed nodegroup stays one key away: say what it would add while no job runs.
+        always_on = idle_parts(c, trainium_always_on=True)
+        fixed = (
+            f"${idle_total(always_on):,.2f}/h"
+            if all(p.usd_per_hour is not None for p in always_on)
+            else "more (no list price for its nodes)"
+        )
+        head += f", no Trainium node (trainium_capacity=nodegroup keeps {c.desired_nodes} x {c.facts.name} on: {fixed})"
     priced = " + ".join(
         f"{p.label} " + (f"${p.usd_per_hour:,.2f}" if p.usd_per_hour is not None else "(no list price)")
         for p in parts
@@ -336,25 +345,30 @@ def stop_warning(c: PlatformConfig) -> str | None:
 #: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,
 #: BF16, AdamW, global batch 16,384 (Neuron performance page). Other types: not published.
 PUBLISHED_SEQ_PER_S_PER_NODE = {"trn1.32xlarge": 3826.6}
+#: Tokens per sequence of :data:`PUBLISHED_SEQ_PER_S_PER_NODE` (phase 1).
+PUBLISHED_SEQ_LEN = 128
 #: What the reference's 2-node EKS walkthrough logged.
 WALKTHROUGH_SEQ_PER_S_2_NODES = 6450.0
 
 
 def training_review(c: PlatformConfig) -> list[str]:
-    """Review lines for ``cdk synth``: workers, global batch, cost and estimated phase-1 time."""
+    """Review lines for ``cdk synth``: workers, each phase's batch, steps, time and cost, and
+    where the model lands."""
     if not c.training_enabled:
         return ["  training:     off (training_enabled=false)"]
     spec = c.training
     plan = c.training_plan
-    facts = c.facts
-    sequences = spec.max_steps * spec.global_batch
+    phases = {
+        "both": "phase 1, then phase 2 from its final checkpoint",
+        "1": "phase 1 only",
+        "2": "phase 2 only",
+    }
     lines = [
-        f"  training:     BERT-{spec.model}, {plan.workers} workers ({c.desired_nodes} x "
-        f"{plan.nproc_per_node}), micro-batch {plan.batch_size} x accumulation {plan.grad_accum_usteps} "
-        f"= global batch {plan.global_batch:,}",
-        f"  schedule:     {spec.max_steps:,} steps = {sequences:,} sequences, "
-        f"rendezvous {spec.rdzv_backend}, checkpoint every {spec.checkpoint_every} steps",
+        f"  training:     BERT-{spec.model}, {plan.workers} workers ({c.desired_nodes} x {plan.nproc_per_node}), "
+        f"{phases[c.training_phases]} (training_phases={c.training_phases}), rendezvous {spec.rdzv_backend}",
     ]
+    for number, job in _numbered_phases(c):
+        lines += phase_review(c, number, job)
     lines += image_review_lines(context_bytes=context_bytes(build_context()))
     lines += start_review(c)
     if c.preparation_enabled:
@@ -362,19 +376,87 @@ def training_review(c: PlatformConfig) -> list[str]:
             f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
             f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{spec.dataset_name}"
         )
+    lines += model_review(c)
+    return lines
+
+
+def _numbered_phases(c: PlatformConfig) -> list[tuple[int, BertJobSpec]]:
+    """(phase number, job) of each phase the job runs."""
+    numbers = {"both": (1, 2), "1": (1,), "2": (2,)}[c.training_phases]
+    return list(zip(numbers, c.phase_jobs, strict=True))
+
+
+def phase_review(c: PlatformConfig, number: int, job: BertJobSpec) -> list[str]:
+    """One phase: its shape, batch and schedule, and its time and cost at the published rates."""
+    plan = c.phase_plan(job)
+    seq_len, _ = phase_shape(job)
+    start = ""
+    if number == 2:
+        start = (
+            " from phase 1's final checkpoint"
+            if c.training_phases == "both"
+            else f" from {c.phase2_init_from}"
+        )
+    sequences = job.max_steps * job.global_batch
+    lines = [
+        f"  phase {number}:      seq {seq_len}{start}, micro-batch {plan.batch_size} x accumulation "
+        f"{plan.grad_accum_usteps} = global batch {plan.global_batch:,}",
+        f"  schedule:     {job.max_steps:,} steps = {sequences:,} sequences, checkpoint every "
+        f"{job.checkpoint_every} steps, run /data/runs/{job.run_name}",
+        f"                its own precompile (~{PRECOMPILE_MINUTES} min) into cache set {job.cache_set}, "
+        f"shards /data/datasets/{job.dataset_name}",
+    ]
+    return lines + estimate_lines(c, sequences, seq_len)
+
+
+def phase_shape(job: BertJobSpec) -> tuple[int, int]:
+    """(--seq_len, --max_pred_len) the phase's trainer reads: its flags, else the script's defaults."""
+    parser = build_parser()
+    extra = job.extra_args
+    return (
+        int(extra.get("seq_len", parser.get_default("seq_len"))),
+        int(extra.get("max_pred_len", parser.get_default("max_pred_len"))),
+    )
+
+
+def estimate_lines(c: PlatformConfig, sequences: int, seq_len: int) -> list[str]:
+    """Hours and on-demand cost of ``sequences`` at the published rates, which are for sequences
+    of :data:`PUBLISHED_SEQ_LEN` tokens: a longer sequence is counted at the same tokens per
+    second (attention grows faster than that, so the figure is a lower bound on the time)."""
+    facts = c.facts
     per_node = PUBLISHED_SEQ_PER_S_PER_NODE.get(facts.name)
     price = facts.on_demand_usd_per_hour
+    scale = PUBLISHED_SEQ_LEN / seq_len
     estimates = []
     if per_node is not None:
         estimates.append((f"published {per_node:,.1f} seq/s/node", per_node * c.desired_nodes))
         if facts.name == "trn1.32xlarge" and c.desired_nodes == 2:
             estimates.append(("walkthrough's 2-node EKS run", WALKTHROUGH_SEQ_PER_S_2_NODES))
     if not estimates:
-        lines.append(f"  estimate:     no published throughput for {facts.name}")
+        return [f"  estimate:     no published throughput for {facts.name}"]
+    lines = []
     for label, rate in estimates:
+        rate *= scale
+        if scale != 1:
+            label += f", at its tokens/s for {seq_len} tokens: a lower bound on the time"
         hours = sequences / rate / 3600
         cost = f", ${hours * price * c.desired_nodes:,.0f} on demand" if price is not None else ""
         lines.append(f"  estimate:     {rate:,.0f} seq/s ({label}): {hours:,.1f} h{cost}")
+    return lines
+
+
+def model_review(c: PlatformConfig) -> list[str]:
+    """Where each phase's Hugging Face model lands on FSx, and in S3 with ``fsx_s3_export_uri``."""
+    if not c.vocab_source and not c.preparation_enabled:
+        return ["  model:        not exported (vocab_source is empty): checkpoints only, in /data/runs/<run>"]
+    runs = [job.run_name for _, job in _numbered_phases(c)]
+    where = ", ".join(f"/data/runs/{run}/model" for run in runs)
+    lines = [f"  model:        Hugging Face folder after each phase: {where}"]
+    if c.fsx_s3_export_uri:
+        uri = c.fsx_s3_export_uri.rstrip("/")
+        lines.append(f"                exported to {', '.join(f'{uri}/{run}/model/' for run in runs)}")
+    else:
+        lines.append("                on FSx only (set fsx_s3_export_uri to have FSx export /runs to S3)")
     return lines
 
 

@@ -12,10 +12,11 @@ from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, render_job
+from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, phase_plan, render_job
 from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
 from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.paths import JobPaths
+from trainium_job.phases import TrainingPhases, as_phases
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
@@ -46,7 +47,9 @@ class BertPretrainingJob(Construct):
     new job with a changed, compatible spec (e.g. more restarts) resumes from the old checkpoints.
 
     Attributes:
-        spec, job_name, plan (:class:`TrainingPlan`), launch_spec, paths, service_account,
+        phases (:class:`~trainium_job.phases.TrainingPhases`), spec (the first phase's), job_name,
+        plan (:class:`TrainingPlan`, the first phase's), plans (each phase's), launch_spec, paths
+        (the first phase's), service_account,
         manifest (the job's ``KubernetesManifest``), job (the Volcano Job as a dict).
     """
 
@@ -61,7 +64,7 @@ class BertPretrainingJob(Construct):
         max_nodes: int,
         image: str,
         claim_name: str,
-        spec: BertJobSpec | None = None,
+        spec: BertJobSpec | TrainingPhases | None = None,
         image_key: str | None = None,
         namespace: str = TRAINING_NAMESPACE,
         queue: str = TRAINING_QUEUE,
@@ -81,7 +84,9 @@ class BertPretrainingJob(Construct):
             nodes: pods (= nodes) of the job. max_nodes: the nodegroup's maximum (checked).
             image: training image URI (the platform's ECR repository).
             claim_name: the FSx claim (mounted at /data).
-            spec: what to train. Default ``BertJobSpec()``: the reference recipe.
+            spec: what to train. Default ``BertJobSpec()``: the reference recipe's phase 1. A
+                :class:`~trainium_job.phases.TrainingPhases` runs its phases in turn in the
+                same pods (phase 1, then phase 2 from it; ``trainium_job.worker.phases_script``).
             image_key: a plain string that identifies the image (its content-hash tag), used
                 for the job name when ``image`` is a token. Default: ``image`` itself.
             namespace: the training namespace. Default ``TRAINING_NAMESPACE`` ("training").
@@ -110,7 +115,8 @@ class BertPretrainingJob(Construct):
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
-        self.spec = spec = BertJobSpec() if spec is None else spec
+        self.phases = as_phases(BertJobSpec() if spec is None else spec)
+        self.spec = spec = self.phases.first
         for name, value in (
             ("namespace", namespace),
             ("queue", queue),
@@ -119,6 +125,8 @@ class BertPretrainingJob(Construct):
             if not Token.is_unresolved(value):
                 checks.dns_label(name, value)
         self.plan = plan_training(spec, facts=facts, nodes=nodes, max_nodes=max_nodes)
+        #: Each phase's plan, in order (the first is :attr:`plan`).
+        self.plans = [self.plan, *(phase_plan(self.plan, later) for later in self.phases.phases[1:])]
         self.paths: JobPaths = spec.paths
         self.service_account = service_account_name
 
@@ -132,7 +140,7 @@ class BertPretrainingJob(Construct):
                 )
             image_key = image
         rendered = render_job(
-            spec,
+            self.phases,
             plan=self.plan,
             facts=facts,
             image=image,

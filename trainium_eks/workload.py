@@ -102,7 +102,9 @@ class TrainingWorkload(Construct):
     Attributes:
         config (the settings it was built with, the target's nodes applied),
         images (:class:`TrainingImages`), job (:class:`BertPretrainingJob`), staging
-        (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``),
+        (:class:`DatasetStaging`, or :class:`DatasetPreparation` with ``preparation_enabled``: the
+        first phase's shards), phase2_staging (:class:`DatasetStaging` of phase 2's shards, and
+        of its start with ``training_phases=2``; None with ``training_phases=1``),
         tensorboard (:class:`TensorBoard`), exporters (:class:`TrainingExporters`: the EFA and
         FSx exporters, when the target has monitoring and ``monitoring_exporters`` is on; else None),
         node_health (:class:`NodeHealthCheck`: the deep check of new Trainium nodes, with
@@ -158,14 +160,31 @@ class TrainingWorkload(Construct):
             # Applied first, its pods take their CPUs before the training gang (which waits for
             # the marker anyway) holds whole nodes.
             self.job.manifest.node.add_dependency(self.staging.manifest)
-        else:
+        elif config.training_phases != "2":
             self.staging = DatasetStaging(
                 self,
                 "DatasetStaging",
                 **dataset,
                 source=config.training_dataset_source,
+                vocab=config.vocab_source,
                 on_dataset_node=config.trainium_capacity == "karpenter",
             )
+        self.phase2_staging = None
+        if config.training_phases != "1":
+            # Its own Job: phase 2's shards (and its start, alone) while phase 1 trains.
+            phase2_dataset: DatasetJobProps = {**dataset, "paths": config.phase2_job.paths}
+            self.phase2_staging = DatasetStaging(
+                self,
+                "Phase2DatasetStaging",
+                **phase2_dataset,
+                source=config.phase2_dataset_source,
+                vocab="" if config.preparation_enabled else config.vocab_source,
+                start=config.phase2_init_from if config.training_phases == "2" else "",
+                model=config.training.model,
+                on_dataset_node=config.trainium_capacity == "karpenter",
+            )
+            if config.training_phases == "2":
+                self.staging = self.phase2_staging
         self.tensorboard = TensorBoard(
             self,
             "TensorBoard",
@@ -226,7 +245,7 @@ def _pretraining_job(
         namespace=target.namespace,
         claim_name=target.claim_name,
         queue=target.queue_name,
-        spec=config.training,
+        spec=config.phases,
         etcd_endpoint=target.etcd_endpoint,
         name_prefix=config.name_prefix,
         node_reserved=node_fit(config).reserved,

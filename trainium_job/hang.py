@@ -28,6 +28,7 @@ HANG_EXIT_CODE: Final = 86
 
 #: Where a training process is, as the watchdog sees it (the ``bert_train_phase`` metric):
 #: ``warmup``: the first optimizer steps of the process (graph compilation on XLA), no bound;
-#: ``step``: the steady state, bounded; ``checkpoint``: a checkpoint being written, no bound;
-#: ``hung``: the watchdog is ending the process.
-PHASES: Final = ("warmup", "step", "checkpoint", "hung")
+#: ``step``: the steady state, bounded; ``evaluation``: a held-out evaluation (``--eval_dir``; on
+#: XLA its first one compiles its graphs), no bound; ``checkpoint``: a checkpoint being written, no
+#: bound; ``hung``: the watchdog is ending the process.
+PHASES: Final = ("warmup", "step", "evaluation", "checkpoint", "hung")

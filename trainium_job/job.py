@@ -17,11 +17,13 @@ from .fabric_check import FabricCheck
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
 from .naming import content_named, max_name_prefix
+from .phases import TrainingPhases, as_phases
 from .plan import TrainingPlan
 from .pod import pod_template, rank0_endpoint, volcano_job
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
 from .spec import BertJobSpec, context_key
 from .telemetry import METRICS_PORT
+from .worker import PhaseRun
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
 SERVICE_ACCOUNT = "bert-trainer"
@@ -40,6 +42,7 @@ def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
             "grad_accum_usteps": plan.grad_accum_usteps,
             "max_steps": spec.max_steps,
             "checkpoint_every": spec.checkpoint_every,
+            "init_from": spec.init_from,
             "metrics_port": METRICS_PORT,
         }
     )
@@ -108,8 +111,22 @@ class RenderedJob:
     manifest: dict[str, Any]
 
 
+def phase_plan(plan: TrainingPlan, phase: BertJobSpec, key_prefix: str = "") -> TrainingPlan:
+    """``plan``'s nodes and workers with ``phase``'s batch: a later phase's own accumulation
+    (phase 2: 32,768 / (2 x 64 workers) = 256 on 2 x trn1.32xlarge)."""
+    phase_plan = TrainingPlan(plan.nodes, plan.nproc_per_node, phase.batch_size, phase.global_batch)
+    if phase.global_batch % (phase.batch_size * phase_plan.workers):
+        raise ConfigError(
+            context_key("global_batch"),
+            phase.global_batch,
+            f"must be a multiple of batch_size x workers = {phase.batch_size} x {phase_plan.workers} "
+            f"= {phase.batch_size * phase_plan.workers} (gradient accumulation is a whole number)",
+        )
+    return phase_plan
+
+
 def render_job(
-    spec: BertJobSpec,
+    spec: BertJobSpec | TrainingPhases,
     *,
     plan: TrainingPlan,
     facts: InstanceFacts,
@@ -137,13 +154,39 @@ def render_job(
     aborted so the nodes that came are released (:func:`~trainium_job.pod.gang_wait_policy`).
     ``node_labels``: labels the pods' nodes must also carry (the node health check's ``passed``).
     ``fabric_heal``: what the fabric check does to a node it names (:class:`FabricHeal`).
+
+    ``spec`` may be :class:`~trainium_job.phases.TrainingPhases`: the pods run each phase in turn
+    (:func:`~trainium_job.worker.phases_script`); ``plan`` is the first phase's, and each later
+    phase gets its own accumulation (:func:`phase_plan`). A single spec renders what it always did.
     """
+    phases = as_phases(spec)
+    spec = phases.first
     checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
     check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
+    plans = [plan, *(phase_plan(plan, later) for later in phases.phases[1:])]
+
+    def endpoint(job_name: str) -> str:
+        return rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)
 
     def launch(job_name: str) -> LaunchSpec:
-        endpoint = rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)
-        return launch_spec(spec, plan, rdzv_endpoint=endpoint, rdzv_id=job_name)
+        return launch_spec(spec, plan, rdzv_endpoint=endpoint(job_name), rdzv_id=job_name)
+
+    def runs(job_name: str) -> list[PhaseRun]:
+        # A later phase's rendezvous has an id of its own: an etcd rendezvous keeps its state
+        # under the id after a run ends (as the precompile's own "-precompile" id avoids).
+        return [
+            PhaseRun(
+                launch_spec(
+                    phase,
+                    phase_plan_,
+                    rdzv_endpoint=endpoint(job_name),
+                    rdzv_id=job_name if number == 1 else f"{job_name}-phase{number}",
+                ),
+                phase.paths,
+                phase.vocab,
+            )
+            for number, (phase, phase_plan_) in enumerate(zip(phases.phases, plans, strict=True), start=1)
+        ]
 
     def build(job_name: str, image: str) -> dict[str, Any]:
         template = pod_template(
@@ -151,6 +194,7 @@ def render_job(
             image=image,
             facts=facts,
             spec=launch(job_name),
+            phases=runs(job_name),
             paths=spec.paths,
             claim_name=claim_name,
             service_account=service_account,

@@ -18,6 +18,12 @@ RESTART_LEDGER = "restarts.jsonl"
 #: Directory of the step watchdog's hang markers, in the run's output directory: one file per hung
 #: rank, turned into ledger lines by the next reader (:func:`trainium_job.restarts.drain_hang_markers`).
 HANG_MARKERS = "hang"
+#: Written by the trainer, in the run's output directory, once the run reached its --max_steps
+#: (JSON: step, max_steps, the final checkpoint): the worker script then skips the phase.
+COMPLETE_MARKER = "COMPLETE"
+#: The run's Hugging Face folder (``training.trainer.export``), in its output directory: under
+#: FSx's /runs, which the file system exports to ``fsx_s3_export_uri`` when one is set.
+MODEL_DIR = "model"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,16 @@ class JobPaths:
     def cache_marker(self) -> str:
         """Written after a successful precompile pass: later runs skip it."""
         return f"{self.cache_dir}/.precompiled"
+
+    @property
+    def complete_marker(self) -> str:
+        """The trainer's mark of a run that reached its ``--max_steps`` (:data:`COMPLETE_MARKER`)."""
+        return f"{self.output_dir}/{COMPLETE_MARKER}"
+
+    @property
+    def model_dir(self) -> str:
+        """The run's exported Hugging Face folder (:data:`MODEL_DIR`)."""
+        return f"{self.output_dir}/{MODEL_DIR}"
 
     @property
     def restart_ledger(self) -> str:

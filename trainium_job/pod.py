@@ -9,7 +9,7 @@ Kubernetes client), so it imports at synth time and inside the image alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources, training_resources
@@ -30,7 +30,7 @@ from .scheduling import (
 from .security import pod_security_context, training_security_context
 from .stop_budget import termination_grace_period_s
 from .telemetry import JOB_LABEL, metrics_container_port
-from .worker import container_command
+from .worker import PhaseRun, container_command
 
 #: Port of the c10d rendezvous store on the pod of node 0.
 RDZV_PORT = 29400
@@ -142,12 +142,15 @@ def pod_template(
     fabric_check: FabricCheck | None = None,
     annotations: Mapping[str, str] | None = None,
     node_labels: Mapping[str, str] | None = None,
+    phases: Sequence[PhaseRun] = (),
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
     the metrics port; CPU and memory are the node's less ``node_reserved`` (see
     :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node
     jobs); ``annotations``: the pod's, if any; ``node_labels``: labels its node must also carry
-    (the node health check's ``passed``)."""
+    (the node health check's ``passed``); ``phases``: the phases its script runs in turn
+    (:func:`~trainium_job.worker.phases_script`; ``spec`` and ``paths`` are the first's, and the
+    container's environment is the first's until the script sets the next phase's cache)."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     metadata: dict[str, Any] = {"labels": {**APP_LABEL, JOB_LABEL: job_name}}
@@ -170,7 +173,7 @@ def pod_template(
                 {
                     "name": CONTAINER_NAME,
                     "image": image,
-                    "command": container_command(spec, paths, fabric_check=fabric_check),
+                    "command": container_command(spec, paths, fabric_check=fabric_check, phases=phases),
                     "env": [
                         *({"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())),
                         node_name_env(),

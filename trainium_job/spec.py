@@ -17,13 +17,15 @@ from . import checks
 from .errors import ConfigError, register_fields
 from .fabric_check import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
-from .paths import JobPaths, job_paths
+from .paths import DATA_MOUNT, JobPaths, job_paths
 
 #: Model configs of ``training/trainer/model_configs``.
 MODELS: Final = ("large", "base", "tiny")
 #: Optimizer steps of BERT-large phase 1 in the reference recipe (global batch 16,384): the job's
 #: and the training script's default, from this one place.
 PHASE1_MAX_STEPS: Final = 28125
+#: Optimizer steps of phase 2 in the reference recipe (global batch 32,768).
+PHASE2_MAX_STEPS: Final = 1563
 #: Prefix of the spec's context keys: field ``global_batch`` is key ``training_global_batch``.
 CONTEXT_PREFIX: Final = "training_"
 #: Value of one extra ``training.trainer.pretrain`` flag (``True`` renders a bare switch).
@@ -38,6 +40,7 @@ JOB_SET_FLAGS: Final = {
     "max_steps": "training_max_steps",
     "model": "training_model",
     "checkpoint_every": "training_checkpoint_every",
+    "init_from": "training_phases and phase2_init_from",
     "metrics_port": "(always on: the PodMonitor scrapes it)",
     "precompile": "(set by the precompile pass)",
 }
@@ -94,6 +97,12 @@ class BertJobSpec:
     #: More training.trainer.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
     #: against the script's own parser (names, types, rules).
     script_args: tuple[tuple[str, ScriptArg], ...] = ()
+    #: The run's start weights, a path in the pod under /data (``--init_from``: a checkpoint or
+    #: a run directory, weights only; phase 2 from phase 1's). None: random weights.
+    init_from: str | None = None
+    #: The shards' vocab.txt, a path in the pod under /data: after the run the job exports the
+    #: model with it as a Hugging Face folder (``JobPaths.model_dir``). None: no export.
+    vocab: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", _script_arg_pairs(self.script_args))
@@ -117,6 +126,62 @@ class BertJobSpec:
 #: The spec's field names, in declaration order.
 SPEC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(BertJobSpec))
 register_fields(CONTEXT_PREFIX, "BertJobSpec", SPEC_FIELDS)
+
+
+def _check_pod_path(key: str, path: object) -> None:
+    """None, or an absolute path under the FSx mount without ``..``."""
+    if path is None:
+        return
+    if not isinstance(path, str) or not path.startswith(f"{DATA_MOUNT}/") or ".." in path.split("/"):
+        raise ConfigError(
+            key, path, f"give a path on FSx as the pods see it: under {DATA_MOUNT}/, without '..'"
+        )
+    if any(c.isspace() or c in "'\"$`\\" for c in path):
+        raise ConfigError(key, path, "a path without spaces, quotes, '$', '`' or backslashes")
+
+
+def phase2_spec(phase1: BertJobSpec, **changes: object) -> BertJobSpec:
+    """The reference phase 2 after ``phase1``, with ``changes``: sequence length 512, 80 masked
+    predictions, lr 2.8e-4, 781 warm-up steps, 1,563 steps of global batch 32,768 at micro-batch
+    2, from ``phase1``'s run directory (its final checkpoint, weights only).
+
+    The values are Neuron's BERT tutorial's phase 2 (aws-neuron-sdk
+    ``frameworks/torch/torch-neuronx/tutorials/training/bert.rst``; aws-neuron-samples
+    ``dp_bert_large_hf_pretrain_hdf5.py`` ``--phase2 --seq_len 512 --max_pred_len 80 --lr 2.8e-4
+    --warmup_steps 781 --max_steps 1563 --batch_size 2 --grad_accum_usteps 512`` on 32 workers).
+    The model, the launcher (workers, rendezvous, restarts, fabric check) and the vocabulary are
+    phase 1's. The script's other flags are not inherited: a flag phase 1 needed (its lr, say)
+    is rarely right for phase 2; give phase 2's own in ``script_args``, which are merged over
+    the reference's. Names: ``phase1``'s with ``phase1`` -> ``phase2`` and ``seq128`` -> ``seq512``
+    where they say so (the defaults ``bert-large-phase2``, ``bert-wikicorpus-seq512``,
+    ``bert-large-seq512``), else ``-phase2`` appended.
+    """
+    reference: dict[str, ScriptArg] = {
+        "seq_len": 512,
+        "max_pred_len": 80,
+        "lr": "2.8e-4",
+        "warmup_steps": 781,
+    }
+    given = changes.pop("script_args", None)
+    script_args = {**reference, **(dict(_script_arg_pairs(given)) if given is not None else {})}
+    defaults: dict[str, object] = {
+        "batch_size": 2,
+        "global_batch": 32768,
+        "max_steps": PHASE2_MAX_STEPS,
+        "dataset_name": _phase2_name(phase1.dataset_name, "seq128", "seq512"),
+        "cache_set": _phase2_name(phase1.cache_set, "seq128", "seq512"),
+        "run_name": _phase2_name(phase1.run_name, "phase1", "phase2"),
+        "init_from": phase1.paths.output_dir,
+        "script_args": script_args,
+    }
+    return phase1.replace(**{**defaults, **changes})
+
+
+def _phase2_name(name: str, old: str, new: str) -> str:
+    """Phase 2's name for phase 1's ``name``: ``old`` replaced by ``new``, else ``-phase2`` appended."""
+    if old in name:
+        return name.replace(old, new)
+    return f"{name[: 63 - len('-phase2')]}-phase2"
 
 
 def _script_arg_pairs(value: object) -> tuple[tuple[str, ScriptArg], ...]:
@@ -149,6 +214,8 @@ def _validate(s: BertJobSpec) -> None:
     checks.one_of(context_key("rdzv_backend"), s.rdzv_backend, RDZV_BACKENDS)
     for name in ("dataset_name", "cache_set", "run_name"):
         checks.dns_label(context_key(name), getattr(s, name))
+    for name in ("init_from", "vocab"):
+        _check_pod_path(context_key(name), getattr(s, name))
     for key, _ in s.script_args:
         if key in JOB_SET_FLAGS:
             raise ConfigError(

@@ -68,13 +68,13 @@ TRAINING_METRICS: dict[str, tuple[str, bool]] = {
     ),
     "bert_train_eval_step": ("Optimizer step of the last evaluation (NaN: none yet)", True),
     "bert_train_phase": (
-        "What the training loop is in (trainium_job.hang.PHASES): warmup, step, checkpoint, or hung "
-        "(its step watchdog is ending the process)",
+        "What the training loop is in (trainium_job.hang.PHASES): warmup, step, evaluation, checkpoint, "
+        "or hung (its step watchdog is ending the process)",
         False,
     ),
     "bert_train_hang_bound_seconds": (
         "Seconds the current optimizer step may wait before the step watchdog ends the process "
-        "(0: no bound now, in warm-up, a checkpoint save, or with --hang_floor_s 0)",
+        "(0: no bound now, in warm-up, an evaluation, a checkpoint save, or with --hang_floor_s 0)",
         False,
     ),
     # The run's restart ledger (trainium_job.restarts), read by rank 0 at its start: the values

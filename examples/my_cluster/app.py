@@ -41,6 +41,9 @@ SETTINGS = PlatformConfig(
     name_prefix="research",
     desired_nodes=2,
     max_nodes=2,
+    # These clusters' Trainium nodes are a nodegroup (no Karpenter pools): the job must not wait
+    # for nodes launched per job, the default with the platform (docs/library.md).
+    trainium_capacity="nodegroup",
 )
 
 

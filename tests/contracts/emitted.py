@@ -14,8 +14,9 @@ from typing import Any
 from tests.support import helm_charts, k8s_manifests, resources, synth_app, variants
 from trainium_job.node_health import HEALTH_LABEL, PASSED, PENDING_TAINT
 
-#: Configurations whose output is checked: the default and every option that changes what is
-#: emitted (add-ons, data preparation, the etcd rendezvous, other instance types).
+#: Configurations whose output is checked: the default (Karpenter's capacity), the fixed nodegroup
+#: and every option that changes what is emitted (add-ons, data preparation, the etcd rendezvous,
+#: other instance types).
 VARIANTS = variants(
     "default",
     "all add-on options",
@@ -23,7 +24,7 @@ VARIANTS = variants(
     "etcd rendezvous",
     "trn1n.32xlarge",
     "trn1.2xlarge single node",
-    "karpenter",
+    "nodegroup",
 )
 #: What the TorchX test renders: the README's component on the training namespace and queue.
 TORCHX_COMPONENT = "trainium_job/torchx_component.py:trn_dist_ddp"

@@ -7,8 +7,10 @@ the ``preview`` copy at the tag that the guide downloads (``_CFN``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 _AWS = "aws/karpenter-provider-aws@v1.14.1"
 _CORE = "kubernetes-sigs/karpenter@v1.14.1"
@@ -108,6 +110,38 @@ NODE_CLASS_FIELDS = (
     Field("networkInterfaces[].interfaceType", f"{_NODECLASSES}:571", enum=("interface", "efa-only")),
     Field("capacityReservationSelectorTerms[].id", f"{_NODECLASSES}:256", pattern=r"^cr-[0-9a-z]+$"),
 )
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item, f"{path}[]")
+    else:
+        yield path, value
+
+
+def spec_problems(spec: Mapping[str, Any], fields: tuple[Field, ...], free: tuple[str, ...]) -> list[str]:
+    """What in ``spec`` its CRD refuses: a leaf not in ``fields`` (unless under a ``free`` prefix), a
+    value outside its enum or pattern (CloudFormation placeholders pass the patterns)."""
+    table = {f.path: f for f in fields}
+    problems = []
+    for path, value in _leaves(spec):
+        field = table.get(path)
+        if field is None:
+            if not any(path.startswith(prefix) for prefix in free):
+                problems.append(f"{path}: not a field of the table")
+            continue
+        text = str(value)
+        placeholder = text.startswith(("REF_", "ATT_", "FN_"))
+        if field.enum and text not in field.enum:
+            problems.append(f"{path}={text!r}: not one of {field.enum} ({field.source})")
+        if field.pattern and not placeholder and not re.search(field.pattern, text):
+            problems.append(f"{path}={text!r}: does not match {field.pattern} ({field.source})")
+    return problems
+
 
 #: The EFA interfaces Karpenter attaches by itself when a node's pods request
 #: ``vpc.amazonaws.com/efa`` and the EC2NodeClass lists no ``networkInterfaces``: one per EFA the

@@ -12,7 +12,7 @@ import json
 import re
 import subprocess
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -51,7 +51,7 @@ from .karpenter import (
     PUBLISHED_POLICY,
     PUBLISHED_QUEUE,
     WELL_KNOWN_REQUIREMENT_KEYS,
-    Field,
+    spec_problems,
 )
 from .nodes import EKS_TAINT_EFFECTS
 
@@ -60,8 +60,8 @@ Shape = tuple[frozenset[str], frozenset[str], dict[str, dict[str, frozenset[str]
 
 #: The platform stack of each pair of configurations whose nodes must be the same.
 PAIRS = {
-    "default": ("default", "karpenter"),
-    "capacity block": ("capacity block", "karpenter capacity block"),
+    "default": ("nodegroup", "karpenter"),
+    "capacity block": ("nodegroup capacity block", "karpenter capacity block"),
 }
 
 
@@ -78,42 +78,13 @@ def _one(template: Mapping[str, Any], kind: str, name: str = "trainium") -> dict
     return found
 
 
-def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, f"{path}.{key}" if path else key)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _leaves(item, f"{path}[]")
-    else:
-        yield path, value
-
-
-def _problems(spec: Mapping[str, Any], fields: tuple[Field, ...], free: tuple[str, ...]) -> list[str]:
-    table = {f.path: f for f in fields}
-    problems = []
-    for path, value in _leaves(spec):
-        field = table.get(path)
-        if field is None:
-            if not any(path.startswith(prefix) for prefix in free):
-                problems.append(f"{path}: not a field of the table")
-            continue
-        text = str(value)
-        placeholder = text.startswith(("REF_", "ATT_", "FN_"))
-        if field.enum and text not in field.enum:
-            problems.append(f"{path}={text!r}: not one of {field.enum} ({field.source})")
-        if field.pattern and not placeholder and not re.search(field.pattern, text):
-            problems.append(f"{path}={text!r}: does not match {field.pattern} ({field.source})")
-    return problems
-
-
 @pytest.mark.parametrize("pool_name", ["trainium", "dataset"])
 @pytest.mark.parametrize("variant", ["karpenter", "karpenter capacity block"])
 def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, pool_name):
     template = _platform(variant)
     pool, node_class = _one(template, "NodePool", pool_name), _one(template, "EC2NodeClass", pool_name)
-    assert _problems(pool["spec"], NODE_POOL_FIELDS, ("template.metadata.labels.",)) == []
-    assert _problems(node_class["spec"], NODE_CLASS_FIELDS, ("tags.",)) == []
+    assert spec_problems(pool["spec"], NODE_POOL_FIELDS, ("template.metadata.labels.",)) == []
+    assert spec_problems(node_class["spec"], NODE_CLASS_FIELDS, ("tags.",)) == []
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
     keys = {r["key"] for r in pool["spec"]["template"]["spec"]["requirements"]}
     assert keys <= set(WELL_KNOWN_REQUIREMENT_KEYS)
@@ -121,7 +92,7 @@ def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, po
 
 def test_given_a_bad_value_then_the_field_check_names_it():
     bad = {"disruption": {"consolidateAfter": "10 minutes", "consolidationPolicy": "WhenIdle"}, "extra": 1}
-    assert len(_problems(bad, NODE_POOL_FIELDS, ())) == 3
+    assert len(spec_problems(bad, NODE_POOL_FIELDS, ())) == 3
 
 
 def _controller_policy(template: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -554,7 +525,7 @@ def test_given_karpenter_mode_then_training_pods_are_not_disrupted_and_a_stuck_g
 
 
 def test_given_the_nodegroup_mode_then_the_job_has_neither():
-    job = _volcano_job(synth_training())
+    job = _volcano_job(synth_training(**VARIANTS["nodegroup"]))
     assert "annotations" not in job["spec"]["tasks"][0]["template"]["metadata"]
     assert not [p for p in job["spec"]["policies"] if p.get("event") == "PodPending"]
 
@@ -563,7 +534,7 @@ def test_given_karpenter_mode_then_volcano_creates_pods_without_enqueue_and_keep
     def volcano(variant: str) -> dict[str, Any]:
         return next(c for c in helm_charts(_platform(variant)).values() if c["Chart"] == "volcano")["Values"]
 
-    assert "scheduler_config_override" not in volcano("default")["custom"]
+    assert "scheduler_config_override" not in volcano("nodegroup")["custom"]
     conf = volcano("karpenter")["custom"]["scheduler_config_override"]
     assert conf.splitlines()[0] == 'actions: "allocate, backfill"'
     plugins = re.findall(r"- name: (\w+)", conf)
@@ -611,13 +582,13 @@ def test_given_karpenter_mode_then_the_training_pod_and_the_daemons_fit_what_kar
 
 def test_given_karpenter_mode_then_staging_runs_on_the_dataset_pool_not_on_trainium():
     template = synth_training(**VARIANTS["karpenter"])
-    (staging,) = [
-        o for _, o in k8s_manifests(template) if o["kind"] == "Job" and o["apiVersion"] == "batch/v1"
-    ]
-    pod = staging["spec"]["template"]["spec"]
+    stagings = [o for _, o in k8s_manifests(template) if o["kind"] == "Job" and o["apiVersion"] == "batch/v1"]
+    assert len(stagings) == 2  # phase 1's shards and phase 2's
     pool = _one(_platform("karpenter"), "NodePool", "dataset")["spec"]["template"]
-    assert pod["nodeSelector"] == pool["metadata"]["labels"]
-    assert [t["key"] for t in pod["tolerations"]] == [t["key"] for t in pool["spec"]["taints"]]
+    for staging in stagings:
+        pod = staging["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == pool["metadata"]["labels"]
+        assert [t["key"] for t in pod["tolerations"]] == [t["key"] for t in pool["spec"]["taints"]]
     requirements = {r["key"]: r["values"] for r in pool["spec"]["requirements"]}
     assert requirements["node.kubernetes.io/instance-type"][0] not in INSTANCE_FACTS  # not a Trainium type
 

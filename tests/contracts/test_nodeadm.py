@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import email
 
+import pytest
 import yaml
 
-from tests.support import resources, synth_platform
+from tests.support import k8s_manifests, resources, synth_platform
 from trainium_eks.launch_template import node_user_data
+from trainium_eks.node_pool import NODE_POOL_NAME
 from trainium_eks.versions import default_neuron_ami_release
 from trainium_job.instances import instance_facts
 
@@ -35,8 +37,24 @@ def _trainium_user_data(template: dict) -> list[str]:
     ]
 
 
-def test_given_the_default_platform_then_nodeadm_reads_one_nodeconfig_with_fast_image_pull(platform_json):
-    (user_data,) = _trainium_user_data(platform_json)
+def _node_class_user_data(template: dict) -> list[str]:
+    """The user data of Karpenter's Trainium EC2NodeClass (it hands it to nodeadm as written)."""
+    return [
+        o["spec"]["userData"]
+        for _, o in k8s_manifests(template)
+        if o["kind"] == "EC2NodeClass" and o["metadata"]["name"] == NODE_POOL_NAME and "userData" in o["spec"]
+    ]
+
+
+@pytest.mark.parametrize("mode", ["default", "nodegroup"])
+def test_given_either_capacity_mode_then_nodeadm_reads_one_nodeconfig_with_fast_image_pull(
+    mode, platform_json, nodegroup_platform_json
+):
+    # The default's Trainium nodes are Karpenter's (its EC2NodeClass); the nodegroup's launch template.
+    if mode == "default":
+        (user_data,) = _node_class_user_data(platform_json)
+    else:
+        (user_data,) = _trainium_user_data(nodegroup_platform_json)
     (config,) = _node_configs(user_data)
     assert (config["apiVersion"], config["kind"]) == (nodeadm.API_VERSION, nodeadm.KIND)
     assert set(config["spec"]["featureGates"]) <= set(nodeadm.FEATURE_GATES)
@@ -55,4 +73,6 @@ def test_given_the_pinned_ami_and_instance_then_the_gate_exists_and_applies():
 
 def test_given_fast_image_pull_off_then_the_template_has_no_user_data():
     assert node_user_data(fast_image_pull=False) is None
-    assert _trainium_user_data(synth_platform(fast_image_pull="false")) == []
+    off = synth_platform(fast_image_pull="false")
+    assert _node_class_user_data(off) == []
+    assert _trainium_user_data(synth_platform(trainium_capacity="nodegroup", fast_image_pull="false")) == []

@@ -24,6 +24,13 @@ INTEG_CONTEXT: dict[str, str] = {
     "training_script_args": '{"warmup_steps": "5"}',
     "training_run_name": "integ-tiny",
     "training_cache_set": "integ-tiny-seq128",
+    # Phase 2 from phase 1, as the default deploy runs it, but as short: the public seq-512 shards,
+    # 20 steps, and both models exported.
+    "phase2_max_steps": "20",
+    "phase2_checkpoint_every": "10",
+    "phase2_script_args": '{"warmup_steps": "5"}',
+    "phase2_run_name": "integ-tiny-phase2",
+    "phase2_cache_set": "integ-tiny-seq512",
 }
 #: Hours of node time to budget for one run: cluster and nodes up (~40 min), staging, precompile
 #: and training of tiny BERT, teardown. An estimate for the cost acknowledgement, not a bound.
@@ -41,6 +48,8 @@ def integ_context(user: Mapping[str, Any]) -> dict[str, Any]:
     facts = instance_facts(str(context.get("instance_type", defaults.instance_type)))
     batch = int(context.get("training_batch_size", defaults.training.batch_size))
     context.setdefault("training_global_batch", batch * nodes * facts.neuron_cores)
+    phase2_batch = int(context.get("phase2_batch_size", 2))
+    context.setdefault("phase2_global_batch", phase2_batch * nodes * facts.neuron_cores)
     return context
 
 

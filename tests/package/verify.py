@@ -80,8 +80,8 @@ def check_assembly(outdir: Path) -> None:
         "AWS::ECR::Repository",
     }
     applied = {lid: r["Properties"] for lid, r in of_type(workload, MANIFEST).items()}
-    # Service account, Volcano Job, staging Job, TensorBoard, the node health check.
-    assert len(applied) == 5, sorted(applied)
+    # Service account, Volcano Job, a staging Job per phase, TensorBoard, the node health check.
+    assert len(applied) == 6, sorted(applied)
     for props in applied.values():
         assert props["ClusterName"] == "research"
         assert props["ServiceToken"] == "arn:aws:lambda:us-east-1:123456789012:function:research-kubectl"

@@ -251,10 +251,30 @@ def workload(template: Mapping[str, Any]) -> Workload:
         replicas=task["replicas"],
         policies=policies(volcano["spec"].get("policies", [])),
         worker=pod_spec(task["template"]),
-        staging=pod_spec(one("Job", "batch/", "dataset-staging")["spec"]["template"]),
+        staging=pod_spec(first_staging(objects, volcano)["spec"]["template"]),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
         health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
     )
+
+
+def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> dict[str, Any]:
+    """The staging Job of the first phase the gang trains: the one that writes the first dataset
+    marker its script waits for (a two-phase job has a staging Job per phase)."""
+    stagings = [
+        o
+        for o in objects
+        if o["kind"] == "Job"
+        and o["apiVersion"].startswith("batch/")
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "dataset-staging"
+    ]
+    (task,) = volcano["spec"]["tasks"]
+    (container,) = task["template"]["spec"]["containers"]
+    marker = re.search(r"until \[ -f (\S+) \]", container["command"][-1])
+    assert marker, "the worker script waits for no dataset marker"
+    (found,) = [
+        o for o in stagings if marker[1] in o["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    ]
+    return found
 
 
 @dataclass(frozen=True)

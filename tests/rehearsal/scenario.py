@@ -132,8 +132,11 @@ def variant_context(vocab_size: int) -> dict[str, str]:
     """Context of the small variant: tiny BERT, 2 nodes x ``NPROC_PER_NODE`` workers, 1
     micro-batch of 2 per optimizer step, ``MAX_STEPS`` steps, a checkpoint every
     ``CHECKPOINT_EVERY``; the fabric check's floor 0 GB/s (gloo between the pods reaches ~0.1
-    GB/s on 2 busy cores, and the key takes whole numbers: 0 checks the EFA path only)."""
+    GB/s on 2 busy cores, and the key takes whole numbers: 0 checks the EFA path only). Phase 1
+    only, without the export: the two phases are the scene of ``tests/rehearsal/test_two_phases.py``."""
     return {
+        "training_phases": "1",
+        "vocab_source": "",
         "training_fabric_check_min_busbw_gbps": "0",
         "training_model": "tiny",
         "training_nproc_per_node": str(NPROC_PER_NODE),

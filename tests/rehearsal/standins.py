@@ -130,16 +130,21 @@ def nccom_test(argv: Sequence[str], root: Path = MOUNT) -> int:
 
 
 def aws(argv: Sequence[str], root: Path = MOUNT) -> int:
-    """``aws s3 cp [--no-sign-request] [--only-show-errors] s3://... -``: streams the object's
-    local stand-in (``s3_objects`` in the config) to stdout. Anything else: exit 2."""
+    """``aws s3 cp [--no-sign-request] [--only-show-errors] s3://... DEST``: copies the object's
+    local stand-in (``s3_objects`` in the config) to stdout (DEST ``-``, as the shard staging
+    streams a tar) or to the file DEST (as the vocabulary's staging fetches it). Anything else:
+    exit 2."""
     args = [a for a in argv if a not in ("--no-sign-request", "--only-show-errors")]
     objects = config(root)["s3_objects"]
-    if len(args) != 4 or args[:2] != ["s3", "cp"] or args[3] != "-" or args[2] not in objects:
+    if len(args) != 4 or args[:2] != ["s3", "cp"] or args[2] not in objects:
         print(
-            f"aws (rehearsal): only 's3 cp <{' | '.join(objects)}> -' is rehearsed, not {argv}",
+            f"aws (rehearsal): only 's3 cp <{' | '.join(objects)}> <- | FILE>' is rehearsed, not {argv}",
             file=sys.stderr,
         )
         return 2
+    if args[3] != "-":
+        shutil.copyfile(objects[args[2]], args[3])
+        return 0
     with open(objects[args[2]], "rb") as source:
         shutil.copyfileobj(source, sys.stdout.buffer, 1 << 20)
     sys.stdout.buffer.flush()

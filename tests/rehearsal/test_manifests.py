@@ -15,6 +15,8 @@ def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_a
     assert w.namespace == "training" and w.replicas == 2 and w.task == "worker"
     assert w.policies == (
         Policy("AbortJob", exit_code=FABRIC_EXIT_CODE),
+        # The default capacity (Karpenter): a gang not complete after trainium_gang_wait_minutes.
+        Policy("AbortJob", event="PodPending"),
         Policy("RestartJob", event="PodEvicted"),
         Policy("RestartJob", event="PodFailed"),
     )

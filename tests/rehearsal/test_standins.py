@@ -147,12 +147,18 @@ def test_given_the_configured_source_then_aws_streams_its_stand_in(root, capsysb
     [
         ["s3", "cp", "s3://bucket/other.tar", "-"],
         ["s3", "sync", "s3://bucket/prefix/", "/data/x"],
-        ["s3", "cp", "s3://bucket/set.tar", "/data/set.tar"],
+        ["s3", "cp", "s3://bucket/set.tar"],
     ],
 )
 def test_given_anything_else_then_aws_refuses_with_exit_2(root, capsys, argv):
     assert standins.aws(argv, root) == 2
-    assert "only 's3 cp <s3://bucket/set.tar> -'" in capsys.readouterr().err
+    assert "only 's3 cp <s3://bucket/set.tar> <- | FILE>'" in capsys.readouterr().err
+
+
+def test_given_a_file_destination_then_aws_copies_the_stand_in_there(root, tmp_path):
+    argv = ["s3", "cp", "--no-sign-request", "--only-show-errors", "s3://bucket/set.tar", str(tmp_path / "x")]
+    assert standins.aws(argv, root) == 0
+    assert (tmp_path / "x").read_bytes() == b"shards" * 1000
 
 
 def test_given_the_driver_checks_query_then_dpkg_query_prints_the_recorded_version_without_newline(

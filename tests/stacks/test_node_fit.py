@@ -19,7 +19,7 @@ VARIANTS = variants(
     "trn1n.32xlarge",
     "trn2.48xlarge",
     "trn1.2xlarge single node",
-    "karpenter",
+    "nodegroup",
 )
 
 

@@ -31,13 +31,25 @@ STATEFUL = {
     "ClusterSystemNodesB72BD2B8": "AWS::EKS::Nodegroup",
     "ClusterKubectlProviderHandlerLogGroupB0C4128C": "AWS::Logs::LogGroup",
     "ClusterKubectlProviderframeworkonEventLogGroup2AC81D98": "AWS::Logs::LogGroup",
-    "TrainiumLaunchTemplateEfaSecurityGroup5B81B93E": "AWS::EC2::SecurityGroup",
-    "TrainiumLaunchTemplatePlacementGroup2DCF9C2A": "AWS::EC2::PlacementGroup",
-    "TrainiumNodegroupFD1F543B": "AWS::EKS::Nodegroup",
     "StorageSecurityGroupDB13F6CD": "AWS::EC2::SecurityGroup",
     "StorageKeyBAA9457B": "AWS::KMS::Key",
     "StorageFileSystem61EA7B3D": "AWS::FSx::FileSystem",
     "RegistryRepositoryC6C96DCD": "AWS::ECR::Repository",
+}
+
+#: Those of the Trainium capacity, by ``trainium_capacity``: the fixed nodegroup's (the platform's
+#: only mode at commit cc646eb) and Karpenter's (the default since issue 34 item 13). Switching
+#: modes replaces these and nothing else (docs/capacity.md).
+CAPACITY_STATEFUL = {
+    "nodegroup": {
+        "TrainiumLaunchTemplateEfaSecurityGroup5B81B93E": "AWS::EC2::SecurityGroup",
+        "TrainiumLaunchTemplatePlacementGroup2DCF9C2A": "AWS::EC2::PlacementGroup",
+        "TrainiumNodegroupFD1F543B": "AWS::EKS::Nodegroup",
+    },
+    "karpenter": {
+        "TrainiumPoolEfaSecurityGroup342AE3DE": "AWS::EC2::SecurityGroup",
+        "TrainiumPoolPlacementGroupFF1CE4D9": "AWS::EC2::PlacementGroup",
+    },
 }
 
 #: Of those, the ones a stack delete keeps (DeletionPolicy Retain): the data and its keys.
@@ -56,12 +68,26 @@ RETAINED = {
 }
 
 
-#: The self-referencing security-group rules, named after the stack's former construct ID.
+#: The self-referencing security-group rules of the Trainium capacity, named after the stack's
+#: former construct ID, by ``trainium_capacity``.
+CAPACITY_SELF_RULES = {
+    "nodegroup": {
+        "TrainiumLaunchTemplateEfaSecurityGroupfromTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
+        "ALLTRAFFIC5EBFFE5F": "AWS::EC2::SecurityGroupIngress",
+        "TrainiumLaunchTemplateEfaSecurityGrouptoTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
+        "ALLTRAFFIC7B80F657": "AWS::EC2::SecurityGroupEgress",
+    },
+    "karpenter": {
+        "TrainiumPoolEfaSecurityGroupfromTrainiumPlatformTrainiumPoolEfaSecurityGroupE18F4748ALLTRAFFIC50BBFFB5": (
+            "AWS::EC2::SecurityGroupIngress"
+        ),
+        "TrainiumPoolEfaSecurityGrouptoTrainiumPlatformTrainiumPoolEfaSecurityGroupE18F4748ALLTRAFFIC7D53CA5F": (
+            "AWS::EC2::SecurityGroupEgress"
+        ),
+    },
+}
+#: Those of both modes (FSx's group).
 SELF_RULES = {
-    "TrainiumLaunchTemplateEfaSecurityGroupfromTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
-    "ALLTRAFFIC5EBFFE5F": "AWS::EC2::SecurityGroupIngress",
-    "TrainiumLaunchTemplateEfaSecurityGrouptoTrainiumPlatformTrainiumLaunchTemplateEfaSecurityGroupEE477FC4"
-    "ALLTRAFFIC7B80F657": "AWS::EC2::SecurityGroupEgress",
     "StorageSecurityGroupfromTrainiumPlatformStorageSecurityGroup7D02911A988383AFECB": "AWS::EC2::SecurityGroupIngress",
     "StorageSecurityGrouptoTrainiumPlatformStorageSecurityGroup7D02911A9881AEDB72F": "AWS::EC2::SecurityGroupEgress",
     "StorageSecurityGroupfromTrainiumPlatformStorageSecurityGroup7D02911A10181023A1156E9E": (
@@ -73,33 +99,62 @@ SELF_RULES = {
 }
 
 
-@pytest.mark.parametrize("logical_id", sorted(SELF_RULES))
+#: The platform template of each mode: the default is Karpenter.
+MODES = ("karpenter", "nodegroup")
+
+
+@pytest.fixture(params=MODES)
+def mode(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def mode_template(mode, platform_json, nodegroup_platform_json) -> dict:
+    """The platform template of ``mode`` (the session's default synth, or the nodegroup's)."""
+    return platform_json if mode == "karpenter" else nodegroup_platform_json
+
+
+def _cases(table: dict[str, str], by_mode: dict[str, dict[str, str]]) -> list[tuple[str, str, str]]:
+    """(mode, logical ID, type) of ``table``'s IDs in both modes and each mode's own."""
+    return [
+        *((m, k, t) for m in MODES for k, t in sorted(table.items())),
+        *((m, k, t) for m in MODES for k, t in sorted(by_mode[m].items())),
+    ]
+
+
+def test_given_the_default_then_its_capacity_is_karpenter(platform_json):
+    assert set(CAPACITY_STATEFUL["karpenter"]) <= set(platform_json["Resources"])
+
+
+@pytest.mark.parametrize(("mode", "logical_id", "type_name"), _cases(SELF_RULES, CAPACITY_SELF_RULES))
 def test_given_the_stack_named_by_its_id_then_each_self_rule_keeps_its_former_logical_id(
-    platform_json, logical_id
+    mode_template, logical_id, type_name
 ):
-    assert platform_json["Resources"][logical_id]["Type"] == SELF_RULES[logical_id]
+    assert mode_template["Resources"][logical_id]["Type"] == type_name
 
 
-def test_given_the_stack_named_by_its_id_then_no_logical_id_carries_that_name(platform_json):
-    assert not [k for k in platform_json["Resources"] if "trnbertplatform" in k.lower()]
+def test_given_the_stack_named_by_its_id_then_no_logical_id_carries_that_name(mode_template):
+    assert not [k for k in mode_template["Resources"] if "trnbertplatform" in k.lower()]
 
 
-@pytest.mark.parametrize("logical_id", sorted(STATEFUL))
-def test_given_default_app_then_the_stateful_resource_keeps_its_logical_id(platform_json, logical_id):
-    resource = platform_json["Resources"].get(logical_id)
-    assert resource is not None, (
-        f"{logical_id} ({STATEFUL[logical_id]}) is gone: CloudFormation would replace it"
-    )
-    assert resource["Type"] == STATEFUL[logical_id]
+@pytest.mark.parametrize(("mode", "logical_id", "type_name"), _cases(STATEFUL, CAPACITY_STATEFUL))
+def test_given_either_capacity_mode_then_the_stateful_resource_keeps_its_logical_id(
+    mode_template, logical_id, type_name
+):
+    resource = mode_template["Resources"].get(logical_id)
+    assert resource is not None, f"{logical_id} ({type_name}) is gone: CloudFormation would replace it"
+    assert resource["Type"] == type_name
     if logical_id in RETAINED:
         assert resource["DeletionPolicy"] == resource["UpdateReplacePolicy"] == "Retain"
 
 
-def test_given_default_app_then_every_stateful_resource_of_the_platform_is_listed(platform_json):
+def test_given_either_capacity_mode_then_every_stateful_resource_of_the_platform_is_listed(
+    mode, mode_template
+):
     # A new VPC, key, file system or repository must be added above, so its ID is pinned too.
-    stateful_types = set(STATEFUL.values())
-    found = {k for t in stateful_types for k in resources(platform_json, t)}
-    assert found == set(STATEFUL)
+    listed = {**STATEFUL, **CAPACITY_STATEFUL[mode]}
+    found = {k for t in set(listed.values()) for k in resources(mode_template, t)}
+    assert found == set(listed)
 
 
 def test_given_default_app_then_the_training_stack_holds_no_stored_data(training_json):

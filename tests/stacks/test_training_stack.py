@@ -28,7 +28,7 @@ WORKLOAD_ONLY_CHANGES = (
     {"training_max_steps": "5000"},
     {"training_run_name": "trial", "training_model": "base", "training_cache_set": "bert-base-seq128"},
     {"training_rdzv_backend": "etcd"},
-    {"preparation_enabled": "true"},
+    {"preparation_enabled": "true", "training_phases": "1"},
     {"training_enabled": "false"},
 )
 

@@ -123,18 +123,35 @@ def test_given_default_config_then_creator_gets_no_implicit_admin_and_kubectl_wa
         ), logical_id
 
 
-def test_given_default_config_then_every_node_has_imdsv2_hop_limit_1_and_pull_only_ecr(platform_json):
-    nodegroups = resources(platform_json, "AWS::EKS::Nodegroup")
-    templates = resources(platform_json, "AWS::EC2::LaunchTemplate")
-    assert len(nodegroups) == 2
+def _pull_only_ecr(template, role_id: str) -> None:
+    role = template["Resources"][role_id]
+    policies = [p["Fn::Join"][1][-1] for p in role["Properties"]["ManagedPolicyArns"]]
+    assert ":iam::aws:policy/AmazonEC2ContainerRegistryPullOnly" in policies
+    assert not any("ReadOnly" in p for p in policies)
+
+
+@pytest.mark.parametrize(("mode", "nodegroup_count"), [("default", 1), ("nodegroup", 2)])
+def test_given_either_capacity_mode_then_every_nodegroup_node_has_imdsv2_hop_limit_1_and_pull_only_ecr(
+    platform_json, nodegroup_platform_json, mode, nodegroup_count
+):
+    # The default has the system nodegroup only (Karpenter launches the Trainium nodes; their
+    # IMDS is the launch template's: tests/contracts/test_karpenter.py compares the two).
+    template = platform_json if mode == "default" else nodegroup_platform_json
+    nodegroups = resources(template, "AWS::EKS::Nodegroup")
+    templates = resources(template, "AWS::EC2::LaunchTemplate")
+    assert len(nodegroups) == nodegroup_count
     for ng in nodegroups.values():
         lt_id = ng["Properties"]["LaunchTemplate"]["Id"]["Ref"]
         options = templates[lt_id]["Properties"]["LaunchTemplateData"]["MetadataOptions"]
         assert options == {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1}
-        role = platform_json["Resources"][ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]
-        policies = [p["Fn::Join"][1][-1] for p in role["Properties"]["ManagedPolicyArns"]]
-        assert ":iam::aws:policy/AmazonEC2ContainerRegistryPullOnly" in policies
-        assert not any("ReadOnly" in p for p in policies)
+        _pull_only_ecr(template, ng["Properties"]["NodeRole"]["Fn::GetAtt"][0])
+
+
+def test_given_default_config_then_the_karpenter_node_role_pulls_only_from_ecr(platform_json):
+    (role_id,) = [
+        k for k in resources(platform_json, "AWS::IAM::Role") if k.startswith("TrainiumPoolNodeRole")
+    ]
+    _pull_only_ecr(platform_json, role_id)
 
 
 def test_given_default_config_then_vpc_cni_is_managed_with_network_policy_and_its_own_pod_identity(

@@ -72,12 +72,23 @@ def test_given_default_factory_fields_then_the_default_is_the_factory_value_as_j
 
 def test_given_the_job_spec_then_its_fields_are_training_keys_with_the_spec_defaults():
     spec = BertJobSpec()
+    derived = ("init_from", "vocab")  # set by the workload from the phase keys, not keys themselves
     for f in dataclasses.fields(BertJobSpec):
-        if f.name != "script_args":
+        if f.name not in ("script_args", *derived):
             default = getattr(spec, f.name)
             shown = json.dumps(default) if isinstance(default, bool) else default
             assert _row(f"training_{f.name}").defaults == (f"`{shown}`",)
-    assert "training" not in [key for row in rows() for key in row.keys]
+    keys = [key for row in rows() for key in row.keys]
+    assert "training" not in keys and "phase2" not in keys
+    assert not [name for name in derived if f"training_{name}" in keys]
+
+
+def test_given_phase_2_then_its_keys_show_the_reference_phase_2_s_values():
+    assert _row("phase2_max_steps").defaults == ("`1563`",)
+    assert _row("phase2_global_batch").defaults == ("`32768`",)
+    assert _row("phase2_run_name").defaults == ("`bert-large-phase2`",)
+    assert "seq_len" in _row("phase2_script_args").defaults[0]
+    assert _row("phase2_init_from").defaults == ("empty",)
 
 
 def test_given_markdown_specials_in_types_and_comments_then_they_are_escaped():

@@ -40,7 +40,7 @@ def test_given_the_public_set_then_its_shape_is_128_tokens_and_20_predictions():
             r"--max_pred_len 30",
         ),
         (
-            {"preparation_enabled": "true", "preparation_args": PREPARED_512},
+            {"preparation_enabled": "true", "training_phases": "1", "preparation_args": PREPARED_512},
             "preparation_args",
             {"max_seq_len": "512", "max_pred_len": "76"},
             r"^the set preparation_args prepare: 512 tokens and 76 predictions.*give training_script_args "
@@ -49,6 +49,7 @@ def test_given_the_public_set_then_its_shape_is_128_tokens_and_20_predictions():
         (
             {
                 "preparation_enabled": "true",
+                "training_phases": "1",
                 "preparation_args": PREPARED_512,
                 "training_script_args": '{"seq_len": "512", "max_pred_len": "20"}',
             },
@@ -72,6 +73,7 @@ def test_given_a_shape_against_a_known_dataset_then_one_error_names_the_key(cont
         {},
         {
             "preparation_enabled": "true",
+            "training_phases": "1",
             "preparation_args": PREPARED_512,
             "training_script_args": '{"seq_len": "512", "max_pred_len": "76"}',
         },

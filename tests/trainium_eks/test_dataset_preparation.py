@@ -155,7 +155,7 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
     "context, field, fix",
     [
         (
-            {"preparation_enabled": "true", "preparation_pods": "40"},
+            {"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "40"},
             "preparation_pods",
             r"all pods must run at once",
         ),
@@ -208,7 +208,9 @@ def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_
     from trainium_eks.review import training_review
 
     assert not any("prepared from" in line for line in training_review(config_from_context({})))
-    lines = training_review(config_from_context({"preparation_enabled": "true", "preparation_pods": "6"}))
+    lines = training_review(
+        config_from_context({"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "6"})
+    )
     assert (
         "  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
         "/data/datasets/bert-wikicorpus-seq128"

@@ -59,16 +59,21 @@ def test_given_default_config_then_a_persistent_2_lustre_2_15_file_system_with_l
     }
 
 
-def test_given_default_config_then_file_system_lives_in_the_trainium_az_private_subnet(platform_json):
-    _, fs = _file_system(platform_json)
+def test_given_the_nodegroup_mode_then_file_system_lives_in_the_trainium_az_private_subnet(
+    nodegroup_platform_json,
+):
+    # The nodegroup names its subnet; Karpenter's nodes get the same one (the default: its
+    # EC2NodeClass is compared with the launch in tests/contracts/test_karpenter.py).
+    template = nodegroup_platform_json
+    _, fs = _file_system(template)
     (subnet_ref,) = fs["Properties"]["SubnetIds"]
-    subnet = platform_json["Resources"][subnet_ref["Ref"]]["Properties"]
+    subnet = template["Resources"][subnet_ref["Ref"]]["Properties"]
     assert subnet["AvailabilityZoneId"] == "usw2-az4"
     assert subnet["MapPublicIpOnLaunch"] is False
     # The same subnet as the Trainium nodegroup.
     (trainium,) = [
         n
-        for n in resources(platform_json, "AWS::EKS::Nodegroup").values()
+        for n in resources(template, "AWS::EKS::Nodegroup").values()
         if n["Properties"]["AmiType"] == "AL2023_x86_64_NEURON"
     ]
     assert trainium["Properties"]["Subnets"] == [subnet_ref]
@@ -153,13 +158,16 @@ def test_given_default_config_then_only_lustre_ports_between_nodes_and_file_serv
     assert _rules_of(platform_json, sg) == expected
 
 
-def test_given_default_config_then_the_cluster_group_is_the_one_both_nodegroups_carry(platform_json):
+def test_given_the_nodegroup_mode_then_the_cluster_group_is_the_one_both_nodegroups_carry(
+    nodegroup_platform_json,
+):
     # Managed nodegroups without their own groups get the cluster group; the Trainium launch
-    # template lists it on every interface: that is why it is the FSx client group.
-    (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
+    # template lists it on every interface: that is why it is the FSx client group (Karpenter's
+    # nodes carry the same groups: tests/contracts/test_karpenter.py).
+    (cluster_id,) = resources(nodegroup_platform_json, "AWS::EKS::Cluster")
     (lt,) = [
         lt
-        for lt in resources(platform_json, "AWS::EC2::LaunchTemplate").values()
+        for lt in resources(nodegroup_platform_json, "AWS::EC2::LaunchTemplate").values()
         if "NetworkInterfaces" in lt["Properties"]["LaunchTemplateData"]
     ]
     for nic in lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]:

@@ -9,6 +9,7 @@ from tests.support import (
     synth_platform,
     validate_k8s,
 )
+from trainium_eks.addons.karpenter import KARPENTER_SERVICE_ACCOUNT
 from trainium_eks.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 from trainium_eks.versions import ADDON_PINS
 
@@ -51,12 +52,13 @@ def test_given_default_config_then_controller_runs_on_system_nodes_and_node_plug
 
 
 def _fsx_associations(template: dict) -> dict:
-    """The Pod Identity associations of kube-system (the FSx CSI controller's; the node health
-    check's are in the training namespace)."""
+    """The Pod Identity associations of kube-system but Karpenter's controller's (the FSx CSI
+    controller's; the node health check's are in the training namespace)."""
     return {
         k: a
         for k, a in resources(template, "AWS::EKS::PodIdentityAssociation").items()
         if a["Properties"]["Namespace"] == "kube-system"
+        and a["Properties"]["ServiceAccount"] != KARPENTER_SERVICE_ACCOUNT
     }
 
 

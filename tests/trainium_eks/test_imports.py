@@ -18,7 +18,8 @@ def test_given_a_fresh_interpreter_when_the_library_and_its_config_checks_load_t
         "import json, sys\n"
         "import trainium_eks\n"
         "from trainium_eks.config import config_from_context\n"
-        "config_from_context({'preparation_enabled': 'true', 'preparation_args': '{\"dupe_factor\": \"2\"}'})\n"
+        "config_from_context({'preparation_enabled': 'true', 'training_phases': '1',\n"
+        "                     'preparation_args': '{\"dupe_factor\": \"2\"}'})\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     out = subprocess.run(

@@ -16,6 +16,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.contracts.karpenter import NODE_CLASS_FIELDS, NODE_POOL_FIELDS, Field, spec_problems
 from tests.support import ALL_OPTIONS, PREPARATION_ON, k8s_manifests, synth_app, validate_k8s
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 
@@ -154,6 +155,21 @@ def _groups_valid(groups: Any) -> bool:
 #: `capability`/`deserved` quantity maps, `reclaimable` boolean, `priority` int32, `parent`/`type`
 #: strings) and batch.volcano.sh_jobs.yaml (v1alpha1: namespaced; `tasks[].template` is a
 #: PodTemplateSpec; `minSuccess` minimum 1; int32 counters).
+def _karpenter_rules(fields: tuple[Field, ...], *, free: tuple[str, ...]) -> CrdRules:
+    """Cluster-scoped; each top-level spec field (a table path's first part) as the table accepts it."""
+
+    def accepted(name: str) -> Callable[[Any], bool]:
+        def check(value: Any) -> bool:
+            problems = spec_problems({name: value}, fields, free)
+            assert not problems, problems
+            return True
+
+        return check
+
+    tops = {re.split(r"[.\[]", f.path, maxsplit=1)[0] for f in fields}
+    return CrdRules(scope="Cluster", spec_fields={name: accepted(name) for name in sorted(tops)})
+
+
 CUSTOM_RESOURCES: dict[tuple[str, str], CrdRules] = {
     ("scheduling.volcano.sh/v1beta1", "Queue"): CrdRules(
         scope="Cluster",
@@ -200,6 +216,9 @@ CUSTOM_RESOURCES: dict[tuple[str, str], CrdRules] = {
         scope="Namespaced",
         spec_fields={"groups": _groups_valid},
     ),
+    # Karpenter's, by the field tables read from its CRDs at v1.14.1 (tests/contracts/karpenter.py).
+    ("karpenter.sh/v1", "NodePool"): _karpenter_rules(NODE_POOL_FIELDS, free=("template.metadata.labels.",)),
+    ("karpenter.k8s.aws/v1", "EC2NodeClass"): _karpenter_rules(NODE_CLASS_FIELDS, free=("tags.",)),
 }
 
 

@@ -3,7 +3,7 @@
 import aws_cdk as cdk
 import pytest
 
-from tests.support import resources, synth_platform
+from tests.support import NODEGROUP, k8s_manifests, resources, synth_platform
 from trainium_eks.network import TrainiumNetwork
 from trainium_job.errors import ConfigError
 
@@ -34,6 +34,7 @@ def test_given_default_config_then_stack_is_region_pinned_without_account(defaul
 
 def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subnets_are_used():
     template = synth_platform(
+        **NODEGROUP,
         existing_vpc_id="vpc-0123456789abcdef0",
         existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
     )
@@ -49,6 +50,21 @@ def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subn
         "subnet-0aaaaaaaaaaaaaaaa",
         "subnet-0bbbbbbbbbbbbbbbb",
     ]
+
+
+def test_given_existing_vpc_with_the_default_karpenter_then_both_node_classes_use_its_first_subnet():
+    template = synth_platform(
+        existing_vpc_id="vpc-0123456789abcdef0",
+        existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
+    )
+    assert resources(template, "AWS::EC2::VPC") == {}
+    classes = {
+        o["metadata"]["name"]: o["spec"] for _, o in k8s_manifests(template) if o["kind"] == "EC2NodeClass"
+    }
+    assert {name: spec["subnetSelectorTerms"] for name, spec in classes.items()} == {
+        "trainium": [{"id": "subnet-0aaaaaaaaaaaaaaaa"}],
+        "dataset": [{"id": "subnet-0aaaaaaaaaaaaaaaa"}],
+    }
 
 
 def test_given_created_vpc_then_vpc_and_trainium_subnet_outlive_a_stack_delete(platform_json):

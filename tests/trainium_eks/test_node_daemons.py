@@ -135,7 +135,13 @@ def test_given_every_chart_fact_then_it_names_versions_and_a_source():
 
 
 VARIANTS = variants(
-    "default", "all add-on options", "etcd off", "trn1n.32xlarge", "trn2.48xlarge", "trn1.2xlarge single node"
+    "default",
+    "nodegroup",
+    "all add-on options",
+    "etcd off",
+    "trn1n.32xlarge",
+    "trn2.48xlarge",
+    "trn1.2xlarge single node",
 )
 
 

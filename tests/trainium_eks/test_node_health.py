@@ -11,6 +11,7 @@ import pytest
 
 from tests.contracts.nodes import EKS_TAINT_EFFECTS
 from tests.support import (
+    NODEGROUP,
     VARIANTS,
     helm_charts,
     k8s_manifests,
@@ -31,8 +32,9 @@ from trainium_job.scheduling import NEURON_TAINT
 TRN1 = instance_facts("trn1.32xlarge")
 #: The labels a fresh Trainium node of each capacity mode carries that the check's affinity names.
 FRESH_NODE = {"trainium-eks/pool": "trainium", "node.kubernetes.io/instance-type": TRN1.name}
-OFF = {"trainium_health_check": "false"}
-NO_REPLACE = {"trainium_health_replace": "false"}
+# With the fixed nodegroup: the tests of these read its taints (Karpenter's: its NodePool).
+OFF = {**NODEGROUP, "trainium_health_check": "false"}
+NO_REPLACE = {**NODEGROUP, "trainium_health_replace": "false"}
 
 
 def _objects(**kwargs: Any) -> dict[str, dict[str, Any]]:
@@ -266,12 +268,12 @@ def test_given_a_non_boolean_then_the_key_is_named(key):
 # --- the synthesized stacks ------------------------------------------------------------------------
 
 
-def test_given_the_default_platform_then_new_trainium_nodes_wait_for_the_check():
-    platform = synth_platform()
+def test_given_the_nodegroup_platform_then_new_trainium_nodes_wait_for_the_check():
+    platform = synth_platform(**NODEGROUP)
     assert PENDING_TAINT in _nodegroup_taints(platform)
     for plugin, tolerations in _device_plugin_tolerations(platform).items():
         assert _tolerates(tolerations, PENDING_TAINT), plugin
-    training = synth_training()
+    training = synth_training(**NODEGROUP)
     (daemonset,) = _named(training, "DaemonSet")
     assert daemonset["metadata"]["namespace"] == "training"
     # Nodegroup mode: the training pods also require the passed label, and never tolerate the
@@ -299,7 +301,7 @@ def test_given_karpenter_mode_then_the_pending_taint_is_a_startup_taint_and_pods
 @pytest.mark.parametrize(
     ("variant", "tags"),
     [
-        ("default", {"eks:nodegroup-name", "eks:cluster-name"}),
+        ("nodegroup", {"eks:nodegroup-name", "eks:cluster-name"}),
         ("karpenter", {"karpenter.sh/nodepool", "eks:eks-cluster-name"}),
     ],
 )
@@ -340,12 +342,12 @@ def _verdict_line(template: Mapping[str, Any]) -> list[str]:
 @pytest.mark.parametrize(
     ("context", "flags"),
     [
-        ({}, ["--heal", "replace"]),  # nodegroup: a 2-node failure goes back to the deep check
+        (NODEGROUP, ["--heal", "replace"]),  # a 2-node failure goes back to the deep check
         (NO_REPLACE, ["--heal", "taint"]),
-        (VARIANTS["karpenter"], ["--heal", "replace", "--no-recheck"]),
+        ({}, ["--heal", "replace", "--no-recheck"]),  # the default, Karpenter
         (OFF, []),  # as before the check: the job aborts
     ],
-    ids=["default", "no-replace", "karpenter", "off"],
+    ids=["nodegroup", "nodegroup no-replace", "default", "nodegroup off"],
 )
 def test_given_the_check_settings_then_the_fabric_check_heals_accordingly(context, flags):
     training = synth_training(**context)

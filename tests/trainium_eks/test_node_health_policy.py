@@ -26,7 +26,7 @@ from cel_expr_python.ext import ext_optional
 
 from tests.support import validate_k8s
 from training.node.node_actions import health_taints
-from trainium_eks.node_health import health_check_objects
+from trainium_eks.node_health import admission_policy, health_check_objects
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 from trainium_job.instances import instance_facts
 from trainium_job.node_health import FAILED, HEALTH_LABEL, PASSED, PENDING_TAINT, failed_taint
@@ -278,6 +278,27 @@ def test_given_a_change_besides_the_health_label_and_taints_when_the_policy_eval
 def test_given_the_test_nodes_then_they_are_valid_nodes_of_the_default_kubernetes_version(pair):
     for node in pair:
         validate_k8s(node, DEFAULT_KUBERNETES_VERSION)
+
+
+def test_given_the_admission_policy_then_it_and_its_binding_are_valid_objects_of_the_default_version():
+    # Built here, not at import: the policy's objects as the API server's schema checks them
+    # (strict: a misspelt or unknown field fails too), the binding naming the policy
+    policy, binding = admission_policy(users=[CHECK_USER, TRAINING_USER])
+    assert (policy["kind"], binding["kind"]) == (
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
+    for obj in (policy, binding):
+        validate_k8s(obj, DEFAULT_KUBERNETES_VERSION)
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == binding["metadata"]["name"]
+    assert policy["metadata"]["labels"] == binding["metadata"]["labels"] != {}
+    # And it matches updates of the nodes these tests are: Node is in the core group, named ""
+    # in a rule, at the version of their apiVersion (a rule of another group or version matches
+    # no Node update, and the check's writers would be unbounded)
+    group, _, version = FRESH["apiVersion"].rpartition("/")
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [group], "apiVersions": [version], "operations": ["UPDATE"], "resources": ["nodes"]}
+    ]
 
 
 def _request(username: str, groups: Sequence[str]) -> dict[str, Any]:

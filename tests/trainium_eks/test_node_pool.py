@@ -47,8 +47,8 @@ def test_given_a_bad_capacity_setting_when_loaded_then_one_error_names_it(key, v
 
 
 def test_given_the_nodegroup_mode_then_no_gang_wait_is_set():
-    assert config_from_context({}).gang_wait_minutes is None
-    assert config_from_context({"trainium_capacity": "karpenter"}).gang_wait_minutes == 30
+    assert config_from_context({"trainium_capacity": "nodegroup"}).gang_wait_minutes is None
+    assert config_from_context({}).gang_wait_minutes == 30  # the default is Karpenter
 
 
 def test_given_efa_only_then_an_ena_primary_and_one_efa_only_interface_per_card():
@@ -88,7 +88,8 @@ def test_given_no_idle_time_with_karpenter_then_it_is_refused_with_the_reason():
     assert "trainium_idle_minutes" in message and "give at least 1" in message and "restart" in message
     assert config_from_context({"trainium_capacity": "karpenter", "trainium_idle_minutes": "1"})
     # The nodegroup does not read the key.
-    assert config_from_context({"trainium_idle_minutes": "0"}).trainium_idle_minutes == 0
+    nodegroup = {"trainium_capacity": "nodegroup", "trainium_idle_minutes": "0"}
+    assert config_from_context(nodegroup).trainium_idle_minutes == 0
 
 
 # The created VPC's Trainium subnet is a /18 (trainium_eks/network.py SUBNET_LAYOUT): 16,384

@@ -6,7 +6,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match
 
-from tests.support import resources, synth_platform
+from tests.support import NODEGROUP, resources, synth_platform
 from tests.trainium_eks.training_support import bare_cluster
 from trainium_eks.config import config_from_context
 from trainium_eks.nodegroup import TrainiumNodegroup
@@ -31,22 +31,24 @@ def _trainium_nodegroup(platform_json):
     return ng["Properties"]
 
 
-def test_given_default_config_when_synthesized_then_nodegroup_uses_the_neuron_ami(platform_json):
-    props = _trainium_nodegroup(platform_json)
+def test_given_the_nodegroup_mode_when_synthesized_then_nodegroup_uses_the_neuron_ami(
+    nodegroup_platform_json,
+):
+    props = _trainium_nodegroup(nodegroup_platform_json)
     assert props["AmiType"] == "AL2023_x86_64_NEURON"
     # The instance type lives in the launch template, not on the nodegroup.
     assert "InstanceTypes" not in props
     assert props["CapacityType"] == "ON_DEMAND"
 
 
-def test_given_default_config_then_two_nodes_with_auto_repair(platform_json):
-    props = _trainium_nodegroup(platform_json)
+def test_given_the_nodegroup_mode_then_two_nodes_with_auto_repair(nodegroup_platform_json):
+    props = _trainium_nodegroup(nodegroup_platform_json)
     assert props["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
     assert props["NodeRepairConfig"] == {"Enabled": True}
 
 
-def test_given_default_config_then_nodes_are_tainted_for_training_only(platform_template):
-    platform_template.has_resource_properties(
+def test_given_the_nodegroup_mode_then_nodes_are_tainted_for_training_only(nodegroup_platform_template):
+    nodegroup_platform_template.has_resource_properties(
         "AWS::EKS::Nodegroup",
         {
             "AmiType": "AL2023_x86_64_NEURON",
@@ -63,10 +65,10 @@ def test_given_default_config_then_nodes_are_tainted_for_training_only(platform_
     )
 
 
-def test_given_default_config_then_nodegroup_uses_only_the_trainium_az_subnet(platform_json):
-    props = _trainium_nodegroup(platform_json)
+def test_given_the_nodegroup_mode_then_nodegroup_uses_only_the_trainium_az_subnet(nodegroup_platform_json):
+    props = _trainium_nodegroup(nodegroup_platform_json)
     (subnet_ref,) = props["Subnets"]
-    subnet = platform_json["Resources"][subnet_ref["Ref"]]["Properties"]
+    subnet = nodegroup_platform_json["Resources"][subnet_ref["Ref"]]["Properties"]
     assert subnet["AvailabilityZoneId"] == "usw2-az4"
     assert subnet["MapPublicIpOnLaunch"] is False
 
@@ -126,8 +128,10 @@ def test_given_the_same_bad_sizes_then_config_and_construct_give_one_message_und
     assert from_construct.value.fix == "must not exceed max_size (2)"
 
 
-def test_given_default_config_then_the_nodes_are_pinned_to_an_ami_whose_driver_runs_the_image(platform_json):
-    release = _trainium_nodegroup(platform_json)["ReleaseVersion"]
+def test_given_the_nodegroup_mode_then_the_nodes_are_pinned_to_an_ami_whose_driver_runs_the_image(
+    nodegroup_platform_json,
+):
+    release = _trainium_nodegroup(nodegroup_platform_json)["ReleaseVersion"]
     assert release == default_neuron_ami_release(DEFAULT_KUBERNETES_VERSION)
     assert release.startswith(f"{DEFAULT_KUBERNETES_VERSION}.")
     known = neuron_ami_release(release)
@@ -137,7 +141,9 @@ def test_given_default_config_then_the_nodes_are_pinned_to_an_ami_whose_driver_r
 def test_given_kubernetes_1_35_then_its_own_ami_release_is_pinned():
     (ng,) = [
         r["Properties"]
-        for r in resources(synth_platform(kubernetes_version="1.35"), "AWS::EKS::Nodegroup").values()
+        for r in resources(
+            synth_platform(**NODEGROUP, kubernetes_version="1.35"), "AWS::EKS::Nodegroup"
+        ).values()
         if r["Properties"]["Labels"].get("trainium-eks/pool") == "trainium"
     ]
     # amazon-eks-ami CHANGELOG v20260625: AL2023_x86_64_NEURON 1.35.6-20260625, aws-neuronx-dkms 2.28.0.0.

@@ -51,20 +51,22 @@ def test_given_training_namespace_then_privileged_only_because_of_ipc_lock_and_w
 
 
 def test_given_staging_job_then_no_capabilities_read_only_root_and_runtime_default_seccomp():
-    (job,) = [
+    jobs = [
         o
         for o in _objects("Job")
         if o["apiVersion"] == "batch/v1"
         and o["metadata"]["labels"]["app.kubernetes.io/name"] == "dataset-staging"
     ]
-    spec = job["spec"]["template"]["spec"]
-    (container,) = spec["containers"]
-    sc = container["securityContext"]
-    assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert "tar -x --no-same-owner" in container["command"][-1]
-    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert len(jobs) == 2  # phase 1's shards and phase 2's
+    for job in jobs:
+        spec = job["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        sc = container["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "tar -x --no-same-owner" in container["command"][-1]
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
 
 
 def test_given_volcano_then_its_namespace_is_ours_enforces_baseline_and_the_chart_installs_into_it():

@@ -22,6 +22,7 @@ from trainium_eks.review import (
 from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
 
 KARPENTER = {"trainium_capacity": "karpenter"}
+NODEGROUP = {"trainium_capacity": "nodegroup"}
 
 
 def _gb_hour(price: prices.Price, gib: float) -> float:
@@ -142,21 +143,39 @@ def test_given_karpenter_with_a_capacity_block_when_reviewed_then_the_cost_says_
     assert "a Capacity Block is paid up front for its whole term" in cost
 
 
-def test_given_the_default_nodegroup_when_reviewed_then_idle_adds_the_always_on_nodes_and_compares():
+def _always_on_nodes() -> float:
+    """The default nodes' price per hour with their root volumes, from the tables."""
     config = config_from_context({})
     assert config.facts.on_demand_usd_per_hour is not None
+    return 2 * config.facts.on_demand_usd_per_hour + _gb_hour(prices.EBS_GP3, 2 * config.root_volume_gib)
+
+
+def test_given_the_nodegroup_when_reviewed_then_idle_adds_the_always_on_nodes_and_compares():
     without_nodes = _shared_idle(ebs_gib=50 + ETCD_VOLUME_GIB + 2 * SYSTEM_ROOT_VOLUME_GIB)
-    nodes = 2 * config.facts.on_demand_usd_per_hour + _gb_hour(prices.EBS_GP3, 2 * config.root_volume_gib)
-    assert idle_total(idle_parts(config)) == pytest.approx(without_nodes + nodes)
-    head, priced, _, _ = _lines({}, "  idle:")
+    nodes = _always_on_nodes()
+    assert idle_total(idle_parts(config_from_context(NODEGROUP))) == pytest.approx(without_nodes + nodes)
+    head, priced, _, _ = _lines(NODEGROUP, "  idle:")
     assert head.startswith(f"  idle:         ${without_nodes + nodes:,.2f}/h with no job running")
     assert f"Trainium nodes always on (trainium_capacity=karpenter: ${without_nodes:,.2f}/h)" in head
     assert priced.lstrip().startswith("2 x trn1.32xlarge $43.00 + EKS control plane $0.10")
     assert "Trainium roots 2 x 512" in priced
-    # The existing cost line stays as it was.
-    assert _lines({}, "  cost:") == [
+    # A nodegroup's cost line is the price alone: its nodes bill from deploy to destroy.
+    assert _lines(NODEGROUP, "  cost:") == [
         "  cost:         $43.00/h on demand ($21.50/h per node, us-east-1 list price)"
     ]
+
+
+def test_given_the_default_when_reviewed_then_idle_has_no_trainium_node_and_names_the_nodegroup_s_cost():
+    # Issue 34 item 13: the default is on-demand capacity; the fixed nodegroup is one key away.
+    assert config_from_context({}).trainium_capacity == "karpenter"
+    without_nodes = _shared_idle(ebs_gib=50 + ETCD_VOLUME_GIB + 2 * SYSTEM_ROOT_VOLUME_GIB)
+    head, priced, _, _ = _lines({}, "  idle:")
+    assert head.startswith(f"  idle:         ${without_nodes:,.2f}/h with no job running")
+    fixed = without_nodes + _always_on_nodes()
+    assert head.endswith(
+        f", no Trainium node (trainium_capacity=nodegroup keeps 2 x trn1.32xlarge on: ${fixed:,.2f}/h)"
+    )
+    assert "trn1" not in priced and "Trainium roots" not in priced
 
 
 @pytest.mark.parametrize(
@@ -199,7 +218,7 @@ def test_given_an_existing_vpc_when_reviewed_then_no_nat_is_counted_and_the_line
     ("context", "begins", "minutes"),
     [
         (
-            {},
+            NODEGROUP,
             "deploy -> first step",
             EKS_CLUSTER_CREATE_MINUTES
             + image_build.BUILD_MINUTES_ESTIMATE
@@ -258,3 +277,12 @@ def test_given_karpenter_when_reviewed_then_the_start_line_says_what_the_first_j
         f"the first job also waits for the deploy (~{EKS_CLUSTER_CREATE_MINUTES} min EKS cluster" in start[1]
     )
     assert "one within 20 min of the last reuses its nodes" in start[1]
+
+
+def test_given_a_type_without_a_list_price_when_reviewed_then_the_nodegroup_s_idle_cost_is_not_a_figure():
+    context = {"instance_type": "trn2.48xlarge"}
+    assert config_from_context(context).facts.on_demand_usd_per_hour is None
+    head = _lines(context, "  idle:")[0]
+    assert head.endswith(
+        "(trainium_capacity=nodegroup keeps 2 x trn2.48xlarge on: more (no list price for its nodes))"
+    )

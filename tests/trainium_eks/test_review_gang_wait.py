@@ -52,7 +52,7 @@ def test_given_karpenter_when_reviewed_then_the_review_shows_the_wait_against_it
 
 
 def test_given_a_fixed_nodegroup_when_reviewed_then_no_gang_wait_line():
-    assert "gang wait" not in platform_review(config_from_context({}))
+    assert "gang wait" not in platform_review(config_from_context({"trainium_capacity": "nodegroup"}))
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ import torch
 from transformers import BertConfig
 
 from trainium_job.launch import launch_env
+from trainium_job.paths import COMPLETE_MARKER
 
 from . import checkpoint as ckpt
 from . import restarts
@@ -428,7 +429,7 @@ def step_progress(watchdog: StepWatchdog | None, step: int) -> Callable[[str], N
 
 
 def unbounded(run: Run, phase: str) -> AbstractContextManager[None]:
-    """A phase the watchdog does not bound (a checkpoint save)."""
+    """A phase the watchdog does not bound (an evaluation, a checkpoint save)."""
     return run.watchdog.paused(phase) if run.watchdog is not None else nullcontext()
 
 
@@ -505,9 +506,9 @@ def loop(
         if run.evaluator is not None and (
             run.step == end_step or (eval_every and run.step % eval_every == 0)
         ):
-            # Unbounded; trainium_job.hang.PHASES has no phase of its own for it yet, and on XLA
-            # the first evaluation compiles its graphs (precompile builds them too), as warm-up does.
-            with unbounded(run, "warmup"):
+            # Unbounded: its length follows --eval_samples, not the step's, and on XLA the first
+            # evaluation compiles its graphs (precompile builds them too), as warm-up does.
+            with unbounded(run, "evaluation"):
                 evaluate(run, reporter)
         saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
@@ -594,9 +595,21 @@ def finish(
     else:
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         ckpt.write_json_durably(metrics_file, result)
+    if run.step >= run.args.optim.max_steps:
+        mark_complete(run)
     log.info("done: %s", json.dumps(result))
     log.info("%s", restarts.summary(Path(run.args.checkpoint.output_dir)))
     return result
+
+
+def mark_complete(run: Run) -> None:
+    """The run reached its ``--max_steps``: ``<output_dir>/COMPLETE`` names its final checkpoint,
+    and the job's worker script then skips this run (phase 1 is never trained again before
+    phase 2). Written last, durably, after the final checkpoint and the metrics."""
+    out = Path(run.args.checkpoint.output_dir)
+    final = ckpt.checkpoint_root(out) / ckpt.step_dir_name(run.step)
+    record = {"step": run.step, "max_steps": run.args.optim.max_steps, "checkpoint": str(final)}
+    ckpt.write_json_durably(out / COMPLETE_MARKER, record)
 
 
 def one_line(e: BaseException) -> str:

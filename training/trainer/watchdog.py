@@ -3,22 +3,22 @@ becomes a restart that resumes from the newest checkpoint (``trainium_job.hang``
 
 The training loop tells the watchdog when an optimizer step is done (``stepped``), what it is about
 to wait for (``doing``: the next batch, a micro-batch's forward and backward, an all-reduce, the
-stop agreement), and when a phase that may take long begins and ends (``paused``: a checkpoint
-save). The first ``warmup_steps`` steps of each process have no bound: on XLA they compile the
-graphs (``trainium_job.launch.precompile_args`` counts which steps trace a new one). In the steady
-state the bound is ``max(floor_s, factor x median of the last `window` step times)``: the floor
-keeps a fast step's noise (a slow batch from FSx, rank 0's log line waiting for the device) from
-tripping it, the factor follows a model whose steps take minutes. A daemon thread sleeps until
-the current step's deadline; past it, it logs one line (rank, the step and what it was waiting
+stop agreement), and when a phase that may take long begins and ends (``paused``: a held-out
+evaluation, a checkpoint save). The first ``warmup_steps`` steps of each process have no bound: on
+XLA they compile the graphs (``trainium_job.launch.precompile_args`` counts which steps trace a new
+one). In the steady state the bound is ``max(floor_s, factor x median of the last `window` step
+times)``: the floor keeps a fast step's noise (a slow batch from FSx, rank 0's log line waiting for
+the device) from tripping it, the factor follows a model whose steps take minutes. A daemon thread
+sleeps until the current step's deadline; past it, it logs one line (rank, the step and what it was waiting
 for, the seconds waited, the bound, the last checkpoint), marks the ``bert_train_phase`` metric
 ``hung`` and ends the process with ``os._exit(HANG_EXIT_CODE)``. ``os._exit`` does not unwind the
 main thread, which may be blocked in a collective that never returns; a timer ends the process
 as well should writing the line block (a full stderr pipe).
 
-What it cannot catch: a hang inside warm-up or a checkpoint save (the collective timeout,
-``--collective_timeout_s``, bounds what waits in a gloo or NCCL collective there), and a main
-thread that blocks while holding the GIL (the watchdog thread then cannot run; a gloo collective
-waits without it, as the multi-process CPU test shows; not checked on Neuron). Every rank runs
+What it cannot catch: a hang inside warm-up, an evaluation or a checkpoint save (the collective
+timeout, ``--collective_timeout_s``, bounds what waits in a gloo or NCCL collective there), and a
+main thread that blocks while holding the GIL (the watchdog thread then cannot run; a gloo
+collective waits without it, as the multi-process CPU test shows; not checked on Neuron). Every rank runs
 its own watchdog, so a rank stopped whole (SIGSTOP, a frozen host) is ended by torchrun or the
 pod's restart, and its peers by their watchdogs.
 """
@@ -206,7 +206,7 @@ class StepWatchdog:
 
     @contextmanager
     def paused(self, phase: str) -> Iterator[None]:
-        """A phase with no bound (``checkpoint``); the next step is timed from its end."""
+        """A phase with no bound (``evaluation``, ``checkpoint``); the next step is timed from its end."""
         with self._lock:
             previous, self._phase = self._phase, phase
         self._publish()

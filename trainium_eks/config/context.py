@@ -1,7 +1,8 @@
 """CDK context -> :class:`PlatformConfig`: each value coerced to its field's type.
 
-Context keys are the configuration's fields, and the job spec's fields under ``training_<field>``
-(``training_global_batch`` sets ``BertJobSpec.global_batch``): the keys of docs/configuration.md.
+Context keys are the configuration's fields, the job spec's fields under ``training_<field>``
+(``training_global_batch`` sets ``BertJobSpec.global_batch``) and phase 2's under
+``phase2_<field>`` (``PHASE2_FIELDS``): the keys of docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainium_job.errors import ConfigError
-from trainium_job.spec import CONTEXT_PREFIX, BertJobSpec, context_key
+from trainium_job.spec import CONTEXT_PREFIX, BertJobSpec, context_key, phase2_spec
 
+from .schema import PHASE2_FIELDS, PHASE2_PREFIX
 from .validated import PlatformConfig
 
 #: The spec's ``script_args`` (stored as pairs) is given as a JSON object, like the other mappings.
@@ -22,11 +24,21 @@ _SPEC_ANNOTATIONS = {
     f.name: ("Mapping[str, str]" if f.name == "script_args" else str(f.type))
     for f in dataclasses.fields(BertJobSpec)
 }
+#: The configuration's fields that hold job specs (set through the keys of their fields).
+_JOB_FIELDS = ("training", "phase2")
+#: The spec's fields a context key sets: not where a phase starts or which vocabulary its export
+#: reads, which the workload derives (``training_phases``, ``phase2_init_from``, ``vocab_source``).
+_KEYED_SPEC_FIELDS = tuple(name for name in _SPEC_ANNOTATIONS if name not in ("init_from", "vocab"))
 #: Context key -> the annotation of what it sets: the platform's own fields, and the job spec's
 #: fields under ``training_<field>``.
 CONTEXT_KEYS = {
-    **{f.name: str(f.type) for f in dataclasses.fields(PlatformConfig) if f.name != "training"},
-    **{context_key(name): annotation for name, annotation in _SPEC_ANNOTATIONS.items()},
+    **{f.name: str(f.type) for f in dataclasses.fields(PlatformConfig) if f.name not in _JOB_FIELDS},
+    **{
+        context_key(name): annotation
+        for name, annotation in _SPEC_ANNOTATIONS.items()
+        if name in _KEYED_SPEC_FIELDS
+    },
+    **{PHASE2_PREFIX + name: _SPEC_ANNOTATIONS[name] for name in PHASE2_FIELDS},
 }
 
 
@@ -92,6 +104,7 @@ def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
     """
     values: dict[str, Any] = {}
     job: dict[str, Any] = {}
+    phase2: dict[str, Any] = {}
     for key, raw in context.items():
         if ":" in key or "@" in key or key.startswith("aws-cdk") or key.startswith("availability-zones"):
             continue
@@ -102,6 +115,22 @@ def config_from_context(context: Mapping[str, Any]) -> PlatformConfig:
         spec_field = key.removeprefix(CONTEXT_PREFIX)
         if key.startswith(CONTEXT_PREFIX) and spec_field in _SPEC_ANNOTATIONS:
             job[spec_field] = _coerce(key, raw)
+        elif key.startswith(PHASE2_PREFIX) and key.removeprefix(PHASE2_PREFIX) in PHASE2_FIELDS:
+            phase2[key.removeprefix(PHASE2_PREFIX)] = _coerce(key, raw)
         else:
             values[key] = _coerce(key, raw)
-    return PlatformConfig(training=BertJobSpec(**job), **values)
+    training = BertJobSpec(**job)
+    return PlatformConfig(training=training, phase2=_phase2(training, phase2), **values)
+
+
+def _phase2(training: BertJobSpec, changes: Mapping[str, Any]) -> BertJobSpec | None:
+    """Phase 2's job with the ``phase2_*`` keys' changes (None: the reference's, derived later);
+    its errors name the ``phase2_*`` key that was given."""
+    if not changes:
+        return None
+    try:
+        return phase2_spec(training, **changes)
+    except ConfigError as err:
+        name = err.field_name.removeprefix(CONTEXT_PREFIX)
+        key = PHASE2_PREFIX + name if name in PHASE2_FIELDS else err.field_name
+        raise ConfigError(key, err.value, err.fix) from None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from trainium_job import checks
@@ -22,20 +24,35 @@ from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, contex
 from .._training.trainer.cli import build_parser
 from .._training.trainer.cli import check_args as validate_parsed_args
 from ..dataset_preparation import prepared_shape, validate_preparation_config
-from ..dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, check_source
+from ..dataset_staging import (
+    NEURON_PHASE1_CHECKPOINT,
+    PUBLIC_BERT_SHAPE,
+    PUBLIC_BERT_SHAPES,
+    PUBLIC_BERT_SHARDS,
+    check_source,
+    check_start_source,
+    check_vocab_source,
+)
 from ..node_fit import check_node_fit
-from .schema import PlatformSettings
+from .schema import PHASE2_FIELDS, PHASE2_PREFIX, PHASE_CHOICES, PlatformSettings
+
+#: The trainer's model configs (``--model``), beside the trainer in the library.
+MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "_training" / "trainer" / "model_configs"
 
 T = TypeVar("T")
 
 
-def _prefixed(call: Callable[[], T]) -> T:
+def _prefixed(call: Callable[[], T], prefix: str = CONTEXT_PREFIX) -> T:
     """Re-raise a construct's ConfigError under the context key's name (``dataset_source`` ->
-    ``training_dataset_source``)."""
+    ``training_dataset_source``; with ``prefix`` ``phase2_``, ``training_max_steps`` of phase
+    2's spec -> ``phase2_max_steps``)."""
     try:
         return call()
     except ConfigError as err:
-        raise ConfigError(f"{CONTEXT_PREFIX}{err.field_name}", err.value, err.fix) from None
+        name = err.field_name.removeprefix(CONTEXT_PREFIX)
+        if prefix == PHASE2_PREFIX and name not in PHASE2_FIELDS and name != "dataset_source":
+            raise
+        raise ConfigError(f"{prefix}{name}", err.value, err.fix) from None
 
 
 def validate_training(c: PlatformSettings) -> None:
@@ -56,6 +73,95 @@ def validate_training(c: PlatformSettings) -> None:
     check_node_fit(c)
     if c.training_enabled:
         check_sequence_shape(c)
+    validate_phases(c)
+
+
+def validate_phases(c: PlatformSettings) -> None:
+    """``training_phases``, the ``phase2_*`` keys and ``vocab_source``: where each phase starts,
+    its shards, and (with training on) its flags and shapes against the script and the model."""
+    checks.one_of("training_phases", c.training_phases, PHASE_CHOICES)
+    check_vocab_source("vocab_source", c.vocab_source)
+    _prefixed(lambda: check_source(c.phase2_dataset_source), prefix=PHASE2_PREFIX)
+    if c.training_phases == "2":
+        if not c.phase2_init_from:
+            raise ConfigError(
+                "phase2_init_from",
+                "",
+                "phase 2 alone needs its start weights: give Neuron's published phase 1 "
+                f"({NEURON_PHASE1_CHECKPOINT}) or fsx:/runs/<run> of a finished phase 1",
+            )
+        check_start_source("phase2_init_from", c.phase2_init_from)
+    elif c.phase2_init_from:
+        raise ConfigError(
+            "phase2_init_from",
+            c.phase2_init_from,
+            f"with training_phases={c.training_phases} phase 2 starts from phase 1 (or does not run); "
+            "set training_phases=2 to run phase 2 alone from these weights, or leave it empty",
+        )
+    if c.training_phases == "1":
+        return
+    if c.preparation_enabled and c.training_phases == "2":
+        raise ConfigError(
+            "preparation_enabled",
+            True,
+            "the preparation makes phase 1's shards, which training_phases=2 does not read: give phase 2's "
+            "in phase2_dataset_source and turn the preparation off, or set training_phases=both",
+        )
+    if c.preparation_enabled and c.phase2_dataset_source in PUBLIC_BERT_SHAPES:
+        raise ConfigError(
+            "phase2_dataset_source",
+            c.phase2_dataset_source,
+            "the public shards were made with Google's vocabulary, not preparation_vocab: give phase 2's "
+            "shards made with the data tool from your corpus (--max_seq_len 512 --max_pred_len 80), or "
+            "set training_phases=1",
+        )
+    _prefixed(lambda: c.phases, prefix=PHASE2_PREFIX)
+    if not c.training_enabled:
+        return
+    spec = c.phase2_job
+    plan = _prefixed(lambda: c.phase_plan(spec), prefix=PHASE2_PREFIX)
+    problem = script_args_problem(spec, plan)
+    if problem:
+        flag, why = problem
+        why = why.replace("training_script_args", "phase2_script_args")
+        if flag not in spec.extra_args:
+            own = flag.removeprefix(CONTEXT_PREFIX)
+            raise ConfigError(PHASE2_PREFIX + own, getattr(spec, own, spec.extra_args), why)
+        raise ConfigError("phase2_script_args", {flag: spec.extra_args[flag]}, why)
+    check_phase2_shape(c)
+
+
+def model_positions(model: str) -> int:
+    """The position embeddings of model config ``model`` (its JSON, read without torch)."""
+    config = json.loads((MODEL_CONFIGS / f"{model}.json").read_text())
+    return int(config["max_position_embeddings"])
+
+
+def check_phase2_shape(c: PlatformSettings) -> None:
+    """Phase 2's ``seq_len`` within the model's position embeddings, and its shape that of the
+    public seq-512 shards when it reads them (pre-flight would stop every pod otherwise)."""
+    spec = c.phase2_job
+    parser = build_parser()
+    extra = spec.extra_args
+    seq_len = int(extra.get("seq_len", parser.get_default("seq_len")))
+    max_pred = int(extra.get("max_pred_len", parser.get_default("max_pred_len")))
+    positions = model_positions(spec.model)
+    if seq_len > positions:
+        raise ConfigError(
+            "phase2_script_args",
+            {"seq_len": extra.get("seq_len", seq_len)},
+            f"BERT-{spec.model} has {positions} position embeddings: give seq_len {positions} or less",
+        )
+    shape = PUBLIC_BERT_SHAPES.get(c.phase2_dataset_source)
+    if shape is not None and (seq_len, max_pred) != shape:
+        tokens, predictions = shape
+        raise ConfigError(
+            "phase2_script_args",
+            {k: extra[k] for k in ("seq_len", "max_pred_len") if k in extra} or {"seq_len": seq_len},
+            f"the public shards {c.phase2_dataset_source} hold {tokens} tokens and {predictions} predictions "
+            f"per sample, but phase 2 would read --seq_len {seq_len} --max_pred_len {max_pred} and stop at "
+            f"pre-flight: give seq_len {tokens} and max_pred_len {predictions}",
+        )
 
 
 def dataset_shape(c: PlatformSettings) -> tuple[tuple[int, int], str] | None:
@@ -178,7 +284,9 @@ def script_args_problem(spec: BertJobSpec, plan: TrainingPlan) -> tuple[str, str
         validate_parsed_args(parser, parsed)
     except _ArgsError as err:
         message = str(err)
-        given = next((k for k in args if f"--{k}" in message), None)
+        # The flag the message names first (a rule between two flags names the one it is about first).
+        named = sorted((message.find(f"--{k}"), k) for k in args if f"--{k}" in message)
+        given = named[0][1] if named else None
         if given is None:  # a rule between the job's own flags, e.g. --warmup_steps default vs --max_steps
             return next(
                 (key for flag, key in JOB_SET_FLAGS.items() if f"--{flag}" in message), "training_script_args"

@@ -10,14 +10,40 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from trainium_job.errors import register_fields
 from trainium_job.instances import InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX
+from trainium_job.paths import DATA_MOUNT
+from trainium_job.phases import TrainingPhases
 from trainium_job.plan import TrainingPlan, plan_training
-from trainium_job.spec import BertJobSpec
+from trainium_job.spec import BertJobSpec, phase2_spec
 
 from ..addons.monitoring import MonitoringOptions
+from ..dataset_staging import (
+    PUBLIC_BERT_SHARDS,
+    PUBLIC_BERT_SHARDS_512,
+    PUBLIC_BERT_VOCAB,
+    start_path,
+    vocab_file,
+)
 from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 
+#: ``training_phases`` values: phase 1 and then phase 2, or one of them.
+PHASE_CHOICES = ("both", "1", "2")
+#: The context keys of phase 2's job: ``phase2_<field>`` sets that field of :attr:`PlatformSettings.phase2`
+#: (the other fields, the launcher's and the model's, are phase 1's).
+PHASE2_PREFIX = "phase2_"
+PHASE2_FIELDS = (
+    "batch_size",
+    "global_batch",
+    "max_steps",
+    "checkpoint_every",
+    "dataset_name",
+    "cache_set",
+    "run_name",
+    "script_args",
+)
+register_fields(PHASE2_PREFIX, "PlatformConfig.phase2", PHASE2_FIELDS)
 #: The monitoring add-on's own defaults, which the ``monitoring_*`` keys take.
 _MONITORING = MonitoringOptions()
 
@@ -69,11 +95,14 @@ class PlatformSettings:
     capacity_reservation_id: str | None = None
     #: ``on-demand`` reservation or ``capacity-block`` (ML Capacity Block) for the id above.
     capacity_type: str = "on-demand"
-    #: How the Trainium nodes exist. ``nodegroup``: a managed nodegroup of ``desired_nodes``, up from
-    #: deploy to destroy (what the platform always did). ``karpenter``: Karpenter launches them
-    #: when a training pod waits and removes them ``trainium_idle_minutes`` after the last one
-    #: ends; none run (or bill) between jobs (docs/capacity.md).
-    trainium_capacity: str = "nodegroup"
+    #: How the Trainium nodes exist. ``karpenter`` (the default): Karpenter launches them when a
+    #: training pod waits and removes them ``trainium_idle_minutes`` after the last one ends; none
+    #: run (or bill) between jobs (docs/capacity.md). It is the default because the fixed
+    #: nodegroup bills its nodes while no job runs: 2 x trn1.32xlarge, $43.72/h idle (~$31,915 a
+    #: month) against $0.61/h with Karpenter (the review's ``idle:`` line). ``nodegroup``: a managed
+    #: nodegroup of ``desired_nodes``, up from deploy to destroy (what the platform did before;
+    #: ``-c trainium_capacity=nodegroup``).
+    trainium_capacity: str = "karpenter"
     #: With ``karpenter``: minutes a job's gang may wait for all of its nodes; then the job is
     #: aborted, the nodes that came are released, and it waits at no cost until resumed
     #: (``vcctl job resume``). At least what a new node takes before its pod runs: its launch and
@@ -180,10 +209,34 @@ class PlatformSettings:
     #: e.g. ``training_global_batch``; defaults and checks in :class:`BertJobSpec`).
     training: BertJobSpec = field(default_factory=BertJobSpec)
     #: Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging).
-    training_dataset_source: str = (
-        "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/"
-        "bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128.tar"
-    )
+    training_dataset_source: str = PUBLIC_BERT_SHARDS
+    #: The pretraining phases the job runs, in order, in the same pods (:data:`PHASE_CHOICES`):
+    #: "both" (phase 1 at sequence length 128, then phase 2 at 512 from phase 1's final
+    #: checkpoint: the reference recipe), "1" (phase 1 only) or "2" (phase 2 only, from
+    #: ``phase2_init_from``). A finished phase is never run again: a redeploy after phase 1 goes
+    #: on with phase 2.
+    training_phases: str = "both"
+    #: Phase 2's job (context keys ``phase2_<field>`` for :data:`PHASE2_FIELDS`; the launcher and
+    #: the model are phase 1's). None: the reference phase 2 of ``training``
+    #: (:func:`trainium_job.spec.phase2_spec`: 512 tokens, 80 predictions, lr 2.8e-4, 781
+    #: warm-up steps, 1,563 steps of global batch 32,768, its own cache set and run directory).
+    phase2: BertJobSpec | None = None
+    #: Where phase 2's shards come from (as ``training_dataset_source``): by default the public
+    #: seq-512 set of the same corpus and vocabulary.
+    phase2_dataset_source: str = PUBLIC_BERT_SHARDS_512
+    #: Phase 2's start weights with ``training_phases=2``: a Neuron tutorial checkpoint
+    #: ``s3://.../ckpt_<step>.pt`` (the staging job downloads and imports it, e.g. Neuron's
+    #: published phase 1, :data:`~trainium_eks.dataset_staging.NEURON_PHASE1_CHECKPOINT`), or
+    #: ``fsx:/<path>`` of a checkpoint directory or a run directory on FSx (``fsx:/runs/<run>``).
+    #: Empty with ``training_phases=both``, whose phase 2 starts from phase 1.
+    phase2_init_from: str = ""
+    #: The WordPiece ``vocab.txt`` the shards were made with: the Hugging Face export at the end
+    #: of each phase writes it beside the model (``/data/runs/<run>/model``). An ``https://``
+    #: URL pinned to a revision, ``s3://bucket/key`` or ``fsx:/<path>``; the staging job copies
+    #: it beside each shard set. Default: Google's uncased vocabulary, which the public shards
+    #: were made with (:data:`~trainium_eks.dataset_staging.PUBLIC_BERT_VOCAB`). With
+    #: ``preparation_enabled`` the vocabulary is ``preparation_vocab``. Empty: no export.
+    vocab_source: str = PUBLIC_BERT_VOCAB
     #: Prepare the dataset from your own text corpus on FSx with an Indexed Job
     #: (trainium_eks.dataset_preparation) instead of staging training_dataset_source.
     preparation_enabled: bool = False
@@ -242,3 +295,36 @@ class PlatformSettings:
         return plan_training(
             self.training, facts=self.facts, nodes=self.desired_nodes, max_nodes=self.max_nodes
         )
+
+    @property
+    def phase2_job(self) -> BertJobSpec:
+        """Phase 2 as it runs: :attr:`phase2` (or the reference phase 2 of :attr:`training`),
+        starting from phase 1's run directory or, with ``training_phases=2``, from
+        :attr:`phase2_init_from` where the staging job puts it."""
+        spec = self.phase2 if self.phase2 is not None else phase2_spec(self.training)
+        if self.training_phases == "2" and self.phase2_init_from:
+            spec = spec.replace(init_from=start_path(self.phase2_init_from))
+        return spec.replace(vocab=self._vocab_path(spec))
+
+    @property
+    def phase_jobs(self) -> tuple[BertJobSpec, ...]:
+        """The jobs of :attr:`training_phases`, in the order they run."""
+        phase1 = self.training.replace(vocab=self._vocab_path(self.training))
+        return {"1": (phase1,), "2": (self.phase2_job,)}.get(self.training_phases, (phase1, self.phase2_job))
+
+    @property
+    def phases(self) -> TrainingPhases:
+        """:attr:`phase_jobs` as the one job that runs them."""
+        return TrainingPhases(self.phase_jobs)
+
+    def phase_plan(self, spec: BertJobSpec) -> TrainingPlan:
+        """Workers and accumulation of phase ``spec`` on the Trainium nodes."""
+        return plan_training(spec, facts=self.facts, nodes=self.desired_nodes, max_nodes=self.max_nodes)
+
+    def _vocab_path(self, spec: BertJobSpec) -> str | None:
+        """The vocabulary the export of phase ``spec`` reads: ``preparation_vocab`` with
+        ``preparation_enabled`` (every phase's shards are made with it), else the copy the
+        staging job puts beside the shards; None without ``vocab_source`` (no export)."""
+        if self.preparation_enabled:
+            return DATA_MOUNT + self.preparation_vocab.removeprefix("fsx:")
+        return vocab_file(spec.paths) if self.vocab_source else None

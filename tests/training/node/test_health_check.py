@@ -4,8 +4,10 @@ checked with the Kubernetes schema; EC2 termination through botocore's Stubber; 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -39,6 +41,8 @@ from trainium_job.node_health import (
     EVENT_COMPONENT,
     FAILED_REASON,
     HEALTH_LABEL,
+    NCCOM_DATATYPE,
+    NCCOM_SIZE_BYTES,
     PENDING_TAINT,
     RECHECK_REASON,
     REPLACED_REASON,
@@ -219,6 +223,102 @@ def test_given_an_instance_type_then_nccom_test_runs_an_all_reduce_across_all_it
     assert argv[:4] == ["nccom-test", "allr", "-r", "64"] and "--check" in argv
 
 
+# nccom-test's options as its guide documents them (aws-neuron-sdk v2.29.1,
+# tools/neuron-sys-tools/nccom-test.rst): the operation, ``allr`` an all-reduce (L143-L153);
+# ``-r, --nworkers`` (L154-L156); ``-b, --minbytes`` / ``-e, --maxbytes``, 32M by default
+# (L172-L178), a size in bytes or with a unit, "``-f 2048`` can be written as ``-f 2kb`` or
+# ``-f 1048576`` can be written as ``-f 1MB``" (L192-L193: binary units; ``--maxbytes 1gb`` ends
+# at 1073741824, L545-L556); ``-d, --datatype`` and
+# its types (L249-L253); ``-c, --check`` with ``random`` (the default) or ``all_ones`` (L254-L258);
+# ``--non-interactive``, a switch (L389-L391).
+NCCOM_OPERATIONS = ("all_reduce", "allr", "all_gather", "allg", "reduce_scatter", "redsct", "sendrecv")
+NCCOM_TYPES = ("uint8", "int8", "uint16", "int16", "fp16", "bf16", "uint32", "int32", "fp32")
+SIZE_UNITS = {"": 1, "kb": 2**10, "m": 2**20, "mb": 2**20, "gb": 2**30}
+
+
+def nccom_size(text: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([a-zA-Z]*)", text).groups()  # type: ignore[union-attr]
+    return int(number) * SIZE_UNITS[unit.lower()]
+
+
+def nccom_test_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nccom-test", allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("operation", choices=NCCOM_OPERATIONS)
+    parser.add_argument("-r", "--nworkers", type=int, required=True)
+    parser.add_argument("-b", "--minbytes", type=nccom_size, default=nccom_size("32M"))
+    parser.add_argument("-e", "--maxbytes", type=nccom_size, default=nccom_size("32M"))
+    parser.add_argument("-d", "--datatype", choices=NCCOM_TYPES, default="uint8")
+    parser.add_argument("-c", "--check", nargs="?", const="random", choices=("random", "all_ones"))
+    parser.add_argument("--non-interactive", action="store_true")
+    return parser
+
+
+def test_given_the_documented_size_units_then_the_parser_of_the_test_reads_them_as_the_guide_does():
+    # The guide's own examples: 32M is printed 33554432 (L29-L32), 2kb is 2048 and 1MB 1048576
+    assert [nccom_size(s) for s in ("32M", "2kb", "1MB", "1048576")] == [33554432, 2048, 1048576, 1048576]
+
+
+@pytest.mark.parametrize("instance_type", TYPES)
+def test_given_nccom_tests_documented_options_then_the_argv_is_one_checked_all_reduce_of_the_size(
+    instance_type,
+):
+    # Given the argv the check runs, read as nccom-test documents its options
+    expect = expectation(instance_type)
+    argv = health_check.nccom_test_argv(expect)
+    assert argv[0] == "nccom-test"
+    args = nccom_test_parser().parse_args(argv[1:])  # an unknown option or value raises here
+    # Then it is an all-reduce across every NeuronCore of exactly the checked size, on fp32 data,
+    # with the random-data correctness check and no progress animation in the pod's log
+    assert args.operation in ("allr", "all_reduce") and args.nworkers == expect.neuron_cores
+    assert args.minbytes == args.maxbytes == NCCOM_SIZE_BYTES == 33554432
+    assert (args.datatype, args.check, args.non_interactive) == (NCCOM_DATATYPE, "random", True)
+
+
+def test_given_a_failed_all_reduce_then_the_result_line_names_the_check_what_it_wanted_and_the_failure():
+    expect = expectation("trn1.2xlarge")
+    wanted = "expected all-reduce across 2 NeuronCores correct, bus bandwidth >= 20.34 GB/s"
+    failed = check_collective(ToolRun(1, recorded("nccom_test.failed.txt")), expect)
+    assert failed.line == (
+        f"collective: FAILED: {wanted}; found nccom-test failed (exit 1): 33554432    Failure running "
+        "neuron-bench - log file /tmp/nccom_test_log_7pqpdfjf.log; 1 errors found - test failed"
+    )
+    output = recorded("nccom_test.r2_allr.txt").replace("33554432", "16777216", 1)
+    missing = check_collective(ToolRun(0, output), expect)
+    assert (
+        missing.line == f"collective: FAILED: {wanted}; found no 33554432-byte result in nccom-test's output"
+    )
+    # A failed exit without a failure line quotes the last line of stderr (ToolRun.last_line)
+    crashed = check_collective(ToolRun(134, "", "nrt_init failed\nAborted (core dumped)\n"), expect)
+    assert crashed.found == "nccom-test failed (exit 134): Aborted (core dumped)"
+
+
+def test_given_a_passed_all_reduce_then_the_result_line_names_what_it_wanted_and_the_bandwidth():
+    expect = expectation("trn1.2xlarge")
+    result = check_collective(ToolRun(0, recorded("nccom_test.r2_allr.txt")), expect)
+    assert result.line == (
+        "collective: ok: expected all-reduce across 2 NeuronCores correct, bus bandwidth >= 20.34 GB/s; "
+        f"found 40.69 GB/s ({expect.busbw_basis})"
+    )
+
+
+def test_given_three_failure_lines_then_the_first_two_are_quoted():
+    output = (
+        "rank 0: check failed\nrank 1: check failed\nrank 2: check failed\n3 errors found - test failed\n"
+    )
+    result = check_collective(ToolRun(1, output), expectation("trn1.2xlarge"))
+    assert result.found == "nccom-test failed (exit 1): rank 0: check failed; rank 1: check failed"
+
+
+def test_given_bus_bandwidth_exactly_the_floor_then_collective_passes():
+    # "reaches the floor": the floor itself passes (repr: the shortest text that reads back as it)
+    expect = expectation("trn1.2xlarge")
+    output = recorded("nccom_test.r2_allr.txt").replace(
+        "40.69          40.69", f"40.69    {expect.min_busbw_gbps!r}"
+    )
+    result = check_collective(ToolRun(0, output), expect)
+    assert result.passed and result.found.startswith(f"{expect.min_busbw_gbps:.2f} GB/s"), result.line
+
+
 # --- efa ---------------------------------------------------------------------------------------
 
 
@@ -264,6 +364,32 @@ def test_given_an_efa_port_with_only_one_of_its_states_up_then_efa_fails_naming_
     fake_efa_port(root, "rdmap999s27", state=state, phys=phys)
     result = check_efa(root, expectation("trn1.32xlarge"))
     assert not result.passed and f"rdmap999s27 port 1 {shown}" in result.found
+
+
+def test_given_an_rdma_device_of_another_driver_listed_first_then_the_efa_devices_after_it_count(tmp_path):
+    # mlx5_0 sorts before rdmap*: the devices after a skipped one are still looked at
+    root = efa_tree(tmp_path / "infiniband", 8)
+    fake_efa_port(root, "mlx5_0", driver="mlx5_core")
+    assert health_check.efa_devices(root)[0] != "mlx5_0"
+    result = check_efa(root, expectation("trn1.32xlarge"))
+    assert result.passed and result.found == "8 EFA devices", result.line
+
+
+def test_given_five_efa_ports_down_then_the_first_four_are_named(tmp_path):
+    root = efa_tree(tmp_path / "infiniband", 3)
+    for i in range(5):
+        fake_efa_port(root, f"rdmap9{i}s27", state="1: DOWN", phys="3: Disabled")
+    result = check_efa(root, expectation("trn1.32xlarge"))
+    down = [f"rdmap9{i}s27 port 1 state 1 phys_state 3" for i in range(4)]
+    assert result.found == f"8 EFA devices, ports not up: {'; '.join(down)}"
+
+
+def test_given_a_failed_efa_check_then_the_result_line_names_the_check_what_it_wanted_and_found(tmp_path):
+    result = check_efa(efa_tree(tmp_path / "infiniband", 7), expectation("trn1.32xlarge"))
+    assert (
+        result.line
+        == "efa: FAILED: expected 8 EFA devices, every port ACTIVE and LinkUp; found 7 EFA devices"
+    )
 
 
 # --- the Kubernetes and EC2 actions ------------------------------------------------------------
@@ -691,3 +817,22 @@ def test_given_the_checks_own_timeouts_then_the_deadline_is_their_sum_at_the_lon
     assert expectation("trn1.2xlarge").verdict_deadline_s == 600 + 1 * 600 + 600 + 60
     assert expectation("trn1.32xlarge").verdict_deadline_s == 600 + 4 * 600 + 600 + 60
     assert expectation("trn2.48xlarge").verdict_deadline_s == 600 + 8 * 600 + 600 + 60
+
+
+def test_given_an_unreadable_start_record_then_stderr_says_the_bound_runs_from_now(tmp_path, capsys):
+    (tmp_path / health_check.STARTS_FILE).write_text("not a time\n")
+    assert health_check.record_start(tmp_path, 300.0) == [300.0]
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "no record of earlier starts (could not convert string to float: 'not'): the verdict's bound "
+        "runs from now\n"
+    )
+
+
+def test_given_no_instance_type_then_the_cli_exits_2_naming_the_missing_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        health_check.main([])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m training.node.health_check: error: the following arguments are required: --instance-type"
+    )

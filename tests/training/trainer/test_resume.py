@@ -17,7 +17,16 @@ from training.dataprep.shard_format import manifest_for_existing, write_manifest
 from training.trainer import checkpoint as ckpt
 from training.trainer.optim import warmup_linear_decay
 from training.trainer.pretrain import parse_args, train
-from training.trainer.resume import APPLIED, REFUSED, RESUME_FLAGS, STATELESS_FLAGS, ResumeError
+from training.trainer.resume import (
+    APPLIED,
+    REFUSED,
+    RESUME_FLAGS,
+    STATELESS_FLAGS,
+    RecordedRun,
+    ResumeError,
+    check_flags,
+    check_resumed_loss,
+)
 
 
 def records(out: Path) -> list[dict]:
@@ -206,3 +215,80 @@ def test_given_training_docs_then_their_resume_table_is_the_modules():
         if len(cells) == 3 and cells[1] in (APPLIED, REFUSED):
             table[cells[0].strip("`").removeprefix("--")] = (cells[1], cells[2])
     assert table == RESUME_FLAGS
+
+
+#: A checkpoint's path as the checks name it, and the flags of the run that wrote it.
+CHECKPOINT = Path("/fsx/run/checkpoints/step_00000004")
+SAVED = {"lr": 2e-3, "model": "tiny", "fp32_master_weights": False, "seed": 11}
+
+
+def flags(**changed: object) -> dict[str, object]:
+    """This run's flags: the saved ones, ``changed``, and the rest of RESUME_FLAGS the checks read."""
+    return {name: None for name in RESUME_FLAGS} | SAVED | {"data_dir": "/fsx/data"} | changed
+
+
+def test_given_applied_changes_then_one_line_each_names_old_new_checkpoint_and_why():
+    # Given a checkpoint that recorded four flags, and a run that changes an applied one
+    recorded = RecordedRun(flags=SAVED, num_shards=6)
+    # When the flags are checked
+    applied = check_flags(recorded, flags(lr=1e-3), 6, CHECKPOINT)
+    # Then the line names the flag, both values, the checkpoint's directory name and the reason
+    assert applied == [
+        f"--lr changed from 0.002 to 0.001 since checkpoint step_00000004: applied ({RESUME_FLAGS['lr'][1]})"
+    ]
+    # And a flag the checkpoint did not record (an older checkpoint) is not compared
+    assert check_flags(recorded, flags(warmup_steps=7, max_pred_len=99), 6, CHECKPOINT) == []
+    assert check_flags(RecordedRun(), flags(model="base"), 6, CHECKPOINT) == []
+
+
+def test_given_a_refused_value_changed_then_the_message_names_both_values_and_the_fix():
+    with pytest.raises(ResumeError) as e:
+        check_flags(RecordedRun(flags=SAVED), flags(seed=12), 6, CHECKPOINT)
+    assert str(e.value) == (
+        f"--seed 12 differs from 11 in checkpoint {CHECKPOINT}: {RESUME_FLAGS['seed'][1]}; "
+        "resume with --seed 11 or use a new --output_dir"
+    )
+
+
+@pytest.mark.parametrize(("old", "new"), [(False, True), (True, False)])
+def test_given_a_refused_switch_changed_then_the_message_says_set_or_not_and_the_fix(old, new):
+    # A switch reads as set or not (--fp32_master_weights takes no value), never True/False
+    recorded = RecordedRun(flags={**SAVED, "fp32_master_weights": old})
+    with pytest.raises(ResumeError) as e:
+        check_flags(recorded, flags(fp32_master_weights=new), 6, CHECKPOINT)
+    is_set, fix = ("set", "without") if new else ("not set", "with")
+    assert str(e.value) == (
+        f"--fp32_master_weights is {is_set}, unlike in the run of checkpoint {CHECKPOINT}: "
+        f"{RESUME_FLAGS['fp32_master_weights'][1]}; resume {fix} --fp32_master_weights or use a new "
+        "--output_dir"
+    )
+
+
+def test_given_another_shard_count_then_the_message_names_both_counts_and_the_fix():
+    with pytest.raises(ResumeError) as e:
+        check_flags(RecordedRun(flags=SAVED, num_shards=6), flags(), 5, CHECKPOINT)
+    assert str(e.value) == (
+        f"--data_dir /fsx/data holds 5 shards, the run of checkpoint {CHECKPOINT} read 6: the saved data "
+        "positions would point at other samples; restore the shards or use a new --output_dir"
+    )
+    # And a checkpoint that recorded no shard count is not compared
+    assert check_flags(RecordedRun(flags=SAVED), flags(), 5, CHECKPOINT) == []
+
+
+def test_given_the_first_loss_at_the_jump_bound_then_it_passes_and_just_above_it_fails():
+    # Given a recorded loss of 3: the bound is 2 x 3 + 1 = 7 nats
+    check_resumed_loss(7.0, 3.0, CHECKPOINT, 5)  # at the bound: not a jump
+    check_resumed_loss(1e9, None, CHECKPOINT, 5)  # nothing recorded: only finiteness is checked
+    with pytest.raises(ResumeError) as e:
+        check_resumed_loss(7.0001, 3.0, CHECKPOINT, 5)
+    assert str(e.value) == (
+        f"loss 7 at step 5, the first after resuming from {CHECKPOINT}, which recorded 3: the restored "
+        "state is wrong; move that checkpoint out to fall back to an older one"
+    )
+    for loss in (float("inf"), float("nan")):
+        with pytest.raises(ResumeError) as e:
+            check_resumed_loss(loss, None, CHECKPOINT, 5)
+        assert str(e.value) == (
+            f"loss {loss} at step 5, the first after resuming from {CHECKPOINT}: the restored state "
+            "is wrong; move that checkpoint out to fall back to an older one"
+        )

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import subprocess
 import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.contracts.volcano import action_for_failure, policies
-from tests.training.conftest import REPO, child_env
+from tests.training.conftest import REPO, child_env, free_port, tiny_args
 from tests.training.trainer.test_prom_metrics import samples
-from training.trainer import device, stop
+from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, prepare_data_command, write_corpus
+from training.trainer import device, pretrain, stop
 from training.trainer import watchdog as watchdog_module
 from training.trainer.cli import build_parser, check_args, parse_args
 from training.trainer.prom_metrics import TrainingMetrics
@@ -23,7 +27,9 @@ from training.trainer.watchdog import WINDOW, Expiry, HangBound, StepWatchdog, e
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE
 from trainium_job.hang import HANG_EXIT_CODE, PHASES
+from trainium_job.paths import HANG_MARKERS
 from trainium_job.pod import ABORT_POLICY, RESTART_POLICIES
+from trainium_job.restarts import drain_hang_markers
 
 
 class Clock:
@@ -276,6 +282,163 @@ def test_given_an_expiry_then_exit_hung_itself_ends_the_process_and_arms_the_bac
     assert backstop.daemon and backstop.function is fake_exit and list(backstop.args) == [HANG_EXIT_CODE]
 
 
+def expiry_of_rank_2() -> Expiry:
+    return Expiry(
+        rank=2, step=9, waiting_for="step 10's next batch", waited_s=12.0, bound_s=10.0,
+        bound=HangBound(10, 3, 0), timed_steps=0, median_s=None, last_checkpoint=8,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def exits_recorded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """os._exit raising Exited (recording its code) and a backstop timer that is never started."""
+    codes: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        codes.append(code)
+        raise Exited
+
+    class Timer(threading.Timer):
+        def start(self) -> None:
+            pass
+
+    monkeypatch.setattr(watchdog_module.os, "_exit", fake_exit)
+    monkeypatch.setattr(watchdog_module.threading, "Timer", Timer)
+    return codes
+
+
+def test_given_an_expiry_then_exit_hung_logs_its_line_and_leaves_the_marker_the_ledger_reads(
+    exits_recorded, tmp_path, caplog, monkeypatch
+):
+    # Given a hung rank 2 on a node (the marker's name and host come from NODE_NAME)
+    monkeypatch.setenv("NODE_NAME", "ip-10-0-1-7.ec2.internal")
+    caplog.set_level(logging.INFO, logger="training.trainer.watchdog")
+    expiry = expiry_of_rank_2()
+    # When the watchdog acts on it with the run's directory
+    with pytest.raises(Exited):
+        exit_hung(expiry, tmp_path)
+    # Then the one line logged, as critical, is the expiry's own (rank 0's log, kubectl logs)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.CRITICAL, expiry.line())]
+    assert exits_recorded == [HANG_EXIT_CODE]
+    # And the marker holds the expiry's fields (trainium_job.restarts.write_hang_marker's keys)
+    (marker,) = (tmp_path / HANG_MARKERS).iterdir()
+    assert marker.name == "ip-10-0-1-7.ec2.internal.rank00002.json"
+    fields = json.loads(marker.read_text())
+    assert {k: fields[k] for k in ("host", "rank", "step", "waiting_for", "last_checkpoint")} == {
+        "host": "ip-10-0-1-7.ec2.internal",
+        "rank": 2,
+        "step": 9,
+        "waiting_for": "step 10's next batch",
+        "last_checkpoint": 8,
+    }
+    # And the restart ledger's reader turns it into a hang of that node, at that step, saying what
+    # the rank waited for (drain_hang_markers: the ledger's "step" and "detail")
+    (entry,) = drain_hang_markers(tmp_path, by="trainer")
+    assert (entry.cause, entry.exit_code, entry.host, entry.step, entry.detail) == (
+        "hang", HANG_EXIT_CODE, "ip-10-0-1-7.ec2.internal", 9, "step 10's next batch",
+    )  # fmt: skip
+
+
+def test_given_no_run_dir_or_an_unwritable_one_then_exit_hung_still_exits_and_says_why(
+    exits_recorded, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="training.trainer.watchdog")
+    # Given no run directory: the line, no marker anywhere, the exit
+    with pytest.raises(Exited):
+        exit_hung(expiry_of_rank_2())
+    assert [r.levelno for r in caplog.records] == [logging.CRITICAL] and list(tmp_path.iterdir()) == []
+    # Given a run "directory" that is a file: the marker cannot be written, the line says where and
+    # why, and the process still ends with the hang code
+    caplog.clear()
+    blocked = tmp_path / "run"
+    blocked.write_text("")
+    with pytest.raises(Exited):
+        exit_hung(expiry_of_rank_2(), blocked)
+    (critical, error) = caplog.records
+    assert critical.levelno == logging.CRITICAL and error.levelno == logging.ERROR
+    assert error.getMessage().startswith(f"hang marker not written in {blocked}: [Errno ")
+    assert error.getMessage().endswith(f"{blocked / HANG_MARKERS}'")  # the OSError's own text
+    assert exits_recorded == [HANG_EXIT_CODE, HANG_EXIT_CODE]
+
+
+def test_given_waits_about_100_s_then_the_line_shows_tenths_below_it_and_whole_seconds_from_it():
+    def line(waited_s: float) -> str:
+        return Expiry(
+            rank=0, step=1, waiting_for="x", waited_s=waited_s, bound_s=300.0,
+            bound=HangBound(300, 10, 0), timed_steps=0, median_s=None, last_checkpoint=None,
+        ).line()  # fmt: skip
+
+    assert "for 99.9 s, bound 300 s" in line(99.94)
+    assert "for 100 s, bound 300 s" in line(100.0)
+    assert "for 100 s, bound 300 s" in line(100.4)
+
+
+def test_given_a_hang_before_the_loop_says_what_it_waits_for_then_the_line_names_the_first_step():
+    w, clock, expired, _ = watchdog(floor_s=10, warmup_steps=0)
+    clock.tick(11)
+    w.check()
+    assert expired[0].line().startswith("hang: rank 5 waiting for the first optimizer step for 11.0 s")
+
+
+def test_given_one_warmup_step_then_the_bound_starts_after_it():
+    w, clock, _, _ = watchdog(warmup_steps=1)
+    assert w.phase == "warmup"
+    steps(w, clock, [1.0])
+    assert w.phase == "step"
+
+
+def test_given_the_deadline_then_the_thread_sleeps_to_it_plus_the_margin_or_idles_without_a_bound():
+    w, clock, _, _ = watchdog(floor_s=10, warmup_steps=0)
+    clock.tick(4)
+    assert w._until_deadline() == pytest.approx(6 + watchdog_module.DEADLINE_MARGIN_S, abs=1e-9)
+    clock.tick(20)  # past it: wake at once (the margin only)
+    assert w._until_deadline() == pytest.approx(watchdog_module.DEADLINE_MARGIN_S, abs=1e-9)
+    with w.paused("checkpoint"):
+        assert w._until_deadline() == watchdog_module.IDLE_S
+
+
+def test_given_the_thread_then_it_is_a_named_daemon_and_keeps_watching_after_a_deadline_without_expiry():
+    fired = threading.Event()
+    got: list[Expiry] = []
+
+    def expired(expiry: Expiry) -> None:
+        got.append(expiry)
+        fired.set()
+
+    w = StepWatchdog(HangBound(1.0, 1, 0), rank=0, on_expiry=expired)
+    w.start(0)
+    # A daemon: a main thread that ends (an exception, no close) is not kept waiting for it; the
+    # name is what a thread dump (py-spy dump) and threading.excepthook's message show
+    assert w._thread is not None and w._thread.name == "step-watchdog" and w._thread.daemon
+    t0 = time.monotonic()
+    for step in range(1, 6):  # steps within the bound: the first wake-up (1 s) finds none expired
+        time.sleep(0.1)
+        w.stepped(step)
+    assert fired.wait(10), "the thread stopped watching after a deadline that found no expiry"
+    assert got[0].step == 5 and time.monotonic() - t0 > 1.0
+    w.close()
+
+
+def test_given_close_without_a_thread_or_from_the_thread_itself_then_it_returns():
+    w, _, _, _ = watchdog(floor_s=0)  # no bound: no thread
+    w.close()
+    closed = threading.Event()
+    errors: list[BaseException] = []
+
+    def close_from_the_thread(expiry: Expiry) -> None:
+        try:
+            own.close()  # the thread may not join itself
+        except BaseException as e:  # noqa: BLE001 - recorded for the main thread to assert on
+            errors.append(e)
+        closed.set()
+
+    own = StepWatchdog(HangBound(0.2, 1, 0), rank=0, on_expiry=close_from_the_thread)
+    own.start(0)
+    assert closed.wait(10) and errors == []
+    own.close()
+    assert own._thread is None
+
+
 def test_given_the_exit_code_then_no_other_program_of_the_pod_uses_it():
     from training.node.driver_check import MISMATCH_EXIT_CODE
     from training.trainer.stop import STOP_EXIT_CODE
@@ -330,7 +493,7 @@ def phase_states(m: TrainingMetrics) -> dict[str, float]:
 
 def test_given_the_metrics_then_the_phase_and_bound_are_exported():
     m = TrainingMetrics()
-    assert phase_states(m) == {"warmup": 1, "step": 0, "checkpoint": 0, "hung": 0}
+    assert phase_states(m) == {"warmup": 1, "step": 0, "evaluation": 0, "checkpoint": 0, "hung": 0}
     assert set(phase_states(m)) == set(PHASES)
     m.watchdog("step", 300.0)
     assert samples(m)["bert_train_hang_bound_seconds"] == 300.0 and phase_states(m)["step"] == 1
@@ -354,3 +517,55 @@ def test_given_a_collective_timeout_then_the_process_group_and_the_stop_group_ge
     finally:
         graceful.close()
     assert calls == [("init", timeout), ("group", timeout)]
+
+
+@pytest.fixture(scope="module")
+def held_out(shards: SyntheticShards, tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
+    """Held-out shards (other documents, the training set's vocab.txt), as test_evaluate.py makes them."""
+    root = tmp_path_factory.mktemp("held_out")
+    corpus = write_corpus(root / "corpus.txt", n_docs=20, seed=99)
+    flags = {**SMALL_SET_FLAGS, "num_shards": 2}
+    command = prepare_data_command(input=corpus, vocab=shards.vocab, output_dir=root / "shards", **flags)
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return SyntheticShards(root / "shards", shards.vocab)
+
+
+#: How long each evaluation "takes" on the watchdog's clock: far past the 300 s floor.
+EVALUATION_S = 3600.0
+
+
+def test_given_an_evaluation_past_the_step_bound_then_its_phase_is_evaluation_and_nothing_expires(
+    shards: SyntheticShards, held_out: SyntheticShards, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a run whose steps are bounded from the first (no warm-up steps; the 300 s floor),
+    # evaluating after step 2 and the last, with its metrics endpoint; an expiry is recorded, not
+    # acted on (exit_hung would end the test process)
+    expired: list[Expiry] = []
+    monkeypatch.setattr(pretrain, "exit_hung", lambda expiry, run_dir=None: expired.append(expiry))
+    during: list[tuple[str, list[str], Expiry | None]] = []
+    watchdogs: list[StepWatchdog] = []
+    real_evaluate = pretrain.evaluate
+
+    def evaluate(run: pretrain.Run, reporter: pretrain.StepReporter) -> None:
+        w = run.watchdog
+        assert w is not None and run.metrics is not None
+        watchdogs.append(w)
+        # When the evaluation takes an hour: the watchdog's clock moves on by that much (the
+        # thread's own wait is real time, 300 s: the test looks with check(), as the thread does)
+        clock = w._clock
+        w._clock = lambda: clock() + EVALUATION_S
+        shown = [p for p, v in phase_states(run.metrics).items() if v]
+        during.append((w.phase, shown, w.check()))
+        real_evaluate(run, reporter)
+
+    monkeypatch.setattr(pretrain, "evaluate", evaluate)
+    extra = ("--max_steps", "4", "--eval_dir", str(held_out.dir), "--eval_every", "2", "--eval_samples", "16")
+    args = (*extra, "--hang_warmup_steps", "0", "--metrics_port", str(free_port()))
+    pretrain.train(pretrain.parse_args(tiny_args(shards, tmp_path / "run", *args)))
+    # Then both evaluations ran in the "evaluation" phase, the metric showed it alone, and the
+    # watchdog found no expiry then or after
+    assert during == [("evaluation", ["evaluation"], None)] * 2 and expired == []
+    # And the steps after an evaluation were timed from its end, not from the step before it
+    (w,) = set(watchdogs)
+    assert len(w._times) == 4 and max(w._times) < EVALUATION_S

@@ -32,9 +32,11 @@ def test_given_default_config_then_plugin_is_selected_onto_trainium_nodes_and_to
     ]
 
 
-def test_given_default_config_then_chart_waits_for_the_trainium_nodegroup(platform_json):
-    logical_id, _ = chart(platform_json, "efa")
-    assert nodegroup_id(platform_json, "trainium") in depends_on(platform_json, logical_id)
+def test_given_the_nodegroup_mode_then_chart_waits_for_the_trainium_nodegroup(nodegroup_platform_json):
+    logical_id, _ = chart(nodegroup_platform_json, "efa")
+    assert nodegroup_id(nodegroup_platform_json, "trainium") in depends_on(
+        nodegroup_platform_json, logical_id
+    )
 
 
 def test_given_trn1n_then_selector_names_that_instance_type():

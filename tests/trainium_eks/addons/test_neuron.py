@@ -38,9 +38,11 @@ def test_given_default_config_then_scheduler_extension_and_npd_are_off(platform_
     assert values["npd"]["nodeRecovery"] == {"enabled": False}
 
 
-def test_given_default_config_then_chart_waits_for_the_trainium_nodegroup(platform_json):
-    logical_id, _ = chart(platform_json, "neuron")
-    assert nodegroup_id(platform_json, "trainium") in depends_on(platform_json, logical_id)
+def test_given_the_nodegroup_mode_then_chart_waits_for_the_trainium_nodegroup(nodegroup_platform_json):
+    logical_id, _ = chart(nodegroup_platform_json, "neuron")
+    assert nodegroup_id(nodegroup_platform_json, "trainium") in depends_on(
+        nodegroup_platform_json, logical_id
+    )
 
 
 def test_given_options_on_then_extension_runs_on_system_nodes_and_npd_on_trainium_nodes():

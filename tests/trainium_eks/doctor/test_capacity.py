@@ -115,7 +115,7 @@ def test_given_karpenter_when_the_staging_type_is_missing_in_the_trainium_az_the
 
 def test_given_the_nodegroup_mode_then_the_staging_type_is_not_asked_about():
     aws = aws_with([])
-    assert capacity.dataset_offering(target(aws)).status is Status.OK
+    assert capacity.dataset_offering(target(aws, config(trainium_capacity="nodegroup"))).status is Status.OK
     assert aws.asked == []
 
 
@@ -197,7 +197,7 @@ def test_given_karpenter_and_a_capacity_block_when_checked_then_the_verdict_give
 @pytest.mark.parametrize(
     "context",
     [
-        {**BLOCK},  # a nodegroup: no Karpenter drain
+        {**BLOCK, "trainium_capacity": "nodegroup"},  # a nodegroup: no Karpenter drain
         {**RESERVED, "trainium_capacity": "karpenter"},  # an On-Demand reservation: no drain
     ],
 )

@@ -28,7 +28,11 @@ from tests.trainium_eks.doctor.stubs import (
 from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.doctor import CHECKS, IAM_ACTIONS, main, run_checks
 from trainium_eks.doctor.findings import Status
-from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, SYSTEM_NODE_INSTANCE_TYPE
+from trainium_eks.versions import (
+    DATASET_NODE_INSTANCE_TYPE,
+    DEFAULT_KUBERNETES_VERSION,
+    SYSTEM_NODE_INSTANCE_TYPE,
+)
 
 BUCKET, KEY = PUBLIC_BERT_SHARDS.removeprefix("s3://").split("/", 1)
 
@@ -48,6 +52,8 @@ def healthy_account() -> list[tuple[str, Call]]:
             offerings_call(SYSTEM_NODE_INSTANCE_TYPE, ["usw2-az4", "usw2-az3"], ["usw2-az4", "usw2-az3"]),
         ),
         ("instance-offering", offerings_call("trn1.32xlarge", ["usw2-az4"], ["usw2-az4"])),
+        # The default (Karpenter) capacity stages the dataset on its own node beside FSx.
+        ("dataset-offering", offerings_call(DATASET_NODE_INSTANCE_TYPE, ["usw2-az4"], ["usw2-az4"])),
         ("trn-quota", quota_call("ec2", "L-2C3B7624", "Running On-Demand Trn instances", 256)),
         ("capacity-reservation", reservations_call(reservation())),
         ("dataset-source", head_object_call(BUCKET, KEY)),

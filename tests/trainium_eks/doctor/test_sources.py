@@ -138,7 +138,7 @@ def test_given_a_prefix_source_when_checked_then_it_must_list_objects(count, sta
     "context",
     [
         {"training_dataset_source": "fsx:/dataset/shards"},
-        {"preparation_enabled": "true"},
+        {"preparation_enabled": "true", "training_phases": "1"},
         {"training_enabled": "false"},
     ],
 )

@@ -113,15 +113,18 @@ def test_given_the_deployed_rules_then_promtool_accepts_them(platform_json, tmp_
     write_rules(tmp_path / "rules.yaml", deployed_rule_groups(platform_json))
     proc = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(alerts(training_namespace='training'))} rules found" in proc.stdout
+    # The default platform (Karpenter) deploys every alert, Karpenter's included.
+    assert f"SUCCESS: {len(ALL_ALERTS)} rules found" in proc.stdout
 
 
 def test_given_synthetic_series_then_each_alert_fires_when_it_should_and_stays_silent_otherwise(
-    platform_json, tmp_path
+    platform_json, nodegroup_platform_json, tmp_path
 ):
     groups = deployed_rule_groups(platform_json)
-    # The default platform (a nodegroup) deploys every alert but Karpenter's: tested below.
-    assert {c.alert for c in CASES} - _deployed(groups) == {"TrainiumCapacityMissing"}
+    # The default platform (Karpenter) deploys every alert; the fixed nodegroup all but Karpenter's.
+    assert {c.alert for c in CASES} - _deployed(groups) == set()
+    nodegroup = _deployed(deployed_rule_groups(nodegroup_platform_json))
+    assert _deployed(groups) - nodegroup == {"TrainiumCapacityMissing"}
     write_rules(tmp_path / "rules.yaml", groups)
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(_unit_tests(groups), sort_keys=False))
     proc = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
