@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tests.contracts.volcano import PLUGIN_ENV
 from tests.rehearsal import efa, standins, torch_xla_standin
 from tests.rehearsal.kube_api import SERVICE_ACCOUNT_DIR, KubeApi
 from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image, user_ids
@@ -510,12 +511,17 @@ class Cluster:
         # Linux prints a module's version attribute as "%s\n" (kernel/params.c).
         (node.sys_module / "neuron" / "version").write_text(self.driver_version.strip() + "\n")
         address = f"{POD_NETWORK}.{WORKER_ADDRESS_BASE + index}"
-        pod = self._start(self.workload.worker, self.worker_host(index), address, node=node)
+        # The env plugin's variables (tests.contracts.volcano PLUGIN_ENV): the pod's task index.
+        plugin_env = (
+            {e.name: str(index) for e in PLUGIN_ENV.entries} if "env" in self.workload.plugins else {}
+        )
+        pod = self._start(self.workload.worker, self.worker_host(index), address, node=node, env=plugin_env)
         self.fabric.watch(pod.pid1(), node.efa_counters)
         return pod
 
-    def start_staging(self) -> Pod:
-        return self._start(self.workload.staging, "stage-dataset", self._other_address(), own=True)
+    def start_staging(self, spec: PodSpec | None = None, hostname: str = "stage-dataset") -> Pod:
+        """The staging Job's pod (``spec``: another staging Job's, such as phase 2's)."""
+        return self._start(spec or self.workload.staging, hostname, self._other_address(), own=True)
 
     def start_tensorboard(self) -> Pod:
         return self._start(self.workload.tensorboard, "tensorboard", self._other_address(), own=True)

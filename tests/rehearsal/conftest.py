@@ -8,7 +8,7 @@ import pytest
 
 from tests.rehearsal.cluster import namespaces_available, pod_network_available
 from tests.rehearsal.manifests import Workload, workload
-from tests.rehearsal.scenario import PHASES, Observations, play, source_tar, variant_context
+from tests.rehearsal.scenario import Observations, play, source_tar, variant_context
 from tests.support import synth_training
 
 
@@ -47,7 +47,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     """A rehearsal test whose phase did not play fails, in its own call (a failure, not a setup
     error), naming the phase that failed and carrying its pods' log tails, instead of asserting on
     what that phase never saw."""
-    observations = getattr(item, "funcargs", {}).get("rehearsal")
-    if isinstance(observations, Observations):
-        marker = item.get_closest_marker("after")
-        observations.require(marker.args[0] if marker is not None else PHASES[-1])
+    funcargs = getattr(item, "funcargs", {})
+    for observations in (funcargs.get("rehearsal"), funcargs.get("two_phases")):
+        if isinstance(observations, Observations):
+            marker = item.get_closest_marker("after")
+            observations.require(marker.args[0] if marker is not None else observations.phases[-1])

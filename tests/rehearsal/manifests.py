@@ -122,6 +122,8 @@ class Workload:
     tensorboard: PodSpec
     #: The node-health-check DaemonSet's pod (None in a template without it).
     health_check: PodSpec | None = None
+    #: The Volcano Job's plugins (``spec.plugins``' names): what the job controller adds to its pods.
+    plugins: tuple[str, ...] = ()
 
     def action_for_failure(self, exit_code: int) -> str | None:
         """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
@@ -254,12 +256,13 @@ def workload(template: Mapping[str, Any]) -> Workload:
         staging=pod_spec(first_staging(objects, volcano)["spec"]["template"]),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
         health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
+        plugins=tuple(sorted(volcano["spec"].get("plugins", {}))),
     )
 
 
-def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> dict[str, Any]:
-    """The staging Job of the first phase the gang trains: the one that writes the first dataset
-    marker its script waits for (a two-phase job has a staging Job per phase)."""
+def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The staging Jobs in the order the gang trains their datasets: by where the worker script
+    waits for the dataset marker each one writes (a two-phase job has a staging Job per phase)."""
     stagings = [
         o
         for o in objects
@@ -269,12 +272,31 @@ def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> 
     ]
     (task,) = volcano["spec"]["tasks"]
     (container,) = task["template"]["spec"]["containers"]
-    marker = re.search(r"until \[ -f (\S+) \]", container["command"][-1])
-    assert marker, "the worker script waits for no dataset marker"
-    (found,) = [
-        o for o in stagings if marker[1] in o["spec"]["template"]["spec"]["containers"][0]["command"][-1]
-    ]
-    return found
+    markers = re.findall(r"until \[ -f (\S+) \]", container["command"][-1])
+    assert markers, "the worker script waits for no dataset marker"
+
+    def writes(job: Mapping[str, Any], marker: str) -> bool:
+        return marker in job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+
+    ordered = []
+    for marker in markers:
+        (found,) = [o for o in stagings if writes(o, marker)]
+        ordered.append(found)
+    return ordered
+
+
+def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> dict[str, Any]:
+    """The staging Job of the first phase the gang trains."""
+    return staging_jobs(objects, volcano)[0]
+
+
+def stagings(template: Mapping[str, Any]) -> tuple[PodSpec, ...]:
+    """The pods of ``template``'s staging Jobs, one per training phase, in the phases' order."""
+    objects = [obj for _, obj in k8s_manifests(template)]
+    (volcano,) = (
+        o for o in objects if o["kind"] == "Job" and o["apiVersion"].startswith("batch.volcano.sh/")
+    )
+    return tuple(pod_spec(job["spec"]["template"]) for job in staging_jobs(objects, volcano))
 
 
 @dataclass(frozen=True)

@@ -295,11 +295,13 @@ class Observations:
     #: each test that needs that phase or a later one fails with this message, naming it.
     failed_phase: str | None = None
     failure: str = ""
+    #: The story these observations are of: its phases in order (:data:`PHASES`, or a scene's).
+    phases: tuple[str, ...] = PHASES
 
     def require(self, phase: str) -> None:
         """Fail the calling test, naming the phase, unless ``phase`` and those before it ended."""
-        if phase not in PHASES:
-            raise ValueError(f"no rehearsal phase {phase!r}: {', '.join(PHASES)}")
+        if phase not in self.phases:
+            raise ValueError(f"no rehearsal phase {phase!r}: {', '.join(self.phases)}")
         if phase not in self.done:
             failed = self.failed_phase or "an earlier phase"
             after = "" if failed == phase else f", so {phase!r} did not play"
@@ -320,10 +322,10 @@ class Observations:
 class Rehearsal:
     """Plays the phases in order on one cluster; ``seen`` holds what they observed."""
 
-    def __init__(self, cluster: Cluster, workload: Workload) -> None:
+    def __init__(self, cluster: Cluster, workload: Workload, seen: Observations | None = None) -> None:
         self.cluster = cluster
         self.workload = workload
-        self.seen = Observations(
+        self.seen = seen or Observations(
             paths=job_paths(dataset_name=DATASET, cache_set=CACHE_SET, run_name=RUN),
             fsx=cluster.fsx,
             claim_path=workload.worker.claim_path(),
@@ -335,7 +337,7 @@ class Rehearsal:
         """Each phase of :data:`PHASES` in order, until one fails: what it saw is kept and the
         failure recorded (the tests of the phases that ended still run)."""
         try:
-            for phase in PHASES:
+            for phase in self.seen.phases:
                 try:
                     getattr(self, phase)()
                 except RehearsalError as e:

@@ -105,6 +105,11 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "decides which agent hosts the store by comparing that name's address with its own",
     ),
     Substitution(
+        "Volcano's env plugin (`VC_TASK_INDEX`, `VK_TASK_INDEX` in every container of the Job)",
+        "set by the harness to the gang pod's index, when the synthesized Job lists the plugin",
+        "pod 0 alone exports each phase's model; without the plugin no pod would",
+    ),
+    Substitution(
         "the kubelet's restart of a DaemonSet pod's container that ended (CrashLoopBackOff), and "
         "the kernel's OOM kill of a container's process",
         "the harness SIGKILLs the pod's PID 1 from outside (no-verdict scene), waits "

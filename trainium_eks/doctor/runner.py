@@ -46,6 +46,8 @@ CHECKS: tuple[Check, ...] = (
     Check("capacity-reservation", capacity.capacity_reservation),
     Check("base-image", sources.base_image),
     Check("dataset-source", sources.dataset_source),
+    Check("phase2-dataset-source", sources.phase2_dataset_source),
+    Check("phase2-start", sources.phase2_start),
 )
 #: The check that gates the others: without an identity no other call can succeed.
 IDENTITY_CHECK = "credentials"

@@ -1,4 +1,5 @@
-"""What the deployment pulls in: the Kubernetes version from EKS, the base image, the dataset."""
+"""What the deployment pulls in: the Kubernetes version from EKS, the base image, the datasets and
+phase 2's start checkpoint."""
 
 from __future__ import annotations
 
@@ -79,22 +80,48 @@ def base_image(t: Target) -> Verdict:
 
 
 def dataset_source(t: Target) -> Verdict:
-    """The ``s3://`` dataset readable without signing, as the staging Job reads it
+    """Phase 1's ``s3://`` dataset readable without signing, as its staging Job reads it
     (``aws s3 cp|sync --no-sign-request``, trainium_eks.dataset_staging)."""
     c = t.config
-    source = c.training_dataset_source
     if not c.training_enabled or c.preparation_enabled:
         return Verdict(Status.OK, "not used (training_enabled=false or preparation_enabled=true)")
+    if c.training_phases == "2":
+        return Verdict(Status.OK, "not used (training_phases=2: phase 1 is not trained)")
+    return _readable_unsigned(t, c.training_dataset_source, "training_dataset_source")
+
+
+def phase2_dataset_source(t: Target) -> Verdict:
+    """Phase 2's ``s3://`` dataset, as :func:`dataset_source` checks phase 1's."""
+    c = t.config
+    if not c.training_enabled or c.preparation_enabled or c.training_phases == "1":
+        return Verdict(Status.OK, "not used (no phase 2 from a staged dataset)")
+    return _readable_unsigned(t, c.phase2_dataset_source, "phase2_dataset_source")
+
+
+def phase2_start(t: Target) -> Verdict:
+    """Phase 2's start checkpoint (``phase2_init_from``, with ``training_phases=2``) readable
+    without signing, as the phase-2 staging Job downloads it: a missing one fails that Job only
+    once the Trainium nodes are coming up (they are asked for with it), so it is checked here,
+    before the deploy."""
+    c = t.config
+    if not c.training_enabled or c.training_phases != "2":
+        return Verdict(Status.OK, "not used (phase 2 starts from phase 1's checkpoint)")
+    return _readable_unsigned(t, c.phase2_init_from, "phase2_init_from")
+
+
+def _readable_unsigned(t: Target, source: str, key_name: str) -> Verdict:
+    """An ``s3://`` object (a ``.tar`` or a ``.pt``) or prefix readable without signing; a
+    source on FSx is not checked from here."""
     if not source.startswith("s3://"):
         return Verdict(Status.OK, f"{source} is read on FSx by the staging Job; not checked from here")
     bucket, _, key = source.removeprefix("s3://").partition("/")
     s3 = t.aws.client("s3", unsigned=True)
     private = (
         "the staging Job reads it with --no-sign-request: make it publicly readable, or import it "
-        "with fsx_s3_import_uri and set training_dataset_source=fsx:/dataset/..."
+        f"with fsx_s3_import_uri and set {key_name}=fsx:/..."
     )
     try:
-        if key.endswith(".tar"):
+        if key.endswith((".tar", ".pt")):
             head = s3.head_object(Bucket=bucket, Key=key)
             size = head["ContentLength"] / 1e9
             return Verdict(Status.OK, f"{source} is readable without signing ({size:,.1f} GB)")
@@ -104,8 +131,8 @@ def dataset_source(t: Target) -> Verdict:
         if code in ACCESS_DENIED_CODES:
             return Verdict(Status.FAIL, f"{source} is not readable without signing ({code})", private)
         if code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound"):
-            return Verdict(Status.FAIL, f"{source} does not exist ({code})", "check training_dataset_source")
+            return Verdict(Status.FAIL, f"{source} does not exist ({code})", f"check {key_name}")
         raise
     if listing.get("KeyCount", 0) == 0:
-        return Verdict(Status.FAIL, f"no objects under {source}", "check training_dataset_source")
+        return Verdict(Status.FAIL, f"no objects under {source}", f"check {key_name}")
     return Verdict(Status.OK, f"{source} lists without signing")

@@ -25,7 +25,7 @@ from tests.trainium_eks.doctor.stubs import (
     reservations_call,
     vpcs_call,
 )
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
 from trainium_eks.doctor import CHECKS, IAM_ACTIONS, main, run_checks
 from trainium_eks.doctor.findings import Status
 from trainium_eks.versions import (
@@ -35,6 +35,7 @@ from trainium_eks.versions import (
 )
 
 BUCKET, KEY = PUBLIC_BERT_SHARDS.removeprefix("s3://").split("/", 1)
+PHASE2_OBJECT = PUBLIC_BERT_SHARDS_512.removeprefix("s3://").split("/", 1)
 
 
 def healthy_account() -> list[tuple[str, Call]]:
@@ -57,6 +58,8 @@ def healthy_account() -> list[tuple[str, Call]]:
         ("trn-quota", quota_call("ec2", "L-2C3B7624", "Running On-Demand Trn instances", 256)),
         ("capacity-reservation", reservations_call(reservation())),
         ("dataset-source", head_object_call(BUCKET, KEY)),
+        # Both phases by default: phase 2's shards too (its start is phase 1's checkpoint).
+        ("phase2-dataset-source", head_object_call(*PHASE2_OBJECT)),
     ]
 
 
@@ -101,9 +104,10 @@ def test_given_any_call_throttled_or_denied_when_the_doctor_runs_then_its_check_
     failed = findings.pop(check)
     if code == "AccessDeniedException" and call.unsigned:
         # Read without signing, as the staging Job reads it: a refusal is the Job's failure too.
+        source = f"s3://{call.params['Bucket']}/{call.params['Key']}"
         assert (failed.status, failed.found) == (
             Status.FAIL,
-            f"{PUBLIC_BERT_SHARDS} is not readable without signing (AccessDeniedException)",
+            f"{source} is not readable without signing (AccessDeniedException)",
         )
     elif code == "AccessDeniedException":
         assert failed.status is Status.WARN

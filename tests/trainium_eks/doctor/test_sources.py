@@ -17,7 +17,7 @@ from tests.trainium_eks.doctor.stubs import (
     registry_answers,
     target,
 )
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.dataset_staging import NEURON_PHASE1_CHECKPOINT, PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
 from trainium_eks.doctor import sources
 from trainium_eks.doctor.findings import Status
 from trainium_eks.doctor.registry import HttpAnswer
@@ -145,4 +145,53 @@ def test_given_a_prefix_source_when_checked_then_it_must_list_objects(count, sta
 def test_given_no_s3_source_in_use_when_checked_then_ok_without_a_call(context):
     aws = aws_with([])
     assert sources.dataset_source(target(aws, config(**context))).status is Status.OK
+    assert aws.asked == []
+
+
+PHASE2_BUCKET, PHASE2_KEY = PUBLIC_BERT_SHARDS_512.removeprefix("s3://").split("/", 1)
+START_BUCKET, START_KEY = NEURON_PHASE1_CHECKPOINT.removeprefix("s3://").split("/", 1)
+PHASE2_ALONE = {"training_phases": "2", "phase2_init_from": NEURON_PHASE1_CHECKPOINT}
+
+
+def test_given_both_phases_when_checked_then_phase2_shards_are_read_unsigned_too():
+    aws = aws_with([head_object_call(PHASE2_BUCKET, PHASE2_KEY)])
+    verdict = sources.phase2_dataset_source(target(aws))
+    aws.assert_all_asked()
+    assert verdict.status is Status.OK and aws.asked == [("s3", True)]
+    assert verdict.found.startswith(PUBLIC_BERT_SHARDS_512)
+
+
+def test_given_phase2_alone_when_checked_then_phase1_shards_are_not_asked_for():
+    aws = aws_with([])
+    verdict = sources.dataset_source(target(aws, config(**PHASE2_ALONE)))
+    assert verdict.status is Status.OK and "training_phases=2" in verdict.found
+    assert aws.asked == []
+
+
+@pytest.mark.parametrize("context", [{"training_phases": "1"}, {"training_enabled": "false"}])
+def test_given_no_phase2_when_checked_then_its_shards_are_not_asked_for(context):
+    aws = aws_with([])
+    assert sources.phase2_dataset_source(target(aws, config(**context))).status is Status.OK
+    assert aws.asked == []
+
+
+def test_given_phase2_alone_from_neurons_checkpoint_when_checked_then_it_is_read_unsigned():
+    aws = aws_with([head_object_call(START_BUCKET, START_KEY, size=4_010_000_000)])
+    verdict = sources.phase2_start(target(aws, config(**PHASE2_ALONE)))
+    aws.assert_all_asked()
+    assert verdict == (Status.OK, f"{NEURON_PHASE1_CHECKPOINT} is readable without signing (4.0 GB)", "")
+
+
+def test_given_a_start_checkpoint_that_does_not_exist_when_checked_then_fail_naming_the_key():
+    missing = "s3://my-bucket/checkpoints/ckpt_100.pt"
+    aws = aws_with([head_object_call("my-bucket", "checkpoints/ckpt_100.pt").failing("404", 404)])
+    context = {**PHASE2_ALONE, "phase2_init_from": missing}
+    verdict = sources.phase2_start(target(aws, config(**context)))
+    assert verdict == (Status.FAIL, f"{missing} does not exist (404)", "check phase2_init_from")
+
+
+@pytest.mark.parametrize("context", [{}, {**PHASE2_ALONE, "phase2_init_from": "fsx:/runs/bert-large-phase1"}])
+def test_given_phase2_from_phase1_or_from_fsx_when_checked_then_no_call(context):
+    aws = aws_with([])
+    assert sources.phase2_start(target(aws, config(**context))).status is Status.OK
     assert aws.asked == []

@@ -1,0 +1,213 @@
+"""The two-phase scene: the default deploy's job (phase 1, then phase 2 from phase 1's final
+checkpoint, each model exported) on the rehearsal's cluster, from a synthesized template of its
+own. Both staging Jobs run as the gang starts; the gang trains phase 1 to its end, starts phase 2
+from it and is deleted once phase 2 has a checkpoint (a redeploy, or Volcano's RestartJob); the
+gang started again must skip phase 1, resume phase 2 from its own checkpoint and export it.
+
+The datasets are two tars of small shards made from one corpus, so one vocabulary: phase 1's at
+sequence length 128 (the rehearsal's usual tar, at the public tar's URL), phase 2's at
+:data:`PHASE2_SEQ_LEN` (the tiny model's positions allow it; the public seq-512 tar's shards
+would cost the CPU four times phase 1's attention for nothing the scene checks).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tests.rehearsal.cluster import Cluster
+from tests.rehearsal.manifests import PodSpec, Workload
+from tests.rehearsal.scenario import (
+    DATASET,
+    Observations,
+    Rehearsal,
+    default_ami_tag,
+    driver_version,
+    image_packages,
+    variant_context,
+)
+from tests.support import REPO
+from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards, prepare_data_command
+from training.trainer import checkpoint as ckpt
+from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_job.paths import JobPaths, job_paths
+
+#: Where the scene's phase-2 tar and vocabulary are "in S3" (the s3 stand-in serves them).
+PHASE2_SOURCE = "s3://rehearsal-datasets/shards-seq256.tar"
+VOCAB_SOURCE = "s3://rehearsal-datasets/vocab.txt"
+PHASE1_STEPS, PHASE1_EVERY = 6, 3
+#: Long enough that the deletion after phase 2's first checkpoint lands well before its end.
+PHASE2_STEPS, PHASE2_EVERY = 15, 3
+PHASE2_SEQ_LEN, PHASE2_PRED = 256, 40
+CACHE1, CACHE2 = "rehearsal-cache-seq128", "rehearsal-cache-seq256"
+RUN1, RUN2 = "rehearsal-two-phases", "rehearsal-two-phases-phase2"
+N_DOCS = 40
+#: Seconds the scene may take end to end before it gives up (it takes ~3 min on 2 busy cores).
+SCENE_TIMEOUT_S = 480
+
+#: The scene's phases, in the order :meth:`TwoPhases.play` plays them.
+TWO_PHASES: Final = ("start", "phase2_checkpointed", "redeploy")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The scene's "S3": phase 1's tar, phase 2's tar, the vocabulary both were made with."""
+
+    phase1: Path
+    phase2: Path
+    vocab: Path
+    vocab_size: int
+
+
+def sources(root: Path, env: dict[str, str]) -> Sources:
+    """Both tars, laid out as the public tars are: phase 1's from a synthetic corpus, phase 2's
+    from the same corpus and ``vocab.txt`` (one vocabulary for both phases, as a user makes them)."""
+    flags = {**SMALL_SET_FLAGS, "num_shards": 4}
+    phase1 = make_shards(root / "phase1", n_docs=N_DOCS, flags=flags, env=env, timeout=180)
+    phase2 = SyntheticShards(root / "phase2", phase1.vocab)
+    command = prepare_data_command(
+        input=root / "phase1" / "corpus.txt",
+        vocab=phase1.vocab,
+        output_dir=phase2.dir,
+        **{**flags, "max_seq_len": PHASE2_SEQ_LEN, "max_pred_len": PHASE2_PRED},
+    )
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
+    tars = []
+    for shards, name in ((phase1, Path(PUBLIC_BERT_SHARDS).name), (phase2, Path(PHASE2_SOURCE).name)):
+        tar = root / name
+        with tarfile.open(tar, "w") as archive:
+            for path in shards.files:
+                archive.add(path, arcname=f"{tar.stem}/{path.name}")
+        tars.append(tar)
+    return Sources(tars[0], tars[1], phase1.vocab, phase1.vocab_size)
+
+
+def two_phase_context(vocab_size: int) -> dict[str, str]:
+    """The rehearsal's small variant (tiny BERT, 2 nodes x 2 workers) with both phases, as the
+    default deploy has them, but short: phase 2 at :data:`PHASE2_SEQ_LEN` from phase 1's final
+    checkpoint, each exported with the staged vocabulary."""
+    context = variant_context(vocab_size)
+    context.update(
+        {
+            "training_phases": "both",
+            "vocab_source": VOCAB_SOURCE,
+            "training_max_steps": str(PHASE1_STEPS),
+            "training_checkpoint_every": str(PHASE1_EVERY),
+            "training_cache_set": CACHE1,
+            "training_run_name": RUN1,
+            "phase2_dataset_source": PHASE2_SOURCE,
+            "phase2_batch_size": context["training_batch_size"],
+            "phase2_global_batch": context["training_global_batch"],
+            "phase2_max_steps": str(PHASE2_STEPS),
+            "phase2_checkpoint_every": str(PHASE2_EVERY),
+            "phase2_cache_set": CACHE2,
+            "phase2_run_name": RUN2,
+            "phase2_script_args": json.dumps(
+                {
+                    "vocab_size": str(vocab_size),
+                    "warmup_steps": "2",
+                    "seq_len": str(PHASE2_SEQ_LEN),
+                    "max_pred_len": str(PHASE2_PRED),
+                }
+            ),
+        }
+    )
+    return context
+
+
+@dataclass
+class TwoPhaseObservations(Observations):
+    """What the scene saw; :attr:`paths` are phase 1's, :attr:`paths2` phase 2's."""
+
+    paths2: JobPaths = field(default_factory=lambda: job_paths(dataset_name="", cache_set="", run_name=""))
+    staging_codes: list[int] = field(default_factory=list)
+    staging_logs: list[str] = field(default_factory=list)
+    #: Host name -> exit code of the first gang, deleted after phase 2's first checkpoint.
+    stopped_codes: dict[str, int] = field(default_factory=dict)
+    #: Phase 2's newest complete checkpoint once the first gang was gone.
+    newest_after_stop: Path | None = None
+    redeploy_time: float = 0.0  # time.time() at the second gang's start
+    redeploy_codes: dict[str, int] = field(default_factory=dict)
+    #: Whether phase 1's export was there when the first gang was deleted.
+    phase1_exported_before_stop: bool = False
+
+    def records(self, paths: JobPaths | None = None) -> list[dict[str, Any]]:
+        """Rank 0's step records of phase 1's run, or of ``paths``'s."""
+        path = self.local((paths or self.paths).output_dir) / "train_log.jsonl"
+        text = path.read_text() if path.exists() else ""
+        return [json.loads(x) for x in text.split("\n")[:-1]]
+
+
+class TwoPhases(Rehearsal):
+    """Plays :data:`TWO_PHASES` with the helpers of the rehearsal's story."""
+
+    def __init__(self, cluster: Cluster, workload: Workload, staging: tuple[PodSpec, ...]) -> None:
+        seen = TwoPhaseObservations(
+            paths=job_paths(dataset_name=DATASET, cache_set=CACHE1, run_name=RUN1),
+            paths2=job_paths(dataset_name=f"{DATASET}-phase2", cache_set=CACHE2, run_name=RUN2),
+            fsx=cluster.fsx,
+            claim_path=workload.worker.claim_path(),
+            phases=TWO_PHASES,
+        )
+        super().__init__(cluster, workload, seen)
+        self.two = seen
+        self.staging = staging
+
+    def start(self) -> None:
+        """Volcano starts the gang and both staging Jobs run, as a deploy applies them together."""
+        self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        pods = [
+            self.cluster.start_staging(spec, f"stage-dataset-{n}") for n, spec in enumerate(self.staging, 1)
+        ]
+        codes = self._wait_all(pods, "both datasets' staging")
+        self.two.staging_codes = [codes[p.hostname] for p in pods]
+        self.two.staging_logs = [p.output() for p in pods]
+
+    def phase2_checkpointed(self) -> None:
+        """Phase 1 to its end, phase 2 to its first checkpoint; then every gang pod is deleted."""
+        complete1 = self.two.local(self.two.paths.complete_marker)
+        self._until(complete1.exists, "phase 1 reaches its --max_steps")
+        root2 = ckpt.checkpoint_root(self.two.local(self.two.paths2.output_dir))
+        self._until(lambda: ckpt.newest_complete(root2) is not None, "phase 2 writes a checkpoint")
+        model1 = self.two.local(self.two.paths.model_dir) / "config.json"
+        self.two.phase1_exported_before_stop = model1.exists()
+        grace = self.workload.worker.grace_period_s
+        for pod in self.gang:
+            self.two.stopped_codes[pod.hostname] = self.cluster.stop(pod, grace)
+        self.two.newest_after_stop = ckpt.newest_complete(root2)
+        self.two.gang_logs.append({p.hostname: p.output() for p in self.gang})
+
+    def redeploy(self) -> None:
+        """The same gang again (a redeploy, or RestartJob's second half), run to its end."""
+        self.two.redeploy_time = time.time()
+        self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        try:
+            self.two.redeploy_codes = self._wait_all(self.gang, "the redeployed gang")
+        finally:
+            self.two.gang_logs.append({p.hostname: p.output() for p in self.gang})
+
+
+def play(root: Path, workload: Workload, staging: tuple[PodSpec, ...], made: Sources) -> TwoPhaseObservations:
+    """The scene on a fresh cluster under ``root``; every pod is gone when it returns."""
+    cluster = Cluster(
+        root,
+        workload,
+        s3_objects={PUBLIC_BERT_SHARDS: made.phase1, PHASE2_SOURCE: made.phase2, VOCAB_SOURCE: made.vocab},
+        dpkg_versions=image_packages(),
+        driver_version=driver_version(default_ami_tag()),
+    )
+    try:
+        scene = TwoPhases(cluster, workload, staging)
+        scene.play()
+        return scene.two
+    finally:
+        cluster.close()
