@@ -18,7 +18,7 @@ from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
 from .naming import content_named, max_name_prefix
 from .phases import TrainingPhases, as_phases
-from .plan import TrainingPlan
+from .plan import TrainingPlan, check_accumulation
 from .pod import pod_template, rank0_endpoint, volcano_job
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
 from .spec import BertJobSpec, context_key
@@ -111,18 +111,12 @@ class RenderedJob:
     manifest: dict[str, Any]
 
 
-def phase_plan(plan: TrainingPlan, phase: BertJobSpec, key_prefix: str = "") -> TrainingPlan:
+def phase_plan(plan: TrainingPlan, phase: BertJobSpec) -> TrainingPlan:
     """``plan``'s nodes and workers with ``phase``'s batch: a later phase's own accumulation
     (phase 2: 32,768 / (2 x 64 workers) = 256 on 2 x trn1.32xlarge)."""
-    phase_plan = TrainingPlan(plan.nodes, plan.nproc_per_node, phase.batch_size, phase.global_batch)
-    if phase.global_batch % (phase.batch_size * phase_plan.workers):
-        raise ConfigError(
-            context_key("global_batch"),
-            phase.global_batch,
-            f"must be a multiple of batch_size x workers = {phase.batch_size} x {phase_plan.workers} "
-            f"= {phase.batch_size * phase_plan.workers} (gradient accumulation is a whole number)",
-        )
-    return phase_plan
+    later = TrainingPlan(plan.nodes, plan.nproc_per_node, phase.batch_size, phase.global_batch)
+    check_accumulation(phase, later)
+    return later
 
 
 def render_job(

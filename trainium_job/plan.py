@@ -64,6 +64,12 @@ def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_no
         )
     plan = TrainingPlan(nodes, nproc, spec.batch_size, spec.global_batch)
     _check_fabric_floor(spec, facts, plan)
+    check_accumulation(spec, plan)
+    return plan
+
+
+def check_accumulation(spec: BertJobSpec, plan: TrainingPlan) -> None:
+    """``spec``'s global batch is a whole number of micro-batches of ``plan``'s workers."""
     if spec.global_batch % (spec.batch_size * plan.workers):
         raise ConfigError(
             context_key("global_batch"),
@@ -71,7 +77,6 @@ def plan_training(spec: BertJobSpec, *, facts: InstanceFacts, nodes: int, max_no
             f"must be a multiple of batch_size x workers = {spec.batch_size} x {plan.workers} "
             f"= {spec.batch_size * plan.workers} (gradient accumulation is a whole number)",
         )
-    return plan
 
 
 def _check_fabric_floor(spec: BertJobSpec, facts: InstanceFacts, plan: TrainingPlan) -> None:

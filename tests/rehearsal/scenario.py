@@ -311,9 +311,10 @@ class Observations:
         """Where a path on the claim (``/data/...``) is on this machine."""
         return self.fsx / Path(pod_path).relative_to(self.claim_path)
 
-    def records(self) -> list[dict[str, Any]]:
-        """Rank 0's per-step records (``train_log.jsonl`` in the run's output directory)."""
-        path = self.local(self.paths.output_dir) / "train_log.jsonl"
+    def records(self, paths: JobPaths | None = None) -> list[dict[str, Any]]:
+        """Rank 0's per-step records (``train_log.jsonl`` in the run's output directory, or in
+        ``paths``' run's)."""
+        path = self.local((paths or self.paths).output_dir) / "train_log.jsonl"
         text = path.read_text() if path.exists() else ""
         # Read while rank 0 appends: a line without its newline is not complete yet.
         return [json.loads(x) for x in text.split("\n")[:-1]]

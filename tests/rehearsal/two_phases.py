@@ -18,7 +18,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from tests.rehearsal.cluster import Cluster
 from tests.rehearsal.manifests import PodSpec, Workload
@@ -126,25 +126,18 @@ def two_phase_context(vocab_size: int) -> dict[str, str]:
 
 @dataclass
 class TwoPhaseObservations(Observations):
-    """What the scene saw; :attr:`paths` are phase 1's, :attr:`paths2` phase 2's."""
+    """What the scene saw; :attr:`paths` are phase 1's, :attr:`paths2` phase 2's
+    (``newest_after_stop``: phase 2's newest complete checkpoint once the first gang was gone)."""
 
     paths2: JobPaths = field(default_factory=lambda: job_paths(dataset_name="", cache_set="", run_name=""))
     staging_codes: list[int] = field(default_factory=list)
     staging_logs: list[str] = field(default_factory=list)
     #: Host name -> exit code of the first gang, deleted after phase 2's first checkpoint.
     stopped_codes: dict[str, int] = field(default_factory=dict)
-    #: Phase 2's newest complete checkpoint once the first gang was gone.
-    newest_after_stop: Path | None = None
     redeploy_time: float = 0.0  # time.time() at the second gang's start
     redeploy_codes: dict[str, int] = field(default_factory=dict)
     #: Whether phase 1's export was there when the first gang was deleted.
     phase1_exported_before_stop: bool = False
-
-    def records(self, paths: JobPaths | None = None) -> list[dict[str, Any]]:
-        """Rank 0's step records of phase 1's run, or of ``paths``'s."""
-        path = self.local((paths or self.paths).output_dir) / "train_log.jsonl"
-        text = path.read_text() if path.exists() else ""
-        return [json.loads(x) for x in text.split("\n")[:-1]]
 
 
 class TwoPhases(Rehearsal):

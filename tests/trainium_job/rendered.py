@@ -7,19 +7,22 @@ from typing import Any
 
 from trainium_job.instances import instance_facts
 from trainium_job.job import render_job
+from trainium_job.phases import TrainingPhases
 from trainium_job.plan import plan_training
 from trainium_job.spec import BertJobSpec
 
 
 def worker_container(
-    spec: BertJobSpec | None = None, *, instance_type: str = "trn1.32xlarge", nodes: int = 2
+    spec: BertJobSpec | TrainingPhases | None = None, *, instance_type: str = "trn1.32xlarge", nodes: int = 2
 ) -> dict[str, Any]:
-    """The one container of the Job's worker task, rendered with placeholder names."""
+    """The one container of the Job's worker task (of one phase, or of ``TrainingPhases``),
+    rendered with placeholder names."""
     spec = spec or BertJobSpec()
+    first = spec.first if isinstance(spec, TrainingPhases) else spec
     facts = instance_facts(instance_type)
     rendered = render_job(
         spec,
-        plan=plan_training(spec, facts=facts, nodes=nodes, max_nodes=nodes),
+        plan=plan_training(first, facts=facts, nodes=nodes, max_nodes=nodes),
         facts=facts,
         image="img",
         image_key="img",

@@ -20,15 +20,12 @@ from typing import Any
 
 import pytest
 
+from tests.trainium_job.rendered import worker_container
 from trainium_job.errors import ConfigError
-from trainium_job.instances import instance_facts
-from trainium_job.job import render_job
 from trainium_job.phases import TrainingPhases
-from trainium_job.plan import plan_training
 from trainium_job.spec import BertJobSpec, phase2_spec
 
 REPO = Path(__file__).resolve().parents[2]
-FACTS = instance_facts("trn1.32xlarge")
 PHASE1 = BertJobSpec(vocab="/data/datasets/bert-wikicorpus-seq128/vocab.txt")
 PHASE2 = phase2_spec(PHASE1, vocab="/data/datasets/bert-wikicorpus-seq512/vocab.txt")
 PYTHON = """#!/bin/sh
@@ -59,21 +56,7 @@ echo "precompile $HOSTNAME $NEURON_CC_FLAGS" >> {root}/events
 
 
 def rendered_script(phases: TrainingPhases | BertJobSpec, nodes: int = 2) -> str:
-    first = phases.first if isinstance(phases, TrainingPhases) else phases
-    plan = plan_training(first, facts=FACTS, nodes=nodes, max_nodes=nodes)
-    job = render_job(
-        phases,
-        plan=plan,
-        facts=FACTS,
-        image="img",
-        image_key="img",
-        name_prefix="trn-bert",
-        namespace="training",
-        queue="training",
-        claim_name="fsx-claim",
-    )
-    (container,) = job.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
-    return str(container["command"][2])
+    return str(worker_container(phases, nodes=nodes)["command"][2])
 
 
 @pytest.fixture()

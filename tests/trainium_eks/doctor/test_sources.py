@@ -190,8 +190,17 @@ def test_given_a_start_checkpoint_that_does_not_exist_when_checked_then_fail_nam
     assert verdict == (Status.FAIL, f"{missing} does not exist (404)", "check phase2_init_from")
 
 
-@pytest.mark.parametrize("context", [{}, {**PHASE2_ALONE, "phase2_init_from": "fsx:/runs/bert-large-phase1"}])
-def test_given_phase2_from_phase1_or_from_fsx_when_checked_then_no_call(context):
+@pytest.mark.parametrize(
+    ("context", "found"),
+    [
+        ({}, "not used (phase 2 starts from phase 1's checkpoint)"),
+        (
+            {**PHASE2_ALONE, "phase2_init_from": "fsx:/runs/bert-large-phase1"},
+            "fsx:/runs/bert-large-phase1 is read on FSx by the staging Job; not checked from here",
+        ),
+    ],
+)
+def test_given_phase2_from_phase1_or_from_fsx_when_checked_then_no_call(context, found):
     aws = aws_with([])
-    assert sources.phase2_start(target(aws, config(**context))).status is Status.OK
+    assert sources.phase2_start(target(aws, config(**context))) == (Status.OK, found, "")
     assert aws.asked == []
