@@ -105,14 +105,14 @@ TARGETS = (
     Target("resume table", "training/trainer/resume.py", ("tests/training/trainer/test_resume.py",)),
     Target(
         "build responder",
-        "trainium_eks/build_responder.py",
-        ("tests/trainium_eks/test_build_responder.py", "-k", "not template"),
+        "trainium_eks/images/build_responder.py",
+        ("tests/trainium_eks/images/test_build_responder.py", "-k", "not template"),
         note="the template test compares the synthesized inline code with the file: mutmut's "
         "trampolined file is neither the same text nor under CloudFormation's 4096 characters",
     ),
     Target(
         "karpenter controller statements",
-        "trainium_eks/addons/karpenter.py",
+        "trainium_eks/nodes/karpenter.py",
         ("tests/contracts/test_karpenter.py", "-k", "controller_statements"),
         functions=("x_controller_statements",),
         note="the tests that build the statements without a synth; the template tests compare the "
@@ -120,10 +120,10 @@ TARGETS = (
     ),
     Target(
         "node replacement role statements",
-        "trainium_eks/node_health.py",
+        "trainium_eks/nodes/health_checks.py",
         (
-            "tests/trainium_eks/test_node_replacement_role.py",
-            "tests/trainium_eks/test_node_health.py",
+            "tests/trainium_eks/nodes/test_node_replacement_role.py",
+            "tests/trainium_eks/nodes/test_health_checks.py",
             "-k",
             "replacement or terminat",
         ),
@@ -135,10 +135,10 @@ TARGETS = (
     ),
     Target(
         "admission policy",
-        "trainium_eks/node_health.py",
+        "trainium_eks/nodes/health_checks.py",
         (
-            "tests/trainium_eks/test_node_health_policy.py",
-            "tests/trainium_eks/test_node_health.py::"
+            "tests/trainium_eks/nodes/test_health_checks_policy.py",
+            "tests/trainium_eks/nodes/test_health_checks.py::"
             "test_given_the_admission_policy_then_it_binds_node_updates_by_the_check_and_the_training_account",
         ),
         functions=("x_admission_policy",),

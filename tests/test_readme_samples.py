@@ -16,10 +16,10 @@ import pytest
 
 from tests.support import REPO, TRAINING_STACK, Synth
 from trainium_eks.config import PlatformConfig, config_from_context
+from trainium_eks.jobs.tensorboard import port_forward_command
+from trainium_eks.jobs.training_job import job_commands
 from trainium_eks.monitoring.names import grafana_password_command, port_forward_commands
-from trainium_eks.review import platform_review
-from trainium_eks.tensorboard import port_forward_command
-from trainium_eks.training_job import job_commands
+from trainium_eks.report.review import platform_review
 from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.scheduling import TRAINING_NAMESPACE
 

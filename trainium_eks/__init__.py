@@ -6,17 +6,19 @@ The public API is what this module re-exports; submodules are implementation det
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
 
-from .addons.karpenter import KarpenterController
 from .addons.monitoring import MonitoringOptions, PlatformMonitoring
-from .cluster import SYSTEM_NODE_LABEL, TrainiumCluster
-from .cluster_addons import TrainiumAddons
+from .addons.node_daemons import NodeDaemon, trainium_node_daemons
+from .addons.trainium_addons import TrainiumAddons
+from .cluster.eks_cluster import SYSTEM_NODE_LABEL, TrainiumCluster
 from .compatibility import KUBERNETES_COMPATIBILITY
 from .config import ConfigError, PlatformConfig, config_from_context
-from .dataset_preparation import DatasetPreparation
-from .dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
-from .fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
-from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
-from .launch_template import TrainiumLaunchTemplate, efa_network_interfaces
+from .images.repository import TrainingImageRepository
+from .images.training_image import TrainingImages
+from .jobs.dataset_preparation import DatasetPreparation
+from .jobs.dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
+from .jobs.node_fit import NodeFit, node_fit
+from .jobs.tensorboard import TensorBoard
+from .jobs.training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .nag import (
     PlatformChecks,
@@ -25,17 +27,15 @@ from .nag import (
     suppress_platform_findings,
     suppress_workload_findings,
 )
-from .network import TrainiumNetwork
-from .node_daemons import NodeDaemon, trainium_node_daemons
-from .node_fit import NodeFit, node_fit
-from .node_pool import TRAINIUM_CAPACITY_MODES, TrainiumNodePool
-from .nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, NeuronNodegroup, TrainiumNodegroup
+from .network.vpc import TrainiumNetwork
+from .nodes.karpenter import KarpenterController
+from .nodes.launch_template import TrainiumLaunchTemplate, efa_network_interfaces
+from .nodes.node_pool import TRAINIUM_CAPACITY_MODES, TrainiumNodePool
+from .nodes.nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, TrainiumNodegroup
 from .platform import TrainiumPlatform
-from .registry import TrainingImageRepository
-from .review import platform_review
-from .tensorboard import TensorBoard
-from .training_image import TrainingImages
-from .training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
+from .report.review import platform_review
+from .storage.fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
+from .storage.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
 from .versions import (
     DEFAULT_KUBERNETES_VERSION,
     KUBERNETES_RELEASES,
@@ -72,7 +72,6 @@ __all__ = [
     "NEURON_AMI_RELEASES",
     "NEURON_TAINT",
     "NeuronAmiRelease",
-    "NeuronNodegroup",
     "node_fit",
     "NodeDaemon",
     "NodeFit",

@@ -16,7 +16,7 @@ from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Token, Valid
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
-from .training_image import HANDLER_ID, PROJECT_ID
+from .images.training_image import HANDLER_ID, PROJECT_ID
 
 
 def _managed(policy: str) -> str:
@@ -100,7 +100,7 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 )
 
 # The workload's entries (paths under the workload construct): the in-region image build's
-# boundary (trainium_eks/training_image.py).
+# boundary (trainium_eks/images/training_image.py).
 _BOUNDARY = "TrainingImages/BuildBoundary"
 _BOUNDED = (
     " The build role carries a permissions boundary (TrainingImages/BuildBoundary): s3:GetObject on "

@@ -21,21 +21,21 @@ from constructs import Construct
 from trainium_job.errors import ConfigError
 from trainium_job.naming import repository_name
 
+from .addons.trainium_addons import TrainiumAddons
 from .arguments import check_stack_region
-from .cluster import TrainiumCluster
-from .cluster_addons import TrainiumAddons
+from .cluster.eks_cluster import TrainiumCluster
 from .config import PlatformConfig
 from .escape_hatch import as_icluster
-from .fsx import TrainingFileSystem
-from .fsx_csi import FsxCsiVolume
+from .images.repository import TrainingImageRepository
 from .monitoring.fsx_alarm import FsxCapacityAlarm
 from .monitoring.names import LOCAL_PORTS
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
-from .network import TrainiumNetwork
-from .node_health import NodeReplacementRole
-from .node_pool import NODE_POOL_NAME, TrainiumNodePool
-from .nodegroup import TrainiumNodegroup
-from .registry import TrainingImageRepository
+from .network.vpc import TrainiumNetwork
+from .nodes.health_checks import NodeReplacementRole
+from .nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
+from .nodes.nodegroup import TrainiumNodegroup
+from .storage.fsx import TrainingFileSystem
+from .storage.fsx_csi import FsxCsiVolume
 from .workload import WorkloadTarget
 
 #: Stack outputs the platform publishes for a workload in another stack (output id, what). The

@@ -20,17 +20,17 @@ from trainium_job.scheduling import TRAINING_QUEUE
 
 from .arguments import AnyCluster, check_stack_region, require_cluster
 from .config import PlatformConfig
-from .dataset_job import DatasetJobProps
-from .dataset_preparation import DatasetPreparation
-from .dataset_staging import DatasetStaging
-from .fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
+from .images.training_image import TrainingImages
+from .jobs.dataset_job import DatasetJobProps
+from .jobs.dataset_preparation import DatasetPreparation
+from .jobs.dataset_staging import DatasetStaging
+from .jobs.node_fit import node_fit
+from .jobs.tensorboard import TensorBoard
+from .jobs.training_job import BertPretrainingJob, add_job_outputs
 from .monitoring.exporters import TrainingExporters
 from .nag import suppress_workload_findings
-from .node_fit import node_fit
-from .node_health import NodeHealthCheck
-from .tensorboard import TensorBoard
-from .training_image import TrainingImages
-from .training_job import BertPretrainingJob, add_job_outputs
+from .nodes.health_checks import NodeHealthCheck
+from .storage.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
 
 
 @dataclass(frozen=True)

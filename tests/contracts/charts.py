@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .karpenter_metrics import CHART_SERVICE_MONITOR
-from .kube_prometheus_stack import KUBE_PROMETHEUS_STACK
-from .model import Contract, Entry
+from tests.contracts.karpenter_metrics import CHART_SERVICE_MONITOR
+from tests.contracts.kube_prometheus_stack import KUBE_PROMETHEUS_STACK
+from tests.contracts.model import Contract, Entry
 
 _FSX = "kubernetes-sigs/aws-fsx-csi-driver@helm-chart-aws-fsx-csi-driver-1.17.0:charts/aws-fsx-csi-driver"
 _EFA = "aws/eks-charts@bfe91c4:stable/aws-efa-k8s-device-plugin"

@@ -8,9 +8,19 @@ import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from . import charts, fsx_csi, libfabric, neuron, nodes, pod_security, resources, torch_elastic, volcano
-from .emitted import Nodegroup
-from .model import Contract
+from tests.contracts import (
+    charts,
+    fsx_csi,
+    libfabric,
+    neuron,
+    nodes,
+    pod_security,
+    resources,
+    torch_elastic,
+    volcano,
+)
+from tests.contracts.emitted import Nodegroup
+from tests.contracts.model import Contract
 
 #: Variable prefixes the platform sets or could set, each with the consumers that read such names.
 #: A variable with one of these prefixes that none of its consumers reads fails the check.

@@ -98,7 +98,7 @@ def _checked(startup_taints: tuple[dict[str, str], ...]) -> dict[str, str]:
 @cache
 def nodegroups() -> tuple[Nodegroup, ...]:
     """Every managed nodegroup, with its instance types (its own, or its launch template's)."""
-    from .nodes import EKS_TAINT_EFFECTS
+    from tests.contracts.nodes import EKS_TAINT_EFFECTS
 
     found = []
     for where, template in _templates():

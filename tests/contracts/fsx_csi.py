@@ -7,7 +7,7 @@ cited are identical at v1.8.0 (chart 1.16.0).
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _REPO = "kubernetes-sigs/aws-fsx-csi-driver@v1.9.0"
 

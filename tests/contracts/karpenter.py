@@ -403,7 +403,7 @@ NARROWED_CONDITIONS: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
     ("AllowPassingInstanceRole", "StringEquals", "iam:PassedToService"): (
         frozenset({"ec2.amazonaws.com"}),
         "ec2.amazonaws.com.cn is EC2 in the China partition, whose regions the configuration refuses "
-        "(trainium_eks/config/checks.py, SUPPORTED_PARTITIONS)",
+        "(trainium_eks/config/platform_checks.py, SUPPORTED_PARTITIONS)",
     ),
 }
 #: The IAM calls Karpenter makes whatever the EC2NodeClass names, with ``${...}`` as above

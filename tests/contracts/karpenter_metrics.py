@@ -18,7 +18,7 @@ is already 1.
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 VERSION = "1.14.1"
 _CORE = f"kubernetes-sigs/karpenter@v{VERSION}"

@@ -20,7 +20,7 @@ are the subchart's own unless the parent declares them (``grafana.enabled``, ``g
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 CHART_VERSIONS = {
     "kube-prometheus-stack": "88.5.3",

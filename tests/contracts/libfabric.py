@@ -9,7 +9,7 @@ v2.4.0, v2.5.0 and v2.6.0 (``prov/efa/src/efa_env.c``); lines cited at v2.6.0. l
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _SRC = "ofiwg/libfabric@v2.6.0"
 _MAN = "fi_efa(7) (ofiwg/libfabric man/fi_efa.7.md)"

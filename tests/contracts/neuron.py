@@ -7,7 +7,7 @@ the Neuron documentation (aws-neuron/aws-neuron-sdk, the source of awsdocs-neuro
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _DOCS = "aws-neuron/aws-neuron-sdk@v2.29.0"
 _RT_TABLE = f"{_DOCS}:neuron-runtime/nrt-configurable-parameters.rst (NeuronX Runtime Configuration)"

@@ -11,7 +11,7 @@ is in no public repository: what it does is quoted from copies of it, to be re-r
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _UG = "aws-neuron/aws-neuron-sdk@v2.32.0:tools/neuron-sys-tools/neuron-monitor-user-guide.rst"
 _NMP = (

@@ -6,7 +6,7 @@ Version: Kubernetes 1.34-1.36, Amazon EKS managed nodegroups (2026).
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _WELL_KNOWN = "kubernetes.io, 'Well-Known Labels, Annotations and Taints'"
 _EKS_API = "Amazon EKS API Reference, CreateNodegroup (labels, taints) and Taint (effect)"

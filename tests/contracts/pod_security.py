@@ -5,7 +5,7 @@ Version: Kubernetes 1.34-1.36 (the built-in admission plugin, GA since 1.25).
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _API = "kubernetes/kubernetes staging/src/k8s.io/pod-security-admission/api/constants.go"
 _DOC = "kubernetes.io, 'Pod Security Admission' (Pod Security Admission labels for namespaces)"

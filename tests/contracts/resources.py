@@ -3,7 +3,7 @@ extended resources the device plugins advertise."""
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 _CORE = "kubernetes.io, 'Resource Management for Pods and Containers' (resource types)"
 

@@ -3,8 +3,8 @@ the version the image pins, with a value it accepts; and the consumers get what 
 
 from __future__ import annotations
 
-from .check import check_env, check_training_env
-from .emitted import containers, environment, manifests, pod_specs
+from tests.contracts.check import check_env, check_training_env
+from tests.contracts.emitted import containers, environment, manifests, pod_specs
 
 
 def _containers():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from .check import check_fsx_volume
-from .emitted import manifests
+from tests.contracts.check import check_fsx_volume
+from tests.contracts.emitted import manifests
 
 
 def _volumes():

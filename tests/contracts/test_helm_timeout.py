@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.contracts import helm_provider
 from tests.support import resources, synth_platform, variants
-
-from . import helm_provider
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 VARIANTS = variants("default", "all add-on options")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .charts import CHART_VALUES
-from .check import check_chart_values
-from .emitted import charts
+from tests.contracts.charts import CHART_VALUES
+from tests.contracts.check import check_chart_values
+from tests.contracts.emitted import charts
 
 
 def test_given_every_configuration_then_each_chart_has_a_table_and_reads_every_key_we_set():

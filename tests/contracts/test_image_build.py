@@ -15,11 +15,10 @@ from typing import Any
 
 import yaml
 
+from tests.contracts import image_build
 from tests.support import REPO, path_without_node, resources
-from trainium_eks import image_build as facts
-from trainium_eks.training_image import base_image
-
-from . import image_build
+from trainium_eks.images import image_build as facts
+from trainium_eks.images.training_image import base_image
 
 
 def _project(template):
@@ -169,7 +168,7 @@ def _library_handler_source() -> str:
 
 
 def test_given_the_responder_then_it_reads_only_build_variables_the_library_passes_and_answers_known_fields():
-    from trainium_eks import build_responder
+    from trainium_eks.images import build_responder
 
     source = Path(build_responder.__file__).read_text()
     read = set(re.findall(r'env(?:\.get\(|\[)"(\w+)"', source))

@@ -18,24 +18,7 @@ from typing import Any
 import pytest
 from aws_cdk import App, Environment, Stack
 
-from tests.support import (
-    REPO,
-    VARIANTS,
-    VENV_BIN,
-    _detokenize,
-    helm_charts,
-    k8s_manifests,
-    resources,
-    synth_platform,
-    synth_training,
-)
-from trainium_eks.addons.karpenter import LaunchResources, controller_statements
-from trainium_eks.config import SUPPORTED_PARTITIONS, config_from_context
-from trainium_eks.node_fit import node_fit
-from trainium_eks.versions import ADDON_PINS
-from trainium_job.instances import INSTANCE_FACTS, instance_facts
-
-from .karpenter import (
+from tests.contracts.karpenter import (
     CHART_CRDS_VERSION,
     CLUSTER_TAG_SUBSTITUTE,
     DO_NOT_DISRUPT,
@@ -53,7 +36,23 @@ from .karpenter import (
     WELL_KNOWN_REQUIREMENT_KEYS,
     spec_problems,
 )
-from .nodes import EKS_TAINT_EFFECTS
+from tests.contracts.nodes import EKS_TAINT_EFFECTS
+from tests.support import (
+    REPO,
+    VARIANTS,
+    VENV_BIN,
+    _detokenize,
+    helm_charts,
+    k8s_manifests,
+    resources,
+    synth_platform,
+    synth_training,
+)
+from trainium_eks.config import SUPPORTED_PARTITIONS, config_from_context
+from trainium_eks.jobs.node_fit import node_fit
+from trainium_eks.nodes.karpenter import LaunchResources, controller_statements
+from trainium_eks.versions import ADDON_PINS
+from trainium_job.instances import INSTANCE_FACTS, instance_facts
 
 #: A statement's actions, resources and conditions (operator -> key -> values).
 Shape = tuple[frozenset[str], frozenset[str], dict[str, dict[str, frozenset[str]]]]

@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from trainium_eks.monitoring import karpenter
+from tests.contracts import karpenter_metrics as km
+from tests.contracts.model import Contract
+from trainium_eks.monitoring import karpenter_capacity as karpenter
 from trainium_eks.monitoring.catalog import CATALOG
 from trainium_eks.monitoring.names import RELEASE
 from trainium_eks.monitoring.rules import CAPACITY_WINDOW_MINUTES, alerts
 from trainium_eks.monitoring.stack_values import stack_values
-from trainium_eks.node_pool import NODE_POOL_NAME
-
-from . import karpenter_metrics as km
-from .model import Contract
+from trainium_eks.nodes.node_pool import NODE_POOL_NAME
 
 CAPACITY = karpenter.KarpenterCapacity(NODE_POOL_NAME, "trn2.48xlarge", "use1-az6")
 TABLES = [

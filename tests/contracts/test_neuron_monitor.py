@@ -9,10 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.contracts import neuron_monitor
 from tests.support import k8s_manifests
 from tests.trainium_eks.monitoring.deployed import deployed_dashboard, deployed_rule_groups, panel_exprs
-
-from . import neuron_monitor
 
 CASES = yaml.safe_load(
     (Path(__file__).parents[1] / "trainium_eks" / "monitoring" / "alert_cases.yaml").read_text()

@@ -9,13 +9,12 @@ import email
 import pytest
 import yaml
 
+from tests.contracts import nodeadm
 from tests.support import k8s_manifests, resources, synth_platform
-from trainium_eks.launch_template import node_user_data
-from trainium_eks.node_pool import NODE_POOL_NAME
+from trainium_eks.nodes.launch_template import node_user_data
+from trainium_eks.nodes.node_pool import NODE_POOL_NAME
 from trainium_eks.versions import default_neuron_ami_release
 from trainium_job.instances import instance_facts
-
-from . import nodeadm
 
 
 def _node_configs(user_data: str) -> list[dict]:

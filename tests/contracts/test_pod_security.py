@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .check import check_psa_labels
-from .emitted import manifests
+from tests.contracts.check import check_psa_labels
+from tests.contracts.emitted import manifests
 
 
 def test_given_every_namespace_then_its_pod_security_labels_are_read_by_admission():

@@ -4,10 +4,16 @@ plugins and the CSI node plugin run wherever pods need them."""
 
 from __future__ import annotations
 
-from .charts import DAEMONSETS, SELECTOR_PATHS
-from .check import _at, check_resource_names, check_selector_labels, daemonset_tolerations, placement
-from .emitted import Nodegroup, charts, containers, manifests, nodegroups, pod_specs
-from .nodes import tolerates
+from tests.contracts.charts import DAEMONSETS, SELECTOR_PATHS
+from tests.contracts.check import (
+    _at,
+    check_resource_names,
+    check_selector_labels,
+    daemonset_tolerations,
+    placement,
+)
+from tests.contracts.emitted import Nodegroup, charts, containers, manifests, nodegroups, pod_specs
+from tests.contracts.nodes import tolerates
 
 
 def _groups(where: str) -> list[Nodegroup]:

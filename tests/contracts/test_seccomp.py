@@ -4,8 +4,8 @@ capabilities those libraries need (IPC_LOCK), not SYS_NICE."""
 
 from __future__ import annotations
 
-from .emitted import manifests
-from .seccomp import CONSUMERS, GATED, NEVER_ALLOWED
+from tests.contracts.emitted import manifests
+from tests.contracts.seccomp import CONSUMERS, GATED, NEVER_ALLOWED
 
 
 def _training_containers():

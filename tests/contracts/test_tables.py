@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from . import (
+from tests.contracts import (
     charts,
     fsx_csi,
     libfabric,
@@ -19,7 +19,7 @@ from . import (
     torch_elastic,
     volcano,
 )
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 TABLES = [
     fsx_csi.DRIVER,

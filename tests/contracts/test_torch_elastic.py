@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
+from tests.contracts.emitted import manifests, pod_specs
+from tests.contracts.torch_elastic import SHUTDOWN_WAIT_S
+from tests.contracts.volcano import POD_HOST_FORMAT
 from trainium_job.stop_budget import AGENT_EXIT_MARGIN_S, TORCHRUN_SHUTDOWN_S
-
-from .emitted import manifests, pod_specs
-from .torch_elastic import SHUTDOWN_WAIT_S
-from .volcano import POD_HOST_FORMAT
 
 
 def test_given_the_pinned_torch_then_the_stop_budget_uses_its_window():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .check import check_policies, check_queue, check_volcano_job
-from .emitted import manifests, pod_specs
-from .volcano import POD_HOST_FORMAT, SVC_ARGUMENTS
+from tests.contracts.check import check_policies, check_queue, check_volcano_job
+from tests.contracts.emitted import manifests, pod_specs
+from tests.contracts.volcano import POD_HOST_FORMAT, SVC_ARGUMENTS
 
 
 def _of(kind: str, api_group: str):

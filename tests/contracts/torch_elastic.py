@@ -8,7 +8,7 @@ Version: torch 2.9.0 (the Neuron PyTorch/XLA training images; ``torch/version.py
 
 from __future__ import annotations
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 VERSION = "2.9.0"
 _SRC = "pytorch/pytorch@v2.9.0:torch/distributed/elastic"

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import Contract, Entry
+from tests.contracts.model import Contract, Entry
 
 VERSION = "v1.15.0"
 _REPO = f"volcano-sh/volcano@{VERSION}"

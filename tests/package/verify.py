@@ -29,7 +29,7 @@ import tomllib
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 EXAMPLE = REPO / "examples" / "my_cluster"
-#: Files each image's build context needs from the installed package (trainium_eks.training_image),
+#: Files each image's build context needs from the installed package (trainium_eks.images.training_image),
 #: and the PEP 561 marker that makes type checkers read the package's annotations.
 PACKAGE_DATA = (
     ("trainium_eks", "_docker/Dockerfile"),

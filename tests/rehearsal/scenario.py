@@ -35,7 +35,7 @@ from tests.support import REPO
 from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
 from training.node.driver_check import RUNTIME_PACKAGE
 from training.trainer import checkpoint as ckpt
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release, neuron_ami_release
 from trainium_job.instances import instance_facts
 from trainium_job.neuron_stack import NEURON_STACK

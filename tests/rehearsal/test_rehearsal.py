@@ -28,7 +28,7 @@ from tests.rehearsal.scenario import (
 from training.dataprep.shard_format import verify_checksums
 from training.node.driver_check import MISMATCH_EXIT_CODE, RUNTIME_PACKAGE
 from training.trainer import checkpoint as ckpt
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
 from trainium_job.hang import HANG_EXIT_CODE

@@ -34,7 +34,7 @@ from tests.rehearsal.scenario import (
 from tests.support import REPO
 from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards, prepare_data_command
 from training.trainer import checkpoint as ckpt
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
 from trainium_job.paths import JobPaths, job_paths
 
 #: Where the scene's phase-2 tar and vocabulary are "in S3" (the s3 stand-in serves them).

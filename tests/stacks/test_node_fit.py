@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.support import k8s_manifests, synth_app, variants
-from tests.trainium_eks.node_support import pod_spec_requests, template_daemons, workload_pods
+from tests.trainium_eks.nodes.node_support import pod_spec_requests, template_daemons, workload_pods
+from trainium_eks.addons.node_daemons import on_trainium, total
 from trainium_eks.config import config_from_context
-from trainium_eks.node_daemons import on_trainium, total
 from trainium_job.allocatable import Resources, node_allocatable
 
 VARIANTS = variants(

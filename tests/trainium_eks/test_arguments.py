@@ -14,7 +14,7 @@ from aws_cdk.assertions import Template
 
 import trainium_eks
 from tests.support import resources
-from tests.trainium_eks.training_support import bare_cluster
+from tests.trainium_eks.jobs.training_support import bare_cluster
 from trainium_eks import (
     BertJobSpec,
     FsxCsiVolume,

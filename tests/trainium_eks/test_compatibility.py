@@ -12,7 +12,7 @@ from trainium_eks.compatibility import (
     not_compatible,
 )
 from trainium_eks.config import config_from_context
-from trainium_eks.review import platform_review
+from trainium_eks.report.review import platform_review
 from trainium_eks.versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
 

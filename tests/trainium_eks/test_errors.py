@@ -16,7 +16,7 @@ PACKAGE = Path(trainium_eks.__file__).parent
 #: problem text, a programming error (an escape hatch that finds another child than aws-cdk-lib had),
 #: the nag and build-context checks, argparse's hooks; facts tables that lack a row the code needs
 #: (a chart version without DaemonSet facts, a Kubernetes version without a known Neuron AMI
-#: release: tests/trainium_eks/test_node_daemons.py and test_nodegroup.py keep them complete).
+#: release: tests/trainium_eks/addons/test_node_daemons.py and test_nodegroup.py keep them complete).
 NOT_PROP_CHECKS = {
     ("parse_s3_uri", "ValueError"),
     ("chart_props", "ValueError"),
@@ -33,7 +33,7 @@ NOT_PROP_CHECKS = {
     ("chart_facts", "KeyError"),
     ("chart_daemons", "KeyError"),
     ("default_neuron_ami_release", "KeyError"),
-    # The price table (trainium_eks/prices.py) lacking a row or a unit the review needs; the
+    # The price table (trainium_eks/report/prices.py) lacking a row or a unit the review needs; the
     # review's tests price every deployment type and tier the configuration accepts.
     ("fsx_storage", "KeyError"),
     ("hourly", "ValueError"),

@@ -11,7 +11,7 @@ from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import IConstruct
 
 from stacks import TrainiumPlatformStack
-from tests.trainium_eks.training_support import bare_cluster
+from tests.trainium_eks.jobs.training_support import bare_cluster
 from trainium_eks import TrainingWorkload, TrainiumPlatform, WorkloadTarget
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (

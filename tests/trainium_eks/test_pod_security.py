@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support import k8s_manifests, resources, synth_app, synth_platform
-from tests.trainium_eks.training_support import baseline_violations
+from tests.trainium_eks.jobs.training_support import baseline_violations
 
 LEVELS = ("privileged", "baseline", "restricted")
 

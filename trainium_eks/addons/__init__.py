@@ -1,7 +1,7 @@
 """Cluster add-ons for Trainium training: device plugins, Volcano, etcd, storage, observability and
 monitoring.
 
-Each module here installs one add-on; :class:`~trainium_eks.cluster_addons.TrainiumAddons`
+Each module here installs one add-on; :class:`~trainium_eks.addons.trainium_addons.TrainiumAddons`
 composes them on a cluster in the order they need.
 """
 

@@ -4,7 +4,7 @@ It advertises ``vpc.amazonaws.com/efa``. It must run only where EFA devices exis
 crash-loops: a node selector on the Trainium nodegroup's label and instance type, plus a
 toleration of the Neuron taint. The chart's own affinity (its list of EFA instance types) still
 applies. Instance types without EFA (trn1.2xlarge) get no chart at all (see
-:class:`~trainium_eks.cluster_addons.TrainiumAddons`).
+:class:`~trainium_eks.addons.trainium_addons.TrainiumAddons`).
 
 Values keys (``nodeSelector``, ``tolerations``) are those of the chart; its ``CriticalAddonsOnly``
 toleration is built in, the list given here is appended to it.
@@ -19,9 +19,9 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABEL, TRAINIUM_NODE_LABEL
 
-from ..node_health import PENDING_TOLERATION
+from ..cluster.helm import HELM_TIMEOUT
+from ..nodes.health_checks import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
-from .helm import HELM_TIMEOUT
 
 
 def efa_chart_values(facts: InstanceFacts, *, health_check: bool = False) -> dict:
@@ -59,7 +59,7 @@ class EfaDevicePlugin(Construct):
             cluster: the cluster (with a kubectl provider).
             facts: the Trainium instance type; it must have EFA interfaces.
             health_check: it tolerates the node health check's pending taint
-                (:mod:`trainium_eks.node_health`). Default False.
+                (:mod:`trainium_eks.nodes.health_checks`). Default False.
             pin: chart, repository and version. Default: ``ADDON_PINS["efa"]``.
         """
         super().__init__(scope, id)

@@ -14,7 +14,7 @@ it installs, each part in its module of :mod:`trainium_eks.monitoring`:
 * the alert rules (:mod:`~trainium_eks.monitoring.rules`) and the Grafana dashboard
   (:mod:`~trainium_eks.monitoring.dashboard`); with ``karpenter_capacity``, the alert on Karpenter's
   failed launches, whose metrics Karpenter's own chart has scraped
-  (:mod:`~trainium_eks.monitoring.karpenter`);
+  (:mod:`~trainium_eks.monitoring.karpenter_capacity`);
 * optionally, remote write to Amazon Managed Service for Prometheus (:mod:`~trainium_eks.monitoring.amp`).
 
 The EFA and FSx exporters run the workload's tools image and come with the workload
@@ -34,16 +34,16 @@ from trainium_job.scheduling import TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
+from ..cluster.helm import HELM_TIMEOUT
 from ..monitoring import scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
-from ..monitoring.karpenter import KarpenterCapacity
+from ..monitoring.karpenter_capacity import KarpenterCapacity
 from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
 from ..monitoring.rules import prometheus_rule
 from ..monitoring.stack_values import stack_values
 from ..versions import ADDON_PINS, AddonPin
-from .helm import HELM_TIMEOUT
 
 #: node-exporter shares the host's network, PID namespace and root file system, neuron-monitor is
 #: privileged: only the ``privileged`` level admits them ("Pod Security Standards", Baseline).

@@ -27,12 +27,9 @@ from constructs import Construct
 
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL, TRAINIUM_NODE_LABEL
 
-from ..node_health import PENDING_TOLERATION
+from ..cluster.helm import HELM_TIMEOUT
+from ..nodes.health_checks import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
-from .helm import HELM_TIMEOUT
-
-#: Former name of :data:`trainium_job.scheduling.DEVICE_PLUGIN_TOLERATION`.
-NEURON_TOLERATION = DEVICE_PLUGIN_TOLERATION
 
 
 def neuron_chart_values(
@@ -96,7 +93,7 @@ class NeuronDevicePlugin(Construct):
             node_problem_detector: install the Neuron node-problem-detector (monitor only).
                 Default False.
             health_check: the device plugin tolerates the node health check's pending taint
-                (:mod:`trainium_eks.node_health`). Default False.
+                (:mod:`trainium_eks.nodes.health_checks`). Default False.
             pin: chart and version. Default: ``ADDON_PINS["neuron"]``.
         """
         super().__init__(scope, id)

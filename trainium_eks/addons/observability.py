@@ -19,8 +19,8 @@ from __future__ import annotations
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from ..cluster.managed_addons import managed_addon, pod_identity_role
 from ..versions import ADDON_PINS
-from .managed import managed_addon, pod_identity_role
 
 CLOUDWATCH_AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
 

@@ -28,8 +28,8 @@ from trainium_job.scheduling import (
 )
 from trainium_job.security import namespace_manifest, pod_security_labels
 
+from ..cluster.helm import HELM_TIMEOUT
 from ..versions import ADDON_PINS, AddonPin
-from .helm import HELM_TIMEOUT
 
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_NAMESPACE = "volcano-system"

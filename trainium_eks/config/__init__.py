@@ -13,9 +13,10 @@ bad input stops synth with one line and no stack is built.
 from trainium_job.errors import ConfigError
 from trainium_job.spec import BertJobSpec
 
-from ..cluster import MAX_PUBLIC_ENDPOINT_ADDRESSES, region_partition
-from ..launch_template import EFA_LAYOUTS
-from .checks import (
+from ..cluster.eks_cluster import MAX_PUBLIC_ENDPOINT_ADDRESSES, region_partition
+from ..nodes.launch_template import EFA_LAYOUTS
+from .context import config_from_context
+from .platform_checks import (
     ALWAYS_ON_ADDONS,
     AZ_ID_PARTITIONS,
     CAPACITY_TYPES,
@@ -28,7 +29,6 @@ from .checks import (
     tag_problem,
     unverified_addons,
 )
-from .context import config_from_context
 from .schema import PlatformSettings
 from .validated import PlatformConfig
 

@@ -23,8 +23,8 @@ from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, contex
 
 from .._training.trainer.cli import build_parser
 from .._training.trainer.cli import check_args as validate_parsed_args
-from ..dataset_preparation import prepared_shape, validate_preparation_config
-from ..dataset_staging import (
+from ..jobs.dataset_preparation import prepared_shape, validate_preparation_config
+from ..jobs.dataset_staging import (
     NEURON_PHASE1_CHECKPOINT,
     PUBLIC_BERT_SHAPE,
     PUBLIC_BERT_SHAPES,
@@ -33,7 +33,7 @@ from ..dataset_staging import (
     check_start_source,
     check_vocab_source,
 )
-from ..node_fit import check_node_fit
+from ..jobs.node_fit import check_node_fit
 from .schema import PHASE2_FIELDS, PHASE2_PREFIX, PHASE_CHOICES, PlatformSettings
 
 #: The trainer's model configs (``--model``), beside the trainer in the library.

@@ -33,10 +33,10 @@ from trainium_job.instances import INSTANCE_FACTS
 from trainium_job.launch import RDZV_BACKENDS
 from trainium_job.spec import JOB_SET_FLAGS, MODELS, BertJobSpec, context_key, phase2_spec
 
-from ..dataset_preparation import MEMORY_GIB_PER_CPU
-from ..fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
-from ..network import AZ_COUNT, SUBNET_LAYOUT
-from ..node_pool import TRAINIUM_CAPACITY_MODES
+from ..jobs.dataset_preparation import MEMORY_GIB_PER_CPU
+from ..network.vpc import AZ_COUNT, SUBNET_LAYOUT
+from ..nodes.node_pool import TRAINIUM_CAPACITY_MODES
+from ..storage.fsx import DEPLOYMENT_TYPES as FSX_DEPLOYMENT_TYPES
 from ..versions import ADDON_EVIDENCE, ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE
 from . import CAPACITY_TYPES, EFA_LAYOUTS, MAX_TAGS, OPTIONAL_ADDONS, PLATFORM_TAG_KEYS, SUPPORTED_PARTITIONS
 

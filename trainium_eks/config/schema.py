@@ -19,7 +19,7 @@ from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec, phase2_spec
 
 from ..addons.monitoring import MonitoringOptions
-from ..dataset_staging import (
+from ..jobs.dataset_staging import (
     PUBLIC_BERT_SHARDS,
     PUBLIC_BERT_SHARDS_512,
     PUBLIC_BERT_VOCAB,
@@ -107,7 +107,7 @@ class PlatformSettings:
     #: aborted, the nodes that came are released, and it waits at no cost until resumed
     #: (``vcctl job resume``). At least what a new node takes before its pod runs: its launch and
     #: join, the image pull and the node health check (the review's ``gang wait`` line shows the
-    #: sum, ``trainium_eks/gang_wait.py``); a shorter wait is refused.
+    #: sum, ``trainium_eks/nodes/gang_wait.py``); a shorter wait is refused.
     trainium_gang_wait_minutes: int = 30
     #: With ``karpenter``: minutes an empty Trainium node is kept (a relaunch within them reuses it;
     #: each costs a node-minute at the on-demand price). At least 1 (at 0 a restarting gang would
@@ -115,7 +115,7 @@ class PlatformSettings:
     #: ``max_nodes`` is bounded by the Trainium subnet's addresses (docs/capacity.md, Bounds).
     trainium_idle_minutes: int = 10
     #: Deep health check of every new Trainium node before it takes work (Neuron devices, EFA,
-    #: a compute and a collective test; trainium_eks/node_health.py): nodes start tainted
+    #: a compute and a collective test; trainium_eks/nodes/health_checks.py): nodes start tainted
     #: ``trainium-eks/node-health=pending`` and a DaemonSet of the training image lifts the taint
     #: or names the failed check. On by default: a bad node found at start costs minutes, one
     #: found by a failing job costs the job. The check runs the training image, so it comes with
@@ -226,7 +226,7 @@ class PlatformSettings:
     phase2_dataset_source: str = PUBLIC_BERT_SHARDS_512
     #: Phase 2's start weights with ``training_phases=2``: a Neuron tutorial checkpoint
     #: ``s3://.../ckpt_<step>.pt`` (the staging job downloads and imports it, e.g. Neuron's
-    #: published phase 1, :data:`~trainium_eks.dataset_staging.NEURON_PHASE1_CHECKPOINT`), or
+    #: published phase 1, :data:`~trainium_eks.jobs.dataset_staging.NEURON_PHASE1_CHECKPOINT`), or
     #: ``fsx:/<path>`` of a checkpoint directory or a run directory on FSx (``fsx:/runs/<run>``).
     #: Empty with ``training_phases=both``, whose phase 2 starts from phase 1.
     phase2_init_from: str = ""
@@ -234,11 +234,11 @@ class PlatformSettings:
     #: of each phase writes it beside the model (``/data/runs/<run>/model``). An ``https://``
     #: URL pinned to a revision, ``s3://bucket/key`` or ``fsx:/<path>``; the staging job copies
     #: it beside each shard set. Default: Google's uncased vocabulary, which the public shards
-    #: were made with (:data:`~trainium_eks.dataset_staging.PUBLIC_BERT_VOCAB`). With
+    #: were made with (:data:`~trainium_eks.jobs.dataset_staging.PUBLIC_BERT_VOCAB`). With
     #: ``preparation_enabled`` the vocabulary is ``preparation_vocab``. Empty: no export.
     vocab_source: str = PUBLIC_BERT_VOCAB
     #: Prepare the dataset from your own text corpus on FSx with an Indexed Job
-    #: (trainium_eks.dataset_preparation) instead of staging training_dataset_source.
+    #: (trainium_eks.jobs.dataset_preparation) instead of staging training_dataset_source.
     preparation_enabled: bool = False
     #: The corpus (a file or folder of text, one sentence per line) and the vocab.txt, on FSx:
     #: under /dataset when fsx_s3_import_uri imports them from S3.

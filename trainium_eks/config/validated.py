@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import validate
 from .job_checks import resolve_switches
+from .platform_checks import validate
 from .schema import PlatformSettings
 
 
@@ -13,7 +13,7 @@ from .schema import PlatformSettings
 class PlatformConfig(PlatformSettings):
     """Everything a deployment of the platform can vary (fields and defaults: :class:`PlatformSettings`).
 
-    Building one runs every check (:func:`~trainium_eks.config.checks.validate`): an invalid
+    Building one runs every check (:func:`~trainium_eks.config.platform_checks.validate`): an invalid
     configuration never exists, and the first problem stops synth with one line naming the key.
     """
 

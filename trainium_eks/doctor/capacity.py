@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..node_pool import CAPACITY_BLOCK_DRAIN_MINUTES
+from ..nodes.node_pool import CAPACITY_BLOCK_DRAIN_MINUTES
 from ..versions import DATASET_NODE_INSTANCE_TYPE, SYSTEM_NODE_INSTANCE_TYPE
 from .aws import error_code
 from .findings import Status, Verdict

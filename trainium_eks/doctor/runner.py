@@ -18,8 +18,8 @@ from ..config import PlatformConfig
 from . import account, capacity, sources
 from .aws import BotoClients, Clients, UnknownProfile, finding_from_error
 from .bootstrap import bootstrap_stack
+from .check_list import Http, urllib_http
 from .findings import Finding, Status, Verdict, blockers, summary
-from .registry import Http, urllib_http
 from .requirement import BootstrapRequirement, bootstrap_requirement
 from .settings import load_config, parse_overrides, read_context
 from .target import Target

@@ -11,8 +11,8 @@ from trainium_job.neuron_stack import NEURON_STACK
 
 from ..versions import KUBERNETES_RELEASES
 from .aws import ACCESS_DENIED_CODES, error_code
+from .check_list import PUBLIC_ECR, ImageRef, head_manifest
 from .findings import Status, Verdict
-from .registry import PUBLIC_ECR, ImageRef, head_manifest
 from .target import Target
 
 #: ``versionStatus`` values of EKS DescribeClusterVersions (``status`` in older answers).
@@ -81,7 +81,7 @@ def base_image(t: Target) -> Verdict:
 
 def dataset_source(t: Target) -> Verdict:
     """Phase 1's ``s3://`` dataset readable without signing, as its staging Job reads it
-    (``aws s3 cp|sync --no-sign-request``, trainium_eks.dataset_staging)."""
+    (``aws s3 cp|sync --no-sign-request``, trainium_eks.jobs.dataset_staging)."""
     c = t.config
     if not c.training_enabled or c.preparation_enabled:
         return Verdict(Status.OK, "not used (training_enabled=false or preparation_enabled=true)")

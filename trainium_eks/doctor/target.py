@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..config import PlatformConfig
 from .aws import Clients
-from .registry import Http
+from .check_list import Http
 from .requirement import BootstrapRequirement
 
 

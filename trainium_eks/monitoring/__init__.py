@@ -17,7 +17,7 @@ One concept per module; the construct that installs them is
 from .amp import AmpRemoteWrite
 from .exporters import TrainingExporters
 from .fsx_alarm import FsxCapacityAlarm
-from .karpenter import KarpenterCapacity, karpenter_chart_monitoring_values
+from .karpenter_capacity import KarpenterCapacity, karpenter_chart_monitoring_values
 
 __all__ = [
     "AmpRemoteWrite",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from trainium_job.efa_counters import PORT_COUNTERS
 from trainium_job.telemetry import TRAINING_METRICS
 
-from .karpenter import BUILD_INFO, NODECLAIMS_DISRUPTED
+from .karpenter_capacity import BUILD_INFO, NODECLAIMS_DISRUPTED
 
 
 @dataclass(frozen=True)

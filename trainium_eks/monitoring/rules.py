@@ -22,7 +22,12 @@ from trainium_job.naming import TASK_NAME
 from trainium_job.node_health import FAILED_TAINT_KEY
 
 from . import scrape
-from .karpenter import BUILD_INFO, INSUFFICIENT_CAPACITY_REASON, NODECLAIMS_DISRUPTED, KarpenterCapacity
+from .karpenter_capacity import (
+    BUILD_INFO,
+    INSUFFICIENT_CAPACITY_REASON,
+    NODECLAIMS_DISRUPTED,
+    KarpenterCapacity,
+)
 from .names import NAMESPACE, RELEASE_LABEL
 
 #: Seconds since the last optimizer step within which a run counts as running.

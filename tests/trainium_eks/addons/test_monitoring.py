@@ -236,6 +236,6 @@ def test_given_options_from_a_library_user_then_the_construct_checks_them_by_fie
     ],
 )
 def test_given_monitoring_settings_then_the_review_says_what_runs_and_how_long_data_is_kept(context, line):
-    from trainium_eks.review import platform_review
+    from trainium_eks.report.review import platform_review
 
     assert line in platform_review(config_from_context(context)).splitlines()

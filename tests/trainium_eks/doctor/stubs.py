@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.stub import Stubber
 
 from trainium_eks.config import PlatformConfig, config_from_context
-from trainium_eks.doctor.registry import HttpAnswer
+from trainium_eks.doctor.check_list import HttpAnswer
 from trainium_eks.doctor.requirement import BootstrapRequirement
 from trainium_eks.doctor.target import Target
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
@@ -354,7 +354,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 class RegistryAnswers:
-    """An :data:`~trainium_eks.doctor.registry.Http` that answers from a list and keeps the requests."""
+    """An :data:`~trainium_eks.doctor.check_list.Http` that answers from a list and keeps the requests."""
 
     def __init__(self, answers: list[HttpAnswer]) -> None:
         self.answers = list(answers)

@@ -25,9 +25,9 @@ from tests.trainium_eks.doctor.stubs import (
     reservations_call,
     vpcs_call,
 )
-from trainium_eks.dataset_staging import PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
 from trainium_eks.doctor import CHECKS, IAM_ACTIONS, main, run_checks
 from trainium_eks.doctor.findings import Status
+from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
 from trainium_eks.versions import (
     DATASET_NODE_INSTANCE_TYPE,
     DEFAULT_KUBERNETES_VERSION,

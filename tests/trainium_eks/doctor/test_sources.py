@@ -17,10 +17,14 @@ from tests.trainium_eks.doctor.stubs import (
     registry_answers,
     target,
 )
-from trainium_eks.dataset_staging import NEURON_PHASE1_CHECKPOINT, PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
 from trainium_eks.doctor import sources
+from trainium_eks.doctor.check_list import HttpAnswer
 from trainium_eks.doctor.findings import Status
-from trainium_eks.doctor.registry import HttpAnswer
+from trainium_eks.jobs.dataset_staging import (
+    NEURON_PHASE1_CHECKPOINT,
+    PUBLIC_BERT_SHARDS,
+    PUBLIC_BERT_SHARDS_512,
+)
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 from trainium_job.neuron_stack import NEURON_STACK
 

@@ -15,9 +15,9 @@ from tests.contracts import karpenter_metrics
 from tests.trainium_eks.monitoring.deployed import deployed_rule_groups
 from tests.trainium_eks.monitoring.promtool import metric_names, promtool, write_rules
 from trainium_eks.monitoring.catalog import CATALOG
-from trainium_eks.monitoring.karpenter import KarpenterCapacity
+from trainium_eks.monitoring.karpenter_capacity import KarpenterCapacity
 from trainium_eks.monitoring.rules import alerts, rule_groups
-from trainium_eks.node_pool import NODE_POOL_NAME
+from trainium_eks.nodes.node_pool import NODE_POOL_NAME
 
 
 @dataclass(frozen=True)

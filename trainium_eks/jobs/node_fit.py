@@ -1,0 +1,131 @@
+"""How one Trainium node is shared: the kubelet's allocatable, the platform's DaemonSets, the
+dataset pods and the training pod, for a configuration.
+
+The training pod takes what is left (:func:`trainium_job.allocatable.training_resources`); the
+dataset pods are counted beside it because they share its nodes at the same time: the training
+gang waits on its nodes for the dataset marker, so the staging pod (on one node, which cannot be
+known: reserved on every node) or the preparation pods (spread evenly; a failed one is retried
+while the gang holds the nodes) must fit next to it, or the job waits forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainium_job.allocatable import (
+    NODE_MARGIN,
+    NodeAllocatable,
+    Resources,
+    node_allocatable,
+    share_problem,
+    training_resources,
+)
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+
+from ..addons.node_daemons import DaemonSettings, NodeDaemon, configured_node_daemons, total
+from .dataset_preparation import pod_resources, pods_per_node
+from .dataset_staging import STAGING_RESOURCES
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    """One Trainium node of a configuration, shared out.
+
+    Attributes:
+        facts: the instance type's facts row.
+        node: its allocatable and the derivation.
+        daemons: the DaemonSets on it.
+        dataset: (what, requests) of the dataset pods that may share it with the training pod.
+    """
+
+    facts: InstanceFacts
+    node: NodeAllocatable
+    daemons: tuple[NodeDaemon, ...]
+    dataset: tuple[tuple[str, Resources], ...]
+
+    @property
+    def daemon_requests(self) -> Resources:
+        return total(self.daemons)
+
+    @property
+    def reserved(self) -> Resources:
+        """What the training pod leaves to others: DaemonSets and dataset pods."""
+        out = self.daemon_requests
+        for _, requests in self.dataset:
+            out = out + requests
+        return out
+
+    @property
+    def training(self) -> Resources:
+        """The training pod's requests (ConfigError when too little is left, see
+        :func:`check_node_fit`)."""
+        return training_resources(self.facts, self.reserved)
+
+    def review_lines(self, *, training: bool) -> list[str]:
+        """Lines for the synth review."""
+        node = self.node
+        lines = [
+            f"  node fit:     per {node.instance_type}: allocatable {node.allocatable.describe()}, "
+            f"{node.max_pods} pods",
+            f"                (MemTotal modeled {node.mem_total_mib:,} MiB - huge pages {node.huge_pages_mib:,} - "
+            f"kube-reserved {node.kube_reserved.memory_mib:,} - eviction {node.eviction_mib}; "
+            f"kube-reserved CPU {node.kube_reserved.millicpu}m)",
+            f"                daemons {self.daemon_requests.describe()} ({len(self.daemons)} DaemonSets)"
+            + "".join(f"; {what} {requests.describe()}" for what, requests in self.dataset),
+        ]
+        if training:
+            lines.append(
+                f"                training pod {self.training.describe()} (margin {NODE_MARGIN.describe()})"
+            )
+        return lines
+
+
+class FitSettings(DaemonSettings, Protocol):
+    """The settings that decide how a Trainium node is shared (what
+    :class:`~trainium_eks.config.PlatformSettings` has)."""
+
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def desired_nodes(self) -> int: ...
+    @property
+    def preparation_enabled(self) -> bool: ...
+    @property
+    def preparation_pods(self) -> int: ...
+    @property
+    def preparation_cpus_per_pod(self) -> int: ...
+    @property
+    def trainium_capacity(self) -> str: ...
+
+
+def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
+    """The dataset pods that may share a node with the training pod, with their requests."""
+    if not c.training_enabled:
+        return ()
+    if c.preparation_enabled:
+        per_node = pods_per_node(c.preparation_pods, c.desired_nodes)
+        requests = pod_resources(c.preparation_cpus_per_pod).times(per_node)
+        return ((f"{per_node} preparation pod(s)", requests),)
+    if c.trainium_capacity == "karpenter":
+        return ()  # staging has a node of its own (the "dataset" NodePool)
+    return (("staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
+
+
+def node_fit(c: FitSettings) -> NodeFit:
+    """The sharing of one Trainium node under configuration ``c``."""
+    facts = c.facts
+    daemons = configured_node_daemons(c)
+    return NodeFit(facts=facts, node=node_allocatable(facts), daemons=daemons, dataset=dataset_pods(c))
+
+
+def check_node_fit(c: FitSettings) -> None:
+    """ConfigError (naming ``instance_type``) when the training pod would get too little of a
+    node beside the DaemonSets and the staging pod; the preparation pods' own check
+    (:func:`~trainium_eks.jobs.dataset_preparation.check_pods`) names the preparation keys."""
+    if not c.training_enabled:
+        return
+    problem = share_problem(c.facts, node_fit(c).reserved)
+    if problem:
+        raise ConfigError("instance_type", c.instance_type, f"{problem}: use a larger instance type")

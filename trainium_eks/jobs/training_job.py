@@ -1,0 +1,221 @@
+"""The BERT pretraining job: a gang-scheduled Volcano Job, one pod per Trainium node."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import CfnOutput, Token
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct, IConstruct
+
+from trainium_job import checks
+from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
+from trainium_job.errors import ConfigError
+from trainium_job.instances import InstanceFacts
+from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, phase_plan, render_job
+from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
+from trainium_job.node_health import HEALTH_LABEL, PASSED
+from trainium_job.paths import JobPaths
+from trainium_job.phases import TrainingPhases, as_phases
+from trainium_job.plan import TrainingPlan, plan_training
+from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
+from trainium_job.spec import BertJobSpec
+
+from ..arguments import AnyCluster, require_cluster
+
+__all__ = [
+    "BertJobSpec",
+    "BertPretrainingJob",
+    "TrainingPlan",
+    "add_job_outputs",
+    "job_commands",
+    "plan_training",
+]
+
+
+class BertPretrainingJob(Construct):
+    """BERT pretraining on the Trainium nodegroup, as a Volcano Job applied by the stack.
+
+    What runs is a :class:`~trainium_job.spec.BertJobSpec` (model, batch, schedule, launcher,
+    names; its defaults are the reference recipe); this construct adds where it runs: the
+    cluster, the nodes, the image, the claim and the queue.
+
+    The Volcano Job's name is ``<name_prefix>-<8 hex of its spec>`` and its construct id carries
+    the same digest: a changed spec creates a new job and deletes the old one in the same
+    deployment (pod templates are immutable), an unchanged spec leaves a running job alone.
+    Training state is not tied to the name: ``spec.run_name`` picks the output directory, so a
+    new job with a changed, compatible spec (e.g. more restarts) resumes from the old checkpoints.
+
+    Attributes:
+        phases (:class:`~trainium_job.phases.TrainingPhases`), spec (the first phase's), job_name,
+        plan (:class:`TrainingPlan`, the first phase's), plans (each phase's), launch_spec, paths
+        (the first phase's), service_account,
+        manifest (the job's ``KubernetesManifest``), job (the Volcano Job as a dict).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: AnyCluster,
+        facts: InstanceFacts,
+        nodes: int,
+        max_nodes: int,
+        image: str,
+        claim_name: str,
+        spec: BertJobSpec | TrainingPhases | None = None,
+        image_key: str | None = None,
+        namespace: str = TRAINING_NAMESPACE,
+        queue: str = TRAINING_QUEUE,
+        etcd_endpoint: str | None = None,
+        name_prefix: str = DEFAULT_NAME_PREFIX,
+        service_account_name: str = SERVICE_ACCOUNT,
+        node_reserved: Resources = DEFAULT_NODE_DAEMONS,
+        gang_wait_minutes: int | None = None,
+        health_gate: bool = False,
+        fabric_heal: FabricHeal | None = None,
+        depends_on: Sequence[IConstruct] = (),
+    ) -> None:
+        """
+        Args:
+            cluster: the EKS cluster (with a kubectl provider).
+            facts: the Trainium instance type's facts row.
+            nodes: pods (= nodes) of the job. max_nodes: the nodegroup's maximum (checked).
+            image: training image URI (the platform's ECR repository).
+            claim_name: the FSx claim (mounted at /data).
+            spec: what to train. Default ``BertJobSpec()``: the reference recipe's phase 1. A
+                :class:`~trainium_job.phases.TrainingPhases` runs its phases in turn in the
+                same pods (phase 1, then phase 2 from it; ``trainium_job.worker.phases_script``).
+            image_key: a plain string that identifies the image (its content-hash tag), used
+                for the job name when ``image`` is a token. Default: ``image`` itself.
+            namespace: the training namespace. Default ``TRAINING_NAMESPACE`` ("training").
+            queue: Volcano queue. Default ``TRAINING_QUEUE`` ("training").
+            etcd_endpoint: ``host:port`` of the etcd add-on, for an etcd rendezvous. Default None.
+            name_prefix: prefix of the job name (<= 45 characters). Default
+                ``DEFAULT_NAME_PREFIX`` ("trn-bert").
+            service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
+            node_reserved: what each pod leaves of its node's allocatable for other pods (its
+                DaemonSets, a dataset pod beside the gang); the pod takes the rest less a margin
+                (``trainium_job.allocatable``). Default ``DEFAULT_NODE_DAEMONS``: the DaemonSets of
+                a platform with default settings. ``TrainingWorkload`` passes its configuration's.
+            gang_wait_minutes: the Trainium nodes are launched per job (Karpenter): minutes the
+                gang may wait for all its nodes before the job is aborted and the nodes that came
+                are released (``trainium_job.job.render_job``). Default None: a fixed nodegroup.
+            health_gate: the pods require nodes labelled ``trainium-eks/node-health=passed`` by
+                the node health check (:mod:`trainium_eks.nodes.health_checks`). Only for a managed
+                nodegroup: Karpenter launches no node for a pod that requires a custom label
+                its NodePool does not define (kubernetes-sigs/karpenter v1.14.1
+                pkg/scheduling/requirements.go L182-193), so there the startup taint is the
+                gate. Default False.
+            fabric_heal: what the pre-training fabric check does to a node it names
+                (:class:`trainium_job.job.FabricHeal`). Default None: nothing, the job aborts.
+            depends_on: constructs applied first (Volcano chart and queue, the claim). Default
+                ``()``.
+        """
+        super().__init__(scope, id)
+        cluster = require_cluster(cluster)
+        self.phases = as_phases(BertJobSpec() if spec is None else spec)
+        self.spec = spec = self.phases.first
+        for name, value in (
+            ("namespace", namespace),
+            ("queue", queue),
+            ("service_account_name", service_account_name),
+        ):
+            if not Token.is_unresolved(value):
+                checks.dns_label(name, value)
+        self.plan = plan_training(spec, facts=facts, nodes=nodes, max_nodes=max_nodes)
+        #: Each phase's plan, in order (the first is :attr:`plan`).
+        self.plans = [self.plan, *(phase_plan(self.plan, later) for later in self.phases.phases[1:])]
+        self.paths: JobPaths = spec.paths
+        self.service_account = service_account_name
+
+        if image_key is None:
+            if Token.is_unresolved(image):
+                raise ConfigError(
+                    "image_key",
+                    None,
+                    "give the image's tag when image is a token "
+                    "(the job name must not depend on token numbering)",
+                )
+            image_key = image
+        rendered = render_job(
+            self.phases,
+            plan=self.plan,
+            facts=facts,
+            image=image,
+            image_key=image_key,
+            name_prefix=name_prefix,
+            namespace=namespace,
+            queue=queue,
+            claim_name=claim_name,
+            service_account=service_account_name,
+            etcd_endpoint=etcd_endpoint,
+            node_reserved=node_reserved,
+            gang_wait_minutes=gang_wait_minutes,
+            node_labels={HEALTH_LABEL: PASSED} if health_gate else None,
+            fabric_heal=fabric_heal,
+        )
+        self.job_name = rendered.name
+        self.launch_spec = rendered.launch
+        self.job = rendered.manifest
+        self._apply(cluster, rendered, namespace=namespace, depends_on=depends_on)
+
+    def _apply(
+        self,
+        cluster: eks.ICluster,
+        rendered: RenderedJob,
+        *,
+        namespace: str,
+        depends_on: Sequence[IConstruct],
+    ) -> None:
+        """The service account, then the job (named after its digest), both after ``depends_on``."""
+        sa = eks.KubernetesManifest(
+            self,
+            "ServiceAccount",
+            cluster=cluster,
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": self.service_account, "namespace": namespace},
+                    # No token unless a pod asks (its fabric check marks a node it names:
+                    # trainium_job.pod); no AWS role but the node health check's, with healing.
+                    "automountServiceAccountToken": False,
+                }
+            ],
+        )
+        self.manifest = eks.KubernetesManifest(
+            self,
+            f"Job{rendered.digest}",
+            cluster=cluster,
+            manifest=[self.job],
+        )
+        self.manifest.node.add_dependency(sa)
+        self.service_account_manifest = sa
+        for dependency in depends_on:
+            sa.node.add_dependency(dependency)
+            self.manifest.node.add_dependency(dependency)
+
+
+def job_commands(*, job_name: str, namespace: str) -> dict[str, str]:
+    """The commands a user types to watch a job (also the stack's outputs).
+
+    Rank 0 runs in pod ``worker-0`` with the c10d rendezvous: torch assigns node ranks in the
+    sorted order of the agents' host names (``_mark_rendezvous_complete`` in
+    torch/distributed/elastic/rendezvous/dynamic_rendezvous.py), and Volcano names the pods
+    ``<job>-worker-<index>``. The etcd rendezvous ranks nodes by arrival instead: there, rank 0's
+    lines (the only INFO lines) may come from another pod (``kubectl logs -l trainium-eks/job=``).
+    """
+    pod0 = pod_host_name(job_name, 0)
+    return {
+        "Rank0Logs": f"kubectl logs -n {namespace} -f {pod0}",
+        "JobStatus": f"kubectl get vcjob -n {namespace} {job_name} -o wide",
+        "NeuronTop": f"kubectl exec -n {namespace} -it {pod0} -- neuron-top",
+    }
+
+
+def add_job_outputs(scope: Construct, *, job: BertPretrainingJob, namespace: str) -> None:
+    """CfnOutputs with the exact watch commands."""
+    for key, command in job_commands(job_name=job.job_name, namespace=namespace).items():
+        CfnOutput(scope, key, value=command, description=f"{key} of the training job")

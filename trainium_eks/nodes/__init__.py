@@ -1,0 +1,2 @@
+"""Trainium nodes: the launch template, the fixed nodegroup or the Karpenter node pool (with its
+controller), the deep node health check, and how long a gang may wait for its nodes."""
