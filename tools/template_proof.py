@@ -1,0 +1,97 @@
+"""The proof a restructuring keeps: every synthesized template byte for byte as it was.
+
+    .venv/bin/python tools/template_proof.py snapshot DIR    # before the change (and after)
+    .venv/bin/python tools/template_proof.py compare OLD NEW  # cmp of every file; exit 1 on a difference
+
+A snapshot holds three sets: every configuration in ``tests.support.VARIANTS`` as synthesized
+(``variants/``), the same with the image build context held to its Dockerfiles (``held/``: an edit
+to ``training/`` or ``trainium_job/``, which the context ships and hashes into the asset and the
+image tag, does not show there), and the default app's real ``cdk synth`` (``cdkout/``). The
+``*.metadata.json`` files are left out of the comparison: they hold the jsii kernel's temporary
+paths, which differ between two synths of the same tree.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PARTS = ("variants", "held", "cdkout")
+
+
+def _hold_context() -> None:
+    module = importlib.import_module("trainium_eks.images.training_image")
+    dockerfiles = {name: module.DOCKER_DIR / name for name in (*module.DOCKERFILES, ".dockerignore")}
+    module._context_files = lambda: dict(dockerfiles)  # type: ignore[attr-defined]
+
+
+def _variants(out: Path, *, held: bool) -> None:
+    code = (
+        "import json, re, sys\n"
+        "from pathlib import Path\n"
+        "sys.path.insert(0, '.')\n"
+        + ("from tools.template_proof import _hold_context\n_hold_context()\n" if held else "")
+        + "from tests.support import VARIANTS, synth_app\n"
+        f"out = Path({str(out)!r})\n"
+        "for name, ctx in VARIANTS.items():\n"
+        "    d = out / re.sub(r'[^a-z0-9.]+', '-', name)\n"
+        "    d.mkdir(parents=True, exist_ok=True)\n"
+        "    for stack, tpl in synth_app(**ctx).items():\n"
+        "        (d / f'{stack}.json').write_text(json.dumps(tpl, indent=1, sort_keys=True))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def snapshot(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    _variants(out / "variants", held=False)
+    _variants(out / "held", held=True)
+    subprocess.run(
+        ["make", "-s", "cdk", f"ARGS=synth --quiet --output {out / 'cdkout'}"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    print(json.dumps({"snapshot": str(out)}))
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file()
+        # an asset directory's files: its name is their hash
+        and not (len(p.relative_to(root).parts) > 1 and p.relative_to(root).parts[0].startswith("asset."))
+        and not p.name.endswith((".metadata.json", ".lock"))
+    )
+
+
+def compare(old: Path, new: Path) -> int:
+    differs = 0
+    for part in PARTS:
+        before, after = _files(old / part), _files(new / part)
+        if before != after:
+            print(f"{part}: file lists differ: {sorted(set(before) ^ set(after))}")
+            differs += 1
+        for name in sorted(set(before) & set(after)):
+            if not filecmp.cmp(old / part / name, new / part / name, shallow=False):
+                print(f"DIFFERS {part}/{name}")
+                differs += 1
+        print(f"{part}: {len(set(before) & set(after))} files compared")
+    print("IDENTICAL" if not differs else f"NOT IDENTICAL ({differs})")
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    match sys.argv[1:]:
+        case ["snapshot", out]:
+            snapshot(Path(out).resolve())
+        case ["compare", old, new]:
+            sys.exit(compare(Path(old), Path(new)))
+        case _:
+            sys.exit(__doc__)
