@@ -16,6 +16,7 @@ from __future__ import annotations
 import filecmp
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,20 +32,22 @@ def _hold_context() -> None:
 
 
 def _variants(out: Path, *, held: bool) -> None:
-    code = (
-        "import json, re, sys\n"
-        "from pathlib import Path\n"
-        "sys.path.insert(0, '.')\n"
-        + ("from tools.template_proof import _hold_context\n_hold_context()\n" if held else "")
-        + "from tests.support import VARIANTS, synth_app\n"
-        f"out = Path({str(out)!r})\n"
-        "for name, ctx in VARIANTS.items():\n"
-        "    d = out / re.sub(r'[^a-z0-9.]+', '-', name)\n"
-        "    d.mkdir(parents=True, exist_ok=True)\n"
-        "    for stack, tpl in synth_app(**ctx).items():\n"
-        "        (d / f'{stack}.json').write_text(json.dumps(tpl, indent=1, sort_keys=True))\n"
-    )
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+    """Each configuration in its own process's synthesis (``synth_app`` caches per process)."""
+    args = [sys.executable, str(Path(__file__).resolve()), "variants", str(out)]
+    subprocess.run([*args, "--held"] if held else args, cwd=REPO, check=True)
+
+
+def _write_variants(out: Path, *, held: bool) -> None:
+    sys.path.insert(0, str(REPO))
+    if held:
+        _hold_context()
+    from tests.support import VARIANTS, synth_app
+
+    for name, context in VARIANTS.items():
+        folder = out / re.sub(r"[^a-z0-9.]+", "-", name)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stack, template in synth_app(**context).items():
+            (folder / f"{stack}.json").write_text(json.dumps(template, indent=1, sort_keys=True))
 
 
 def snapshot(out: Path) -> None:
@@ -91,6 +94,8 @@ if __name__ == "__main__":
     match sys.argv[1:]:
         case ["snapshot", out]:
             snapshot(Path(out).resolve())
+        case ["variants", out, *flags]:
+            _write_variants(Path(out), held="--held" in flags)
         case ["compare", old, new]:
             sys.exit(compare(Path(old), Path(new)))
         case _:
