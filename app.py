@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
 
 from stacks import TrainingStack, TrainiumPlatformStack
 from trainium_eks import (
     ConfigError,
-    PlatformChecks,
     PlatformConfig,
     StaleAcknowledgement,
     config_from_context,
+    nag_plugins,
     platform_review,
     platform_stack_name,
     training_stack_name,
@@ -74,7 +73,8 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         remove_stale_assembly(os.environ.get("CDK_OUTDIR") or app.outdir)
         return 2
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app), PlatformChecks(app))
+    # AwsSolutions and the platform's pack, each also checking the library's acknowledgements.
+    cdk.Validations.of(app).add_plugins(*nag_plugins(app))
     print(platform_review(config), file=sys.stderr)
     app.synth()
     return 0

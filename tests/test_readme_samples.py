@@ -106,6 +106,17 @@ def test_given_a_review_block_then_it_is_found_and_rewritten_whole():
     assert printed_review(stderr) == "Trainium platform 'x' in r (z)\n  nodes: 2\nwarning: w"
 
 
+#: What a newcomer reads first fits in this many lines; the rest is linked in docs/.
+README_MAX_LINES = 250
+
+
+def test_given_the_readme_then_it_stays_short_and_links_the_rest():
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        assert f"docs/{doc.name}" in readme, f"the README links no docs/{doc.name}"
+
+
 # --- the figures the prose quotes from the review ---------------------------------------------------
 
 

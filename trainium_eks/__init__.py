@@ -3,39 +3,48 @@
 The public API is what this module re-exports; submodules are implementation detail.
 """
 
+from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
+from trainium_job.plan import TrainingPlan, plan_training
+from trainium_job.scheduling import NEURON_TAINT, SYSTEM_NODE_LABEL, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
+from trainium_job.spec import BertJobSpec
 
 from .addons.monitoring import MonitoringOptions, PlatformMonitoring
-from .addons.node_daemons import NodeDaemon, trainium_node_daemons
+from .addons.node_daemons import NodeDaemon
+from .addons.registry import trainium_node_daemons
 from .addons.trainium_addons import TrainiumAddons
-from .cluster.eks_cluster import SYSTEM_NODE_LABEL, TrainiumCluster
+from .cluster.eks_cluster import TrainiumCluster
 from .compatibility import KUBERNETES_COMPATIBILITY
-from .config import ConfigError, PlatformConfig, config_from_context
+from .config import PlatformConfig, config_from_context
 from .images.repository import TrainingImageRepository
 from .images.training_image import TrainingImages
 from .jobs.dataset_preparation import DatasetPreparation
 from .jobs.dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
 from .jobs.node_fit import NodeFit, node_fit
 from .jobs.tensorboard import TensorBoard
-from .jobs.training_job import BertJobSpec, BertPretrainingJob, TrainingPlan, plan_training
+from .jobs.training_job import BertPretrainingJob
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .nag import (
+    AcknowledgedPack,
     PlatformChecks,
     StaleAcknowledgement,
     acknowledge_findings,
+    check_acknowledgements,
+    nag_plugins,
     suppress_platform_findings,
     suppress_workload_findings,
 )
 from .network.vpc import TrainiumNetwork
 from .nodes.karpenter import KarpenterController
 from .nodes.launch_template import TrainiumLaunchTemplate, efa_network_interfaces
+from .nodes.node_options import TrainiumNodeOptions
 from .nodes.node_pool import TRAINIUM_CAPACITY_MODES, TrainiumNodePool
-from .nodes.nodegroup import NEURON_TAINT, TRAINIUM_NODE_LABEL, TrainiumNodegroup
+from .nodes.nodegroup import TrainiumNodegroup
 from .platform import TrainiumPlatform
 from .report.review import platform_review
 from .storage.fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
-from .storage.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE, FsxCsiVolume
+from .storage.fsx_csi import CLAIM_NAME, FsxCsiVolume
 from .versions import (
     DEFAULT_KUBERNETES_VERSION,
     KUBERNETES_RELEASES,
@@ -46,7 +55,9 @@ from .versions import (
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
+    "AcknowledgedPack",
     "acknowledge_findings",
+    "check_acknowledgements",
     "AmpRemoteWrite",
     "BertJobSpec",
     "BertPretrainingJob",
@@ -72,6 +83,7 @@ __all__ = [
     "NEURON_AMI_RELEASES",
     "NEURON_TAINT",
     "NeuronAmiRelease",
+    "nag_plugins",
     "node_fit",
     "NodeDaemon",
     "NodeFit",
@@ -106,6 +118,7 @@ __all__ = [
     "TrainiumLaunchTemplate",
     "TrainiumNetwork",
     "TrainiumNodegroup",
+    "TrainiumNodeOptions",
     "TrainiumNodePool",
     "TrainiumPlatform",
     "WorkloadTarget",

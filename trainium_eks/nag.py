@@ -9,10 +9,22 @@ longer exists, or an entry that matches no finding, is an error, so a stale entr
 from __future__ import annotations
 
 import re
+import weakref
+from dataclasses import dataclass
 from typing import cast
 
 import jsii
-from aws_cdk import Acknowledgment, CfnElement, CfnResource, Stack, Token, Validations
+from aws_cdk import (
+    Acknowledgment,
+    CfnElement,
+    CfnResource,
+    IPolicyValidationContext,
+    IPolicyValidationPlugin,
+    PolicyValidationPluginReport,
+    Stack,
+    Token,
+    Validations,
+)
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
@@ -195,17 +207,22 @@ def resolve_finding(root: IConstruct, finding: str) -> str:
     prints them: a literal (a stack whose ``env`` names it), or the pseudo parameter (an
     environment-agnostic stack or field, or partition literals off:
     ``@aws-cdk/core:enablePartitionLiterals``)."""
-    stack = Stack.of(root)
+    return _resolve(root, finding, _stack_fields(Stack.of(root)))
+
+
+def _stack_fields(stack: Stack) -> dict[str, str]:
+    """The ``<stack-...>`` placeholders of ``stack``'s findings (one lookup per owner, not per entry)."""
     partition = stack.resolve(stack.partition)
-    finding = finding.replace(
-        "<stack-partition>", partition if isinstance(partition, str) else "<AWS::Partition>"
-    )
-    finding = finding.replace(
-        "<stack-region>", "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
-    )
-    finding = finding.replace(
-        "<stack-account>", "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
-    )
+    return {
+        "<stack-partition>": partition if isinstance(partition, str) else "<AWS::Partition>",
+        "<stack-region>": "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region,
+        "<stack-account>": "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account,
+    }
+
+
+def _resolve(root: IConstruct, finding: str, fields: dict[str, str]) -> str:
+    for placeholder, value in fields.items():
+        finding = finding.replace(placeholder, value)
 
     def logical_id(match: re.Match[str]) -> str:
         element = _find(root, match.group(1))
@@ -235,37 +252,126 @@ def findings(scope: IConstruct) -> set[tuple[str, str]]:
     report on ``scope``, ignoring no acknowledgement made later."""
     found: set[tuple[str, str]] = set()
     for pack in (AwsSolutionsChecks(), PlatformChecks()):
-        for violation in pack.validate_scope(scope).violations:
-            for resource in violation.violating_resources:
-                found.add((resource.construct_path or "", violation.rule_name))
+        found |= _report_findings(pack.validate_scope(scope))
     return found
 
 
-def acknowledge_findings(root: IConstruct, entries: tuple[tuple[str, str, str], ...]) -> None:
-    """Acknowledge ``entries`` (path under ``root``, finding, reason) on the constructs of ``root``.
+def _report_findings(report: PolicyValidationPluginReport) -> set[tuple[str, str]]:
+    return {
+        (resource.construct_path or "", violation.rule_name)
+        for violation in report.violations
+        for resource in violation.violating_resources
+    }
 
-    Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
-    otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
-    """
-    targets = [
-        (_find(root, path), path, resolve_finding(root, finding), reason) for path, finding, reason in entries
-    ]
-    found = findings(root)
-    for construct, path, finding, _reason in targets:
-        base = construct.node.path
-        if not any(
-            rule == finding and (where == base or where.startswith(base + "/")) for where, rule in found
-        ):
+
+@dataclass(frozen=True)
+class _Target:
+    """One acknowledgement resolved on its construct: what must match a finding."""
+
+    construct: IConstruct
+    #: The entry's path under its owner, as the error names it.
+    where: str
+    finding: str
+    reason: str
+
+    @property
+    def pack(self) -> str:
+        return self.finding.split("-", 1)[0]
+
+    def matches(self, found: set[tuple[str, str]]) -> bool:
+        base = self.construct.node.path
+        return any(
+            rule == self.finding and (path == base or path.startswith(base + "/")) for path, rule in found
+        )
+
+
+#: Acknowledgements whose check waits for the synth-time pass of cdk-nag (:func:`nag_plugins`), per app.
+_DEFERRED: weakref.WeakKeyDictionary[IConstruct, list[_Target]] = weakref.WeakKeyDictionary()
+
+
+def _check(targets: list[_Target], found: set[tuple[str, str]]) -> None:
+    for target in targets:
+        if not target.matches(found):
             raise StaleAcknowledgement(
-                f"cdk-nag acknowledgement of {finding} on {root.node.path}/{path} "
+                f"cdk-nag acknowledgement of {target.finding} on {target.where} "
                 "matches no finding: the reason it records no longer applies. This is the library's to "
                 "fix, not your app's (report it with your stack's env); in the library's own tree, "
                 "remove or correct the entry in trainium_eks/nag.py"
             )
-    for construct, _, finding, reason in targets:
-        pack = finding.split("-", 1)[0]
+
+
+def acknowledge_findings(
+    root: IConstruct, entries: tuple[tuple[str, str, str], ...], *, check_at_synth: bool = False
+) -> None:
+    """Acknowledge ``entries`` (path under ``root``, finding, reason) on the constructs of ``root``.
+
+    Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
+    otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
+    The check runs cdk-nag over ``root`` now, or with ``check_at_synth`` in the pass the app's
+    :func:`nag_plugins` make at synth (or :func:`check_acknowledgements`): the platform's
+    constructs defer it, so the packs run once per synth, not once per construct as well.
+    """
+    fields = _stack_fields(Stack.of(root))
+    targets = [
+        _Target(_find(root, path), f"{root.node.path}/{path}", _resolve(root, finding, fields), reason)
+        for path, finding, reason in entries
+    ]
+    if check_at_synth:
+        _DEFERRED.setdefault(root.node.root, []).extend(targets)
+    else:
+        _check(targets, findings(root))
+    for target in targets:
         # Findings of a validation plugin are acknowledged under the plugin's name.
-        Validations.of(construct).acknowledge(Acknowledgment(id=f"{pack}::{finding}", reason=reason))
+        Validations.of(target.construct).acknowledge(
+            Acknowledgment(id=f"{target.pack}::{target.finding}", reason=target.reason)
+        )
+
+
+def check_acknowledgements(app: IConstruct) -> None:
+    """Check the acknowledgements deferred to synth in ``app`` now, in one cdk-nag pass over it:
+    for an app synthesized without :func:`nag_plugins`. :class:`StaleAcknowledgement` on the
+    first that matches no finding."""
+    _check(_DEFERRED.get(app.node.root, []), findings(app))
+
+
+@jsii.implements(IPolicyValidationPlugin)
+class AcknowledgedPack:
+    """A cdk-nag pack as the app's validation plugin (what ``Validations.of(app).add_plugins``
+    takes), which also checks, on the findings of that same pass, the acknowledgements of the
+    pack's findings that the platform's constructs deferred to synth. A stale one fails the
+    synth: CDK reports "Validation plugin '<pack>' failed: <what is stale>". The pack's own
+    report is returned as it is, so the validation report is the pack's."""
+
+    def __init__(self, pack: NagPack, app: IConstruct) -> None:
+        self._pack, self._app = pack, app
+
+    @property
+    @jsii.member(jsii_name="name")
+    def name(self) -> str:
+        return self._pack.name
+
+    @property
+    @jsii.member(jsii_name="version")
+    def version(self) -> str | None:
+        return self._pack.version
+
+    @property
+    @jsii.member(jsii_name="ruleIds")
+    def rule_ids(self) -> list[str] | None:
+        return self._pack.rule_ids
+
+    @jsii.member(jsii_name="validate")
+    def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
+        report = self._pack.validate(context)
+        mine = [t for t in _DEFERRED.get(self._app.node.root, []) if t.pack == self._pack.name]
+        _check(mine, _report_findings(report))
+        return report
+
+
+def nag_plugins(app: IConstruct) -> tuple[AcknowledgedPack, AcknowledgedPack]:
+    """AwsSolutions and :class:`PlatformChecks` for ``Validations.of(app).add_plugins(*...)``,
+    each checking the library's deferred acknowledgements in its own pass (:class:`AcknowledgedPack`)."""
+    return AcknowledgedPack(AwsSolutionsChecks(app), app), AcknowledgedPack(PlatformChecks(app), app)
 
 
 #: Entries for resources that exist only when a configuration option is on: option -> entries.
@@ -361,21 +467,25 @@ def suppress_platform_findings(
 ) -> None:
     """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, those of
     its ``capacity`` mode (:data:`CAPACITY_ACKNOWLEDGEMENTS`), plus the
-    :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``."""
+    :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``. Each is checked
+    against cdk-nag's findings at synth (:func:`nag_plugins`, :func:`check_acknowledgements`)."""
     extra = tuple(
         e
         for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
         if (options or {}).get(option)
         for e in entries
     )
-    acknowledge_findings(platform, ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity] + extra)
+    acknowledge_findings(
+        platform, ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity] + extra, check_at_synth=True
+    )
 
 
 def suppress_workload_findings(workload: IConstruct) -> None:
     """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`,
-    and :data:`IMAGE_BUILD_ACKNOWLEDGEMENTS` on the image-build library's singletons of its stack."""
-    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS)
-    acknowledge_findings(Stack.of(workload), IMAGE_BUILD_ACKNOWLEDGEMENTS)
+    and :data:`IMAGE_BUILD_ACKNOWLEDGEMENTS` on the image-build library's singletons of its stack;
+    checked at synth as the platform's."""
+    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS, check_at_synth=True)
+    acknowledge_findings(Stack.of(workload), IMAGE_BUILD_ACKNOWLEDGEMENTS, check_at_synth=True)
 
 
 # What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),
@@ -457,7 +567,7 @@ class _Rule:
 class PlatformChecks(NagPack):
     """cdk-nag rule pack for what AwsSolutions misses on ``aws_eks_v2`` (see :data:`PLATFORM_RULES`).
 
-    Runs at synth next to AwsSolutions: ``Validations.of(app).add_plugins(PlatformChecks(app))``.
+    Runs at synth next to AwsSolutions: ``Validations.of(app).add_plugins(*nag_plugins(app))``.
     """
 
     def __init__(self, scope: IConstruct | None = None) -> None:

@@ -32,6 +32,7 @@ from .monitoring.names import LOCAL_PORTS
 from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network.vpc import TrainiumNetwork
 from .nodes.health_checks import NodeReplacementRole
+from .nodes.node_options import TrainiumNodeOptions
 from .nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
 from .nodes.nodegroup import TrainiumNodegroup
 from .storage.fsx import TrainingFileSystem
@@ -99,17 +100,7 @@ class TrainiumPlatform(Construct):
         super().__init__(scope, id)
         check_stack_region(self, config.region, owner="TrainiumPlatform")
         self.config = config
-        self.network = TrainiumNetwork(
-            self,
-            "Network",
-            az_ids=(config.trainium_az_id, config.second_az_id),
-            cidr=config.vpc_cidr,
-            nat_gateways=config.nat_gateways,
-            existing_vpc_id=config.existing_vpc_id,
-            existing_private_subnet_ids=config.existing_private_subnet_ids,
-            vpc=vpc,
-            private_subnets=private_subnets,
-        )
+        self.network = self._network(vpc, private_subnets)
         self.cluster = TrainiumCluster(
             self,
             "Cluster",
@@ -143,15 +134,7 @@ class TrainiumPlatform(Construct):
             repository = self.registry.repository
         self.repository = repository
         self.addons = self._addons()
-        self.storage_alarm = None
-        if config.monitoring_enabled:
-            self.storage_alarm = FsxCapacityAlarm(
-                self,
-                "StorageAlarm",
-                file_system_id=self.storage.file_system_id,
-                storage_gib=self.storage.storage_gib,
-                free_percent=config.monitoring_fsx_free_percent,
-            )
+        self.storage_alarm = self._storage_alarm()
         self.node_replacement = self._node_replacement()
         self.workload_outputs = self._workload_outputs()
         suppress_platform_findings(
@@ -160,28 +143,57 @@ class TrainiumPlatform(Construct):
             capacity=config.trainium_capacity,
         )
 
+    def _network(self, vpc: ec2.IVpc | None, private_subnets: Sequence[ec2.ISubnet]) -> TrainiumNetwork:
+        config = self.config
+        return TrainiumNetwork(
+            self,
+            "Network",
+            az_ids=(config.trainium_az_id, config.second_az_id),
+            cidr=config.vpc_cidr,
+            nat_gateways=config.nat_gateways,
+            existing_vpc_id=config.existing_vpc_id,
+            existing_private_subnet_ids=config.existing_private_subnet_ids,
+            vpc=vpc,
+            private_subnets=private_subnets,
+        )
+
+    def _storage_alarm(self) -> FsxCapacityAlarm | None:
+        """The file system's free-capacity alarm, with monitoring."""
+        if not self.config.monitoring_enabled:
+            return None
+        return FsxCapacityAlarm(
+            self,
+            "StorageAlarm",
+            file_system_id=self.storage.file_system_id,
+            storage_gib=self.storage.storage_gib,
+            free_percent=self.config.monitoring_fsx_free_percent,
+        )
+
     def _trainium(self, cluster: eks.ICluster) -> TrainiumNodegroup | TrainiumNodePool:
         config = self.config
+        options = TrainiumNodeOptions(
+            facts=config.facts,
+            subnet=self.network.trainium_subnet,
+            release_version=config.ami_release_version,
+            root_volume_gib=config.root_volume_gib,
+            efa_layout=config.efa_interface_layout,
+            fast_image_pull=config.fast_image_pull,
+            capacity_reservation_id=config.capacity_reservation_id,
+            capacity_block=config.capacity_type == "capacity-block",
+            name_prefix=config.name_prefix,
+            health_check=config.trainium_health_check,
+        )
         if config.trainium_capacity == "karpenter":
             pool = TrainiumNodePool(
                 self,
                 "TrainiumPool",
                 cluster=cluster,
-                facts=config.facts,
-                subnet=self.network.trainium_subnet,
+                options=options,
                 az_id=config.trainium_az_id,
-                release_version=config.ami_release_version,
                 max_nodes=config.max_nodes,
                 idle_minutes=config.trainium_idle_minutes,
-                root_volume_gib=config.root_volume_gib,
-                efa_layout=config.efa_interface_layout,
-                fast_image_pull=config.fast_image_pull,
-                capacity_reservation_id=config.capacity_reservation_id,
-                capacity_block=config.capacity_type == "capacity-block",
                 system_nodes=config.system_nodes,
                 monitored=config.monitoring_enabled,
-                name_prefix=config.name_prefix,
-                health_check=config.trainium_health_check,
             )
             # The controller runs on the system nodes, with Pod Identity credentials.
             pool.karpenter.crds.node.add_dependency(self.cluster.system_nodegroup)
@@ -190,19 +202,10 @@ class TrainiumPlatform(Construct):
             self,
             "Trainium",
             cluster=cluster,
-            facts=config.facts,
-            subnet=self.network.trainium_subnet,
+            options=options,
             min_size=config.min_nodes,
             desired_size=config.desired_nodes,
             max_size=config.max_nodes,
-            root_volume_gib=config.root_volume_gib,
-            efa_layout=config.efa_interface_layout,
-            fast_image_pull=config.fast_image_pull,
-            capacity_reservation_id=config.capacity_reservation_id,
-            capacity_block=config.capacity_type == "capacity-block",
-            name_prefix=config.name_prefix,
-            release_version=config.ami_release_version,
-            health_check=config.trainium_health_check,
         )
 
     def _node_replacement(self) -> NodeReplacementRole | None:

@@ -16,7 +16,7 @@ from aws_cdk import aws_ecr as ecr
 from constructs import Construct, IConstruct
 
 from trainium_job.job import FabricHeal
-from trainium_job.scheduling import TRAINING_QUEUE
+from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 
 from .arguments import AnyCluster, check_stack_region, require_cluster
 from .config import PlatformConfig
@@ -30,7 +30,7 @@ from .jobs.training_job import BertPretrainingJob, add_job_outputs
 from .monitoring.exporters import TrainingExporters
 from .nag import suppress_workload_findings
 from .nodes.health_checks import NodeHealthCheck
-from .storage.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
+from .storage.fsx_csi import CLAIM_NAME
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,47 @@ class TrainingWorkload(Construct):
             "depends_on": [*claim_ready, self.job.service_account_manifest, *builds],
         }
         self.staging: DatasetStaging | DatasetPreparation
+        self._stage_datasets(config, dataset)
+        self.tensorboard = TensorBoard(
+            self,
+            "TensorBoard",
+            cluster=cluster,
+            namespace=target.namespace,
+            image=self.images.tensorboard_image,
+            claim_name=target.claim_name,
+            depends_on=[*claim_ready, *builds],
+        )
+        self.exporters = None
+        if target.monitoring and config.monitoring_exporters:
+            self.exporters = TrainingExporters(
+                self,
+                "Exporters",
+                cluster=cluster,
+                namespace=target.namespace,
+                image=self.images.tensorboard_image,
+                claim_name=target.claim_name,
+                facts=config.facts,
+                depends_on=[*claim_ready, *builds, *target.monitoring_dependencies],
+            )
+        self.node_health = None
+        if config.trainium_health_check:
+            self.node_health = NodeHealthCheck(
+                self,
+                "NodeHealthCheck",
+                cluster=cluster,
+                image=self.images.training_image,
+                facts=config.facts,
+                namespace=target.namespace,
+                replace=config.trainium_health_replace,
+                training_service_account=self.job.service_account,
+                depends_on=[*claim_ready, *builds],
+            )
+        add_job_outputs(self, job=self.job, namespace=target.namespace)
+        suppress_workload_findings(self)
+
+    def _stage_datasets(self, config: PlatformConfig, dataset: DatasetJobProps) -> None:
+        """The first phase's shards (staged, or prepared from a corpus) and phase 2's, each a Job
+        of its own with ``dataset``'s props; sets :attr:`staging` and :attr:`phase2_staging`."""
         if config.preparation_enabled:
             self.staging = DatasetPreparation(
                 self,
@@ -185,42 +226,6 @@ class TrainingWorkload(Construct):
             )
             if config.training_phases == "2":
                 self.staging = self.phase2_staging
-        self.tensorboard = TensorBoard(
-            self,
-            "TensorBoard",
-            cluster=cluster,
-            namespace=target.namespace,
-            image=self.images.tensorboard_image,
-            claim_name=target.claim_name,
-            depends_on=[*claim_ready, *builds],
-        )
-        self.exporters = None
-        if target.monitoring and config.monitoring_exporters:
-            self.exporters = TrainingExporters(
-                self,
-                "Exporters",
-                cluster=cluster,
-                namespace=target.namespace,
-                image=self.images.tensorboard_image,
-                claim_name=target.claim_name,
-                facts=config.facts,
-                depends_on=[*claim_ready, *builds, *target.monitoring_dependencies],
-            )
-        self.node_health = None
-        if config.trainium_health_check:
-            self.node_health = NodeHealthCheck(
-                self,
-                "NodeHealthCheck",
-                cluster=cluster,
-                image=self.images.training_image,
-                facts=config.facts,
-                namespace=target.namespace,
-                replace=config.trainium_health_replace,
-                training_service_account=self.job.service_account,
-                depends_on=[*claim_ready, *builds],
-            )
-        add_job_outputs(self, job=self.job, namespace=target.namespace)
-        suppress_workload_findings(self)
 
 
 def _pretraining_job(

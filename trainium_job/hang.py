@@ -21,7 +21,7 @@ from typing import Final
 #: training pod: pretrain exits 0, 2 or 143 (``training.trainer.stop``); Python 1 (an uncaught
 #: exception), 2 (a usage error) or 120 (stdout could not be flushed at exit); torchrun 1; bash 126
 #: and 127; timeout(1) 124 and 125; a process killed by signal n 128 + n (129-192, SIGKILL 137);
-#: sysexits(3) spans 64-78, where the fabric check has 69 and 75 (``trainium_job.fabric_check``)
+#: sysexits(3) spans 64-78, where the fabric check has 69 and 75 (``trainium_job.fabric_check_steps``)
 #: and the driver check 78 (``training.node.driver_check``). Volcano refuses a policy on exit code
 #: 0 only, so any of these could carry a policy of its own.
 HANG_EXIT_CODE: Final = 86

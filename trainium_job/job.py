@@ -6,14 +6,14 @@ from :func:`launch_spec` and :func:`~trainium_job.pod.pod_template`, so both run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import checks
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources
 from .errors import ConfigError
-from .fabric_check import FabricCheck
+from .fabric_check_steps import FabricCheck
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
 from .naming import content_named, max_name_prefix
@@ -21,7 +21,7 @@ from .phases import TrainingPhases, as_phases
 from .plan import TrainingPlan, check_accumulation
 from .pod import pod_template, rank0_endpoint, volcano_job
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
-from .spec import BertJobSpec, context_key
+from .spec import BertJobSpec, context_key, flag_values
 from .telemetry import METRICS_PORT
 from .worker import PhaseRun
 
@@ -31,18 +31,10 @@ SERVICE_ACCOUNT = "bert-trainer"
 
 def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
     """The ``training.trainer.pretrain`` arguments: the spec's extra flags plus the ones the job sets."""
-    paths = spec.paths
     return script_args_from_dict(
         {
             **spec.extra_args,
-            "model": spec.model,
-            "data_dir": paths.data_dir,
-            "output_dir": paths.output_dir,
-            "batch_size": spec.batch_size,
-            "grad_accum_usteps": plan.grad_accum_usteps,
-            "max_steps": spec.max_steps,
-            "checkpoint_every": spec.checkpoint_every,
-            "init_from": spec.init_from,
+            **flag_values(spec, plan),
             "metrics_port": METRICS_PORT,
         }
     )
@@ -119,6 +111,27 @@ def phase_plan(plan: TrainingPlan, phase: BertJobSpec) -> TrainingPlan:
     return later
 
 
+def phase_runs(
+    phases: TrainingPhases, plans: Sequence[TrainingPlan], *, rdzv_endpoint: str, job_name: str
+) -> list[PhaseRun]:
+    """Each phase's torchrun spec with its plan (``plans``, one per phase), paths and vocabulary."""
+    # A later phase's rendezvous has an id of its own: an etcd rendezvous keeps its state
+    # under the id after a run ends (as the precompile's own "-precompile" id avoids).
+    return [
+        PhaseRun(
+            launch_spec(
+                phase,
+                phase_plan_,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=job_name if number == 1 else f"{job_name}-phase{number}",
+            ),
+            phase.paths,
+            phase.vocab,
+        )
+        for number, (phase, phase_plan_) in enumerate(zip(phases.phases, plans, strict=True), start=1)
+    ]
+
+
 def render_job(
     spec: BertJobSpec | TrainingPhases,
     *,
@@ -165,30 +178,13 @@ def render_job(
     def launch(job_name: str) -> LaunchSpec:
         return launch_spec(spec, plan, rdzv_endpoint=endpoint(job_name), rdzv_id=job_name)
 
-    def runs(job_name: str) -> list[PhaseRun]:
-        # A later phase's rendezvous has an id of its own: an etcd rendezvous keeps its state
-        # under the id after a run ends (as the precompile's own "-precompile" id avoids).
-        return [
-            PhaseRun(
-                launch_spec(
-                    phase,
-                    phase_plan_,
-                    rdzv_endpoint=endpoint(job_name),
-                    rdzv_id=job_name if number == 1 else f"{job_name}-phase{number}",
-                ),
-                phase.paths,
-                phase.vocab,
-            )
-            for number, (phase, phase_plan_) in enumerate(zip(phases.phases, plans, strict=True), start=1)
-        ]
-
     def build(job_name: str, image: str) -> dict[str, Any]:
         template = pod_template(
             job_name=job_name,
             image=image,
             facts=facts,
             spec=launch(job_name),
-            phases=runs(job_name),
+            phases=phase_runs(phases, plans, rdzv_endpoint=endpoint(job_name), job_name=job_name),
             paths=spec.paths,
             claim_name=claim_name,
             service_account=service_account,

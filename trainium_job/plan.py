@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from . import checks
 from .errors import ConfigError
-from .fabric_check import busbw_ceiling_gbps
+from .fabric_check_steps import busbw_ceiling_gbps
 from .instances import InstanceFacts
 from .spec import BertJobSpec, context_key
 

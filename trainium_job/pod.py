@@ -14,8 +14,8 @@ from typing import Any
 
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources, training_resources
 from .environment import container_env
-from .fabric_check import EXIT_CODE as FABRIC_CHECK_EXIT_CODE
-from .fabric_check import FabricCheck
+from .fabric_check_steps import EXIT_CODE as FABRIC_CHECK_EXIT_CODE
+from .fabric_check_steps import FabricCheck
 from .instances import InstanceFacts
 from .launch import LaunchSpec
 from .naming import TASK_NAME, pod_host_name

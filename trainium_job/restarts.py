@@ -62,8 +62,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
-from .fabric_check import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED_EXIT_CODE
+from .fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
+from .fabric_check_steps import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED_EXIT_CODE
 from .hang import HANG_EXIT_CODE
 from .paths import HANG_MARKERS, RESTART_LEDGER
 

@@ -9,15 +9,18 @@ names the context key a user types (``training_global_batch``) and the field a l
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from . import checks
 from .errors import ConfigError, register_fields
-from .fabric_check import DEFAULT_MIN_BUSBW_GBPS
+from .fabric_check_steps import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
 from .paths import DATA_MOUNT, JobPaths, job_paths
+
+if TYPE_CHECKING:  # the plan is built from a spec: only its type is needed here
+    from .plan import TrainingPlan
 
 #: Model configs of ``training/trainer/model_configs``.
 MODELS: Final = ("large", "base", "tiny")
@@ -31,19 +34,6 @@ CONTEXT_PREFIX: Final = "training_"
 #: Value of one extra ``training.trainer.pretrain`` flag (``True`` renders a bare switch).
 ScriptArg = str | int | float | bool
 
-#: ``training.trainer.pretrain`` flags the job renders itself, and the key that sets each.
-JOB_SET_FLAGS: Final = {
-    "data_dir": "training_dataset_name",
-    "output_dir": "training_run_name",
-    "batch_size": "training_batch_size",
-    "grad_accum_usteps": "training_global_batch",
-    "max_steps": "training_max_steps",
-    "model": "training_model",
-    "checkpoint_every": "training_checkpoint_every",
-    "init_from": "training_phases and phase2_init_from",
-    "metrics_port": "(always on: the PodMonitor scrapes it)",
-    "precompile": "(set by the precompile pass)",
-}
 #: Highest number of torchrun restarts or Volcano retries (a loop of failures costs node-hours).
 MAX_RESTARTS: Final = 100
 
@@ -51,6 +41,52 @@ MAX_RESTARTS: Final = 100
 def context_key(name: str) -> str:
     """The context key of spec field ``name``."""
     return f"{CONTEXT_PREFIX}{name}"
+
+
+#: How a spec field reaches the pods: ``flag``, a ``training.trainer.pretrain`` flag the job
+#: renders (``JobKey.flag``); ``script_args``, flags of the user's own; ``torchrun`` and
+#: ``volcano``, a launcher option; ``worker``, the worker script or the pod's environment (paths,
+#: the fabric check, the export).
+Route = Literal["flag", "script_args", "torchrun", "volcano", "worker"]
+#: A rendered flag's value from the spec and the job's plan (None or False: left out).
+FlagValue = Callable[["BertJobSpec", "TrainingPlan"], "ScriptArg | None"]
+T = TypeVar("T")
+#: The key of a spec field's :class:`JobKey` in its ``dataclasses.field`` metadata.
+JOB_KEY: Final = "job_key"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobKey:
+    """How one :class:`BertJobSpec` field is set and how it reaches the pods: its one declaration.
+
+    The field's type and default are the dataclass field's, its doc the ``#:`` comment above it
+    (the configuration page reads it). The script flags the job sets (:data:`JOB_SET_FLAGS`), the
+    rendered ``training.trainer.pretrain`` arguments (``trainium_job.job.script_args``), the
+    context keys (``trainium_eks.config.context``) and the configuration page derive from these.
+    """
+
+    #: How the field reaches the pods.
+    route: Route
+    #: With route ``flag``: the flag, without ``--``; None for the other routes.
+    flag: str | None = None
+    #: With route ``flag``: the flag's value; None: the field's own value (``--batch_size``).
+    value: FlagValue | None = None
+    #: The keys a user sets instead when the field has no context key of its own (the workload
+    #: derives it from them); empty: the field's context key, ``training_<field>``.
+    set_by: str = ""
+
+
+def job_key(
+    default: T, route: Route, *, flag: str | None = None, value: FlagValue | None = None, set_by: str = ""
+) -> T:
+    """A spec field with ``default``, declared as a :class:`JobKey` in its metadata.
+
+    Typed as the default (as ``dataclasses.field`` is) so that the field keeps its annotation.
+    """
+    if (route == "flag") != (flag is not None) or (value is not None and flag is None):
+        raise ValueError(f"job_key: a flag (and a value) with route 'flag' only, got {route!r} with {flag!r}")
+    declared = JobKey(route=route, flag=flag, value=value, set_by=set_by)
+    return field(default=default, metadata={JOB_KEY: declared})
 
 
 @dataclass(frozen=True)
@@ -63,46 +99,54 @@ class BertJobSpec:
     """
 
     #: Model config of training/trainer/model_configs.
-    model: str = "large"
+    model: str = job_key("large", "flag", flag="model")
     #: Micro-batch per worker (the reference's 16).
-    batch_size: int = 16
+    batch_size: int = job_key(16, "flag", flag="batch_size")
     #: Sequences per optimizer step; the accumulation is global / (batch x workers): 16,384 on
     #: 2 x trn1.32xlarge (64 workers) gives 16 micro-batches.
-    global_batch: int = 16384
+    global_batch: int = job_key(
+        16384, "flag", flag="grad_accum_usteps", value=lambda _spec, plan: plan.grad_accum_usteps
+    )
     #: Optimizer steps of the schedule (the reference's phase 1: 28,125).
-    max_steps: int = PHASE1_MAX_STEPS
+    max_steps: int = job_key(PHASE1_MAX_STEPS, "flag", flag="max_steps")
     #: Workers per node; 0 means the instance type's NeuronCores (32 on trn1.32xlarge).
-    nproc_per_node: int = 0
+    nproc_per_node: int = job_key(0, "torchrun")
     #: torchrun rendezvous: c10d (node 0 hosts it) or etcd / etcd-v2 (needs ``etcd_enabled``).
-    rdzv_backend: str = "c10d"
+    rdzv_backend: str = job_key("c10d", "torchrun")
     #: The shards are read from /data/datasets/<name>.
-    dataset_name: str = "bert-wikicorpus-seq128"
+    dataset_name: str = job_key(
+        "bert-wikicorpus-seq128", "flag", flag="data_dir", value=lambda spec, _plan: spec.paths.data_dir
+    )
     #: Neuron compile cache set: /data/neuron-cache/<set>. Never the same for two running jobs.
-    cache_set: str = "bert-large-seq128"
+    cache_set: str = job_key("bert-large-seq128", "worker")
     #: Checkpoints and TensorBoard events in /data/runs/<run>; a job resumes from it.
-    run_name: str = "bert-large-phase1"
+    run_name: str = job_key(
+        "bert-large-phase1", "flag", flag="output_dir", value=lambda spec, _plan: spec.paths.output_dir
+    )
     #: Optimizer steps between checkpoints.
-    checkpoint_every: int = 200
+    checkpoint_every: int = job_key(200, "flag", flag="checkpoint_every")
     #: torchrun restarts of the worker group.
-    max_restarts: int = 3
+    max_restarts: int = job_key(3, "torchrun")
     #: Volcano (or TorchX) restarts of the whole job, on a failed or evicted pod.
-    max_retry: int = 3
+    max_retry: int = job_key(3, "volcano")
     #: Before training, a multi-node job times an all-reduce across all workers and reads the EFA
-    #: counters (trainium_job.fabric_check); a pod whose fabric fails stops the job (AbortJob).
-    fabric_check: bool = True
+    #: counters (trainium_job.fabric_check_steps); a pod whose fabric fails stops the job (AbortJob).
+    fabric_check: bool = job_key(True, "worker")
     #: The check's all-reduce bus bandwidth floor in GB/s as nccom-test prints them (GiB/s); 0:
     #: only check that the bytes cross EFA. At most what the nodes' network can carry (about 183 on
-    #: 2 x trn1.32xlarge: ``trainium_job.fabric_check.busbw_ceiling_gbps``).
-    fabric_check_min_busbw_gbps: int = DEFAULT_MIN_BUSBW_GBPS
+    #: 2 x trn1.32xlarge: ``trainium_job.fabric_check_steps.busbw_ceiling_gbps``).
+    fabric_check_min_busbw_gbps: int = job_key(DEFAULT_MIN_BUSBW_GBPS, "worker")
     #: More training.trainer.pretrain flags, e.g. {"lr": "4e-4", "warmup_steps": "2000"}; checked at synth
     #: against the script's own parser (names, types, rules).
-    script_args: tuple[tuple[str, ScriptArg], ...] = ()
+    script_args: tuple[tuple[str, ScriptArg], ...] = job_key((), "script_args")
     #: The run's start weights, a path in the pod under /data (``--init_from``: a checkpoint or
     #: a run directory, weights only; phase 2 from phase 1's). None: random weights.
-    init_from: str | None = None
+    init_from: str | None = job_key(
+        None, "flag", flag="init_from", set_by="training_phases and phase2_init_from"
+    )
     #: The shards' vocab.txt, a path in the pod under /data: after the run the job exports the
     #: model with it as a Hugging Face folder (``JobPaths.model_dir``). None: no export.
-    vocab: str | None = None
+    vocab: str | None = job_key(None, "worker", set_by="vocab_source")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", _script_arg_pairs(self.script_args))
@@ -123,9 +167,44 @@ class BertJobSpec:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+def _declared(f: dataclasses.Field[object]) -> JobKey:
+    """Field ``f``'s :class:`JobKey`; a field declared without ``job_key`` is an error at import."""
+    declared = f.metadata.get(JOB_KEY)
+    if not isinstance(declared, JobKey):
+        raise TypeError(
+            f"BertJobSpec.{f.name} has no job_key(...) declaration: declare how it reaches the pods"
+        )
+    return declared
+
+
 #: The spec's field names, in declaration order.
 SPEC_FIELDS: Final = tuple(f.name for f in dataclasses.fields(BertJobSpec))
 register_fields(CONTEXT_PREFIX, "BertJobSpec", SPEC_FIELDS)
+#: Each spec field's declaration, in declaration order (a field without one fails here, at import).
+JOB_KEYS: Final[Mapping[str, JobKey]] = {f.name: _declared(f) for f in dataclasses.fields(BertJobSpec)}
+#: The fields a context key of their own (``training_<field>``) sets.
+CONTEXT_FIELDS: Final = tuple(name for name, key in JOB_KEYS.items() if not key.set_by)
+#: The ``training.trainer.pretrain`` flags the job renders from a spec field -> that field.
+FLAG_FIELDS: Final = {key.flag: name for name, key in JOB_KEYS.items() if key.flag is not None}
+#: The flags the job renders that no spec field sets, and why.
+FIXED_FLAGS: Final = {
+    "metrics_port": "(always on: the PodMonitor scrapes it)",
+    "precompile": "(set by the precompile pass)",
+}
+#: ``training.trainer.pretrain`` flags the job renders itself, and the key that sets each.
+JOB_SET_FLAGS: Final = {
+    **{flag: JOB_KEYS[name].set_by or context_key(name) for flag, name in FLAG_FIELDS.items()},
+    **FIXED_FLAGS,
+}
+
+
+def flag_values(spec: BertJobSpec, plan: TrainingPlan) -> dict[str, ScriptArg | None]:
+    """The flags the job renders from ``spec``'s fields -> their values (None: left out)."""
+    values: dict[str, ScriptArg | None] = {}
+    for flag, name in FLAG_FIELDS.items():
+        render = JOB_KEYS[name].value
+        values[flag] = render(spec, plan) if render is not None else getattr(spec, name)
+    return values
 
 
 def _check_pod_path(key: str, path: object) -> None:

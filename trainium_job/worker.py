@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .entry_points import DRIVER_CHECK, EXPORT
-from .fabric_check import FabricCheck, check_lines
+from .fabric_check_steps import FabricCheck, check_lines
 from .launch import (
     DEFAULT_PRECOMPILE_STEPS,
     LaunchSpec,
@@ -84,7 +84,7 @@ def worker_script(
        restart finds the marker and goes straight to training; a failed precompile leaves no
        marker, so the next attempt compiles again (reusing what the cache already holds).
     3. With ``fabric_check`` (multi-node jobs): the collective test of
-       :mod:`trainium_job.fabric_check`; a failed check ends the script with its exit code.
+       :mod:`trainium_job.fabric_check_steps`; a failed check ends the script with its exit code.
     4. ``torchrun``: training resumes from the newest checkpoint in ``output_dir``.
 
     On any non-zero exit the script appends one line to the run's restart ledger

@@ -27,6 +27,7 @@ from trainium_eks import (
     TrainingWorkload,
     TrainiumAddons,
     TrainiumNodegroup,
+    TrainiumNodeOptions,
     WorkloadTarget,
     instance_facts,
 )
@@ -69,9 +70,9 @@ class ResearchTrainium(cdk.Stack):
             self,
             "Trainium",
             cluster=cluster,
-            facts=instance_facts("trn1.32xlarge"),
-            subnet=trainium_subnet,
-            name_prefix="research",
+            options=TrainiumNodeOptions(
+                facts=instance_facts("trn1.32xlarge"), subnet=trainium_subnet, name_prefix="research"
+            ),
         )
         storage = TrainingFileSystem(
             self,

@@ -57,6 +57,6 @@ def test_given_the_pod_ended_then_it_is_no_longer_watched_and_its_node_keeps_the
 
 @pytest.mark.parametrize("name", efa.COUNTERS)
 def test_given_the_counters_then_they_are_byte_counters_of_the_fabric_check(name):
-    from trainium_job.efa_counters import BYTE_COUNTERS
+    from trainium_job.efa_counter_names import BYTE_COUNTERS
 
     assert name in BYTE_COUNTERS

@@ -6,7 +6,7 @@ import pytest
 
 from tests.rehearsal.manifests import DOCKERFILES, Mount, Policy, image, pod_spec, workload
 from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, rehearsed_command
-from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.stop_budget import termination_grace_period_s
 
 

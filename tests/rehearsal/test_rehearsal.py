@@ -29,12 +29,12 @@ from training.dataprep.shard_format import verify_checksums
 from training.node.driver_check import MISMATCH_EXIT_CODE, RUNTIME_PACKAGE
 from training.trainer import checkpoint as ckpt
 from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
-from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
-from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
+from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
 from trainium_job.hang import HANG_EXIT_CODE
 from trainium_job.telemetry import TRAINING_METRICS
 
-#: The fabric check's lines (trainium_job/fabric_check.py, training/node/fabric_check.py ``judge``).
+#: The fabric check's lines (trainium_job/fabric_check_steps.py, training/node/fabric_check.py ``judge``).
 FABRIC_START = "fabric check: all-reduce across 2 nodes, floor 0 GB/s"
 FABRIC_PASSED = re.compile(
     r"fabric check passed on node (\S+) in (\d+) s: all-reduce bus bandwidth [\d.]+ GB/s \(floor 0\), "

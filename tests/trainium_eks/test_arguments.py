@@ -24,6 +24,7 @@ from trainium_eks import (
     TrainiumAddons,
     TrainiumCluster,
     TrainiumNodegroup,
+    TrainiumNodeOptions,
     TrainiumPlatform,
     WorkloadTarget,
     instance_facts,
@@ -54,8 +55,9 @@ def test_given_the_cluster_wrapper_where_a_cluster_is_taken_then_the_error_names
             stack,
             "Trn",
             cluster=wrapper,  # type: ignore[arg-type]
-            facts=instance_facts("trn1.32xlarge"),
-            subnet=wrapper.cluster.vpc.private_subnets[0],
+            options=TrainiumNodeOptions(
+                facts=instance_facts("trn1.32xlarge"), subnet=wrapper.cluster.vpc.private_subnets[0]
+            ),
         ),
         lambda: FsxCsiVolume(
             stack,
@@ -86,8 +88,9 @@ def test_given_a_users_own_cluster_then_the_addons_go_on_it():
         stack,
         "Trn",
         cluster=cluster,
-        facts=instance_facts("trn1.32xlarge"),
-        subnet=cluster.vpc.private_subnets[0],
+        options=TrainiumNodeOptions(
+            facts=instance_facts("trn1.32xlarge"), subnet=cluster.vpc.private_subnets[0]
+        ),
     )
     # When the add-ons are put on it
     addons = TrainiumAddons(stack, "Addons", cluster=cluster, trainium=nodes, max_nodes=2)
@@ -138,10 +141,18 @@ def test_given_an_imported_cluster_without_a_release_then_the_nodegroup_asks_for
     )
     facts = instance_facts("trn1.32xlarge")
     with pytest.raises(ConfigError, match=r"config 'release_version' = None .*give kubernetes_version"):
-        TrainiumNodegroup(stack, "Trn", cluster=cluster, facts=facts, subnet=vpc.private_subnets[0])
+        TrainiumNodegroup(
+            stack,
+            "Trn",
+            cluster=cluster,
+            options=TrainiumNodeOptions(facts=facts, subnet=vpc.private_subnets[0]),
+        )
     # Given its Kubernetes version instead, the tested release of that version is pinned
     nodes = TrainiumNodegroup(
-        stack, "Trn2", cluster=cluster, facts=facts, subnet=vpc.private_subnets[0], kubernetes_version="1.35"
+        stack,
+        "Trn2",
+        cluster=cluster,
+        options=TrainiumNodeOptions(facts=facts, subnet=vpc.private_subnets[0], kubernetes_version="1.35"),
     )
     assert nodes.release_version == default_neuron_ami_release("1.35")
 
@@ -154,8 +165,9 @@ def test_given_no_release_version_then_the_nodegroup_pins_the_tested_release_of_
         stack,
         "Trn",
         cluster=cluster,
-        facts=instance_facts("trn1.32xlarge"),
-        subnet=cluster.vpc.private_subnets[0],
+        options=TrainiumNodeOptions(
+            facts=instance_facts("trn1.32xlarge"), subnet=cluster.vpc.private_subnets[0]
+        ),
     )
     # Then EKS gets a ReleaseVersion (without one, EKS launches its newest AMI: its Neuron driver
     # may not run the image's runtime), the release the platform pins for 1.36
@@ -230,5 +242,5 @@ def test_given_the_public_constructs_then_every_name_prefix_default_is_the_one_d
         if inspect.isclass(obj := getattr(trainium_eks, name))
         and "name_prefix" in inspect.signature(obj.__init__).parameters
     }
-    assert "TrainiumAddons" in defaults and "TrainiumNodegroup" in defaults
+    assert "TrainiumAddons" in defaults and "TrainiumNodeOptions" in defaults
     assert set(defaults.values()) == {DEFAULT_NAME_PREFIX}, defaults

@@ -23,8 +23,10 @@ from trainium_eks.nag import (
     PlatformChecks,
     StaleAcknowledgement,
     acknowledge_findings,
+    check_acknowledgements,
     eks_cluster_problems,
     findings,
+    nag_plugins,
     resolve_finding,
 )
 
@@ -209,9 +211,10 @@ def test_given_stack_environment_then_platform_acknowledgements_resolve_to_its_f
     # Given a user's stack with a named account (or none), the platform and the workload in it
     stack = cdk.Stack(cdk.App(), "Mine", env=ENVIRONMENTS[environment])
     config = config_from_context({"trainium_capacity": capacity})
-    # When both are built (each checks every acknowledgement against cdk-nag's findings),
+    # When both are built and every acknowledgement is checked against cdk-nag's findings,
     platform = TrainiumPlatform(stack, "Platform", config=config)
     TrainingWorkload(stack, "Workload", target=platform.workload_target, config=config)
+    check_acknowledgements(stack)
     # Then no acknowledgement went stale, and the account in ARN findings is the stack's
     entry = f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:instance/*]"
     account = "123456789012" if environment == "explicit account" else "<AWS::AccountId>"
@@ -224,6 +227,50 @@ def test_given_workload_in_a_stack_with_an_account_then_its_acknowledgements_mat
     cluster = bare_cluster(account="123456789012")
     stack = cdk.Stack.of(cluster)
     target = WorkloadTarget(cluster=cluster, repository=ecr.Repository(stack, "Repo"))
-    # When it is built, then every acknowledgement matched a finding (no StaleAcknowledgement)
+    # When it is built and checked, then every acknowledgement matched a finding (no StaleAcknowledgement)
     workload = TrainingWorkload(stack, "Workload", target=target, config=config_from_context({}))
+    check_acknowledgements(stack)
     assert workload.node.find_child("TrainingImages")
+
+
+_STALE = ("Cluster/Cluster/Role", "AwsSolutions-IAM5[Resource::*]", "x" * 50)
+
+
+def test_given_an_acknowledgement_checked_at_synth_then_it_is_not_checked_when_made():
+    # Given the platform, whose constructs defer their check to synth
+    app = cdk.App()
+    stack = TrainiumPlatformStack(app, "D", config=config_from_context({"training_enabled": "false"}))
+    # When a stale entry is deferred as well, then making it raises nothing
+    acknowledge_findings(stack.platform, (_STALE,), check_at_synth=True)
+    # and the one pass over the app names it
+    with pytest.raises(StaleAcknowledgement, match=r"IAM5\[Resource::\*\] on D/Default/Cluster/Cluster/Role"):
+        check_acknowledgements(app)
+
+
+def test_given_platform_acknowledgements_then_the_synth_pass_finds_each_of_them(public_platform):
+    # Given the platform's own (deferred) acknowledgements, when the app's one pass checks them,
+    # then none is stale
+    check_acknowledgements(public_platform)
+
+
+def test_given_nag_plugins_and_a_stale_acknowledgement_then_synth_fails_naming_it(tmp_path):
+    # Given an app with the library's cdk-nag plugins and a stale entry deferred to synth
+    app = cdk.App(outdir=str(tmp_path))
+    stack = TrainiumPlatformStack(app, "N", config=config_from_context({"training_enabled": "false"}))
+    acknowledge_findings(stack.platform, (_STALE,), check_at_synth=True)
+    cdk.Validations.of(app).add_plugins(*nag_plugins(app))
+    # When it is synthesized, then the validation fails, CDK naming the plugin and the stale entry
+    with pytest.raises(
+        RuntimeError,
+        match=r"Validation plugin 'AwsSolutions' failed: cdk-nag acknowledgement of "
+        r"AwsSolutions-IAM5\[Resource::\*\] on N/Default/Cluster/Cluster/Role matches no finding",
+    ):
+        app.synth()
+
+
+def test_given_nag_plugins_then_each_reports_as_its_pack():
+    # Given the library's plugins, then each carries its pack's name and rules, so the
+    # validation report and the acknowledgement ids ("AwsSolutions::...") are the pack's own
+    aws, platform = nag_plugins(cdk.App())
+    assert (aws.name, platform.name) == ("AwsSolutions", "TrainiumEks")
+    assert platform.rule_ids == PlatformChecks().rule_ids

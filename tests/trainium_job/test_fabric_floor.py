@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainium_job.errors import ConfigError
-from trainium_job.fabric_check import busbw_ceiling_gbps
+from trainium_job.fabric_check_steps import busbw_ceiling_gbps
 from trainium_job.instances import INSTANCE_FACTS, instance_facts
 from trainium_job.plan import plan_training
 from trainium_job.spec import BertJobSpec

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trainium_job import restarts as r
-from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
-from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE
 from trainium_job.hang import HANG_EXIT_CODE
 from trainium_job.paths import HANG_MARKERS, RESTART_LEDGER, job_paths
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainium_job.test_worker import paths
-from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
-from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE, FabricCheck
+from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE, FabricCheck
 from trainium_job.launch import LaunchSpec
 from trainium_job.paths import RESTART_LEDGER, JobPaths
 from trainium_job.restarts import Entry, read

@@ -47,7 +47,7 @@ from trainium_job.paths import SHARD_NAME
 
 from . import interrupt
 from .bert_samples import record_dtype
-from .prep_settings import (  # noqa: F401  (the defaults: re-exported for the tools' callers)
+from .prep_settings import (
     DEFAULT_CHUNK_MB,
     DEFAULT_POOL_TOKENS,
     DEFAULT_SAMPLES_PER_SHARD,
@@ -166,20 +166,7 @@ def prepare_shards(
     plan = plan_run(inputs, vocab_path, output_dir, cfg, run, num_workers)
     staging = open_output(output_dir, overwrite)
     try:
-        work_dir = staging / ".work"
-        work_dir.mkdir()
-        workers = min(num_workers, len(plan.chunks))
-        log.info(
-            "tokenize+mask: %d unit(s) of %d file(s), %d worker(s)",
-            len(plan.chunks),
-            len(plan.files),
-            workers,
-        )
-        with _WorkerMap(workers, str(vocab_path), cfg, encoding, errors) as parallel_map:
-            totals, spool = _build_all(
-                parallel_map, plan.chunks, work_dir, plan.input_bytes, pool_tokens, cfg, progress
-            )
-            manifest = finish_set(parallel_map, spool, totals.records, plan, staging, work_dir, progress)
+        totals, manifest = _make_set(plan, staging, vocab_path, cfg, run, num_workers, progress)
         publish_set(staging, output_dir)
     finally:
         discard(staging)  # gone already when published
@@ -191,6 +178,33 @@ def prepare_shards(
         input_bytes=totals.bytes,
         seconds=time.monotonic() - started,
     )
+
+
+def _make_set(
+    plan: RunPlan,
+    staging: Path,
+    vocab_path: str | os.PathLike[str],
+    cfg: PrepConfig,
+    run: RunSettings,
+    num_workers: int,
+    progress: bool | None,
+) -> tuple[_Totals, Manifest]:
+    """Write ``plan``'s shard set into ``staging`` (unpublished); its totals and manifest."""
+    work_dir = staging / ".work"
+    work_dir.mkdir()
+    workers = min(num_workers, len(plan.chunks))
+    log.info(
+        "tokenize+mask: %d unit(s) of %d file(s), %d worker(s)",
+        len(plan.chunks),
+        len(plan.files),
+        workers,
+    )
+    with _WorkerMap(workers, str(vocab_path), cfg, run.encoding, run.errors) as parallel_map:
+        totals, spool = _build_all(
+            parallel_map, plan.chunks, work_dir, plan.input_bytes, run.pool_tokens, cfg, progress
+        )
+        manifest = finish_set(parallel_map, spool, totals.records, plan, staging, work_dir, progress)
+    return totals, manifest
 
 
 @dataclass(frozen=True)

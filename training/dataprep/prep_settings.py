@@ -140,39 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output_dir", required=True, help="directory for <prefix>_training_<k>.hdf5")
     parser.add_argument("--output_prefix", default="corpus", help="shard name prefix (default: corpus)")
-    # Defaults of the sample settings: PrepConfig's (set_defaults below).
-    parser.add_argument("--max_seq_len", type=int, help="tokens per sample (default: %(default)s)")
-    parser.add_argument(
-        "--max_pred_len", type=int, help="most masked tokens per sample (default: %(default)s)"
-    )
-    parser.add_argument("--masked_lm_prob", type=float, help="share of tokens masked (default: %(default)s)")
-    parser.add_argument("--short_seq_prob", type=float, help="share of short targets (default: %(default)s)")
-    parser.add_argument("--dupe_factor", type=int, help="passes with different masks (default: %(default)s)")
-    parser.add_argument("--seed", type=int, help="random seed (default: %(default)s)")
-    parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
-    parser.add_argument(
-        "--target_per_sample",
-        action="store_true",
-        help="draw the short target length per sample (this tool's earlier behaviour), not once per "
-        "document as the reference does",
-    )
-    parser.add_argument(
-        "--pool_tokens",
-        type=int,
-        default=DEFAULT_POOL_TOKENS,
-        help="most tokens of the pool random next segments come from: the whole corpus up to it, a "
-        f"uniform sample of documents above; changes the output (default: {DEFAULT_POOL_TOKENS})",
-    )
-    parser.add_argument(
-        "--do_lower_case",
-        dest="lower_case",
-        action="store_true",
-        default=True,
-        help="lower-case and strip accents (default; for uncased vocabs)",
-    )
-    parser.add_argument(
-        "--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)"
-    )
+    _add_sample_flags(parser)
     parser.add_argument(
         "--num_workers",
         type=int,
@@ -206,6 +174,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     parser.set_defaults(**dataclasses.asdict(PrepConfig()))
     return parser
+
+
+def _add_sample_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the sample settings (``PrepConfig``) and of the random-next pool."""
+    # Defaults of the sample settings: PrepConfig's (set_defaults below).
+    parser.add_argument("--max_seq_len", type=int, help="tokens per sample (default: %(default)s)")
+    parser.add_argument(
+        "--max_pred_len", type=int, help="most masked tokens per sample (default: %(default)s)"
+    )
+    parser.add_argument("--masked_lm_prob", type=float, help="share of tokens masked (default: %(default)s)")
+    parser.add_argument("--short_seq_prob", type=float, help="share of short targets (default: %(default)s)")
+    parser.add_argument("--dupe_factor", type=int, help="passes with different masks (default: %(default)s)")
+    parser.add_argument("--seed", type=int, help="random seed (default: %(default)s)")
+    parser.add_argument("--whole_word_mask", action="store_true", help="mask whole words, not single pieces")
+    parser.add_argument(
+        "--target_per_sample",
+        action="store_true",
+        help="draw the short target length per sample (this tool's earlier behaviour), not once per "
+        "document as the reference does",
+    )
+    parser.add_argument(
+        "--pool_tokens",
+        type=int,
+        default=DEFAULT_POOL_TOKENS,
+        help="most tokens of the pool random next segments come from: the whole corpus up to it, a "
+        f"uniform sample of documents above; changes the output (default: {DEFAULT_POOL_TOKENS})",
+    )
+    parser.add_argument(
+        "--do_lower_case",
+        dest="lower_case",
+        action="store_true",
+        default=True,
+        help="lower-case and strip accents (default; for uncased vocabs)",
+    )
+    parser.add_argument(
+        "--no_lower_case", dest="lower_case", action="store_false", help="keep case (cased vocabs)"
+    )
 
 
 def prep_config(args: argparse.Namespace) -> PrepConfig:

@@ -36,7 +36,7 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 from tokenizers.trainers import WordPieceTrainer
 
 from .bert_samples import VocabInfo
-from .text_input import (  # noqa: F401  (UsageError: re-exported for the CLIs' callers)
+from .text_input import (
     DEFAULT_INPUT_PATTERN,
     OneLineArgumentParser,
     UsageError,

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from trainium_job.efa_counters import BYTE_COUNTERS
+from trainium_job.efa_counter_names import BYTE_COUNTERS
 
 #: Where the kernel lists RDMA devices (EFA devices are named ``efa_N``, or ``rdmapNsM`` once udev
 #: renames them on the EKS AMIs).

@@ -17,7 +17,7 @@ tag v2.29.1 tools/neuron-sys-tools/nccom-test.rst L58-L61 and "Bus Bandwidth Cal
 L69-L125), so the floor compares with its figures.
 
 ``verdict`` reads the result and prints one line naming the node: exit 0, or
-``trainium_job.fabric_check.EXIT_CODE`` when libfabric is not told to use ``efa``, no EFA device
+``trainium_job.fabric_check_steps.EXIT_CODE`` when libfabric is not told to use ``efa``, no EFA device
 is visible, fewer bytes crossed EFA than the all-reduce must move between nodes (the collectives
 fell back to TCP sockets: "if they are constant, messages are not sent over EFA",
 aws-samples/awsome-distributed-training 4.validation_and_observability/3.efa-node-exporter
@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE, NOT_MEASURED_EXIT_CODE
 from trainium_job.node_health import FABRIC, HEAL_MODES
 
 from .efa_counters import SYSFS_ROOT, bytes_moved, devices

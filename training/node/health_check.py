@@ -423,26 +423,7 @@ def main(
     wait: Callable[[], None] = wait_for_removal,
     exit_process: Callable[[int], None] = os._exit,
 ) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {NODE_HEALTH}", description=__doc__.split("\n")[0])
-    parser.add_argument("--instance-type", required=True, help="the node's EC2 instance type")
-    parser.add_argument(
-        "--node-name", default=os.environ.get("NODE_NAME"), help="the Node (default: $NODE_NAME)"
-    )
-    parser.add_argument("--sysfs", type=Path, default=SYSFS_ROOT, help="the host's /sys/class/infiniband")
-    parser.add_argument(
-        "--replace", action=argparse.BooleanOptionalAction, default=False,
-        help="terminate a failed node's instance so a fresh one replaces it",
-    )  # fmt: skip
-    parser.add_argument("--dry-run", action="store_true", help="print the verdict; change nothing")
-    parser.add_argument(
-        "--verdict-deadline-s", type=float, default=None,
-        help="seconds from the check's first start after which a node without a verdict fails "
-        "the no-verdict check (default: the sum of the checks' timeouts for the instance type)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--state-dir", type=Path, default=STATE_DIR,
-        help="where the check notes its starts (an emptyDir: it outlives a container's restart)",
-    )  # fmt: skip
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         expect = expectation(args.instance_type)
@@ -477,6 +458,27 @@ def main(
         wait()
         return 0
 
+    return _race_the_deadline(
+        node=node, expect=expect, sysfs=args.sysfs, tools=tools, replace=args.replace, act=act,
+        wait=wait, exit_process=exit_process, deadline_s=deadline_s, starts=starts, left=left,
+    )  # fmt: skip
+
+
+def _race_the_deadline(
+    *,
+    node: str,
+    expect: NodeExpectation,
+    sysfs: Path,
+    tools: Tools,
+    replace: bool,
+    act: Callable[[CheckResult | None], None],
+    wait: Callable[[], None],
+    exit_process: Callable[[int], None],
+    deadline_s: float,
+    starts: list[float],
+    left: float,
+) -> int:
+    """Run the checks with ``left`` seconds to the verdict's deadline, and act on the verdict."""
     # The verdict goes to whoever claims it first: the checks, or the deadline while they still
     # run (a check waiting on something no timeout bounds). Every wait of the checks is a system
     # call or a child process, which lets this thread run.
@@ -493,7 +495,7 @@ def main(
             deadline_s, time.time() - starts[0], len(starts), f"the {running} check had not ended"
         )
         try:
-            _report(node, expect, [overdue], args.replace)
+            _report(node, expect, [overdue], replace)
             act(overdue)
         except Exception as err:  # noqa: BLE001 - the container's restart gives the verdict again
             print(f"acting on the missing verdict failed: {err!r}", file=sys.stderr, flush=True)
@@ -513,17 +515,42 @@ def main(
         _flush_print(line)
 
     try:
-        results = run_checks(expect, args.sysfs, tools, log)
+        results = run_checks(expect, sysfs, tools, log)
     except _Overtaken:
         results = []
     if not claim.acquire(blocking=False):  # the deadline gave the verdict already
         timer.join()
         return 0
     timer.cancel()
-    failed = _report(node, expect, results, args.replace)
+    failed = _report(node, expect, results, replace)
     act(failed)
     wait()
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The check's command line."""
+    parser = argparse.ArgumentParser(prog=f"python -m {NODE_HEALTH}", description=__doc__.split("\n")[0])
+    parser.add_argument("--instance-type", required=True, help="the node's EC2 instance type")
+    parser.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), help="the Node (default: $NODE_NAME)"
+    )
+    parser.add_argument("--sysfs", type=Path, default=SYSFS_ROOT, help="the host's /sys/class/infiniband")
+    parser.add_argument(
+        "--replace", action=argparse.BooleanOptionalAction, default=False,
+        help="terminate a failed node's instance so a fresh one replaces it",
+    )  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="print the verdict; change nothing")
+    parser.add_argument(
+        "--verdict-deadline-s", type=float, default=None,
+        help="seconds from the check's first start after which a node without a verdict fails "
+        "the no-verdict check (default: the sum of the checks' timeouts for the instance type)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--state-dir", type=Path, default=STATE_DIR,
+        help="where the check notes its starts (an emptyDir: it outlives a container's restart)",
+    )  # fmt: skip
+    return parser
 
 
 class _Overtaken(Exception):

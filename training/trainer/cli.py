@@ -2,7 +2,7 @@
 
 The CDK app checks ``training_script_args`` against this parser at synth, and the TorchX
 component renders flags from it, so it must load without torch, transformers or torch-xla. The
-choice tuples live here for the same reason; the modules that implement them re-export them.
+choice tuples live here for the same reason; the modules that implement them import them from here.
 
 The flags are grouped by concern in frozen dataclasses, one field per flag with its help and
 argparse options in the field's metadata (the way Hugging Face's ``run_mlm.py`` groups its
@@ -28,8 +28,6 @@ from trainium_job.spec import MODELS, PHASE1_MAX_STEPS
 DEVICES = ("auto", "xla", "cuda", "cpu")
 PRECISIONS = ("auto", "fp32", "bf16", "amp_bf16")
 OPTIMIZERS = ("adamw", "lamb")
-#: The job's model list is the one list (``training/trainer/model_configs/<name>.json`` for each).
-MODEL_NAMES = MODELS
 MLM_HEADS = ("sparse", "dense")
 DESCRIPTION = """BERT phase-1 pretraining (one process per device; run it under torchrun).
 
@@ -48,7 +46,7 @@ def flag(default: Any, help: str, **options: Any) -> Any:
 class ModelArguments:
     """Which BERT to build."""
 
-    model: str = flag("large", "model_configs/<name>.json", choices=MODEL_NAMES)
+    model: str = flag("large", "model_configs/<name>.json", choices=MODELS)
     vocab_size: int | None = flag(None, "override the config's vocabulary size")
     mlm_head: str = flag(
         "sparse",

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .cli import DEVICES, PRECISIONS  # noqa: F401  (re-exported)
+from .cli import DEVICES, PRECISIONS
 from .metrics import TRN1_NEURONCORE_PEAK_FLOPS, cuda_peak_flops
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)

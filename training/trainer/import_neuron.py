@@ -38,8 +38,9 @@ from typing import Any
 import torch
 from transformers import BertConfig, BertForPreTraining
 
+from trainium_job.spec import MODELS
+
 from . import checkpoint as ckpt
-from .cli import MODEL_NAMES
 from .init_from import model_fields
 from .model import load_config
 
@@ -191,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", type=Path, help="the tutorial's checkpoint file, e.g. ckpt_28125.pt")
     p.add_argument("out", type=Path, help="directory to write the checkpoint into (OUT/checkpoints/step_*)")
-    p.add_argument("--model", default="large", choices=MODEL_NAMES, help="the model it was trained as")
+    p.add_argument("--model", default="large", choices=MODELS, help="the model it was trained as")
     p.add_argument("--step", type=int, default=None, help="its step (default: from the ckpt_<step>.pt name)")
     return p
 

@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForPreTraining
 
-from .cli import MLM_HEADS, MODEL_NAMES  # noqa: F401  (re-exported)
+from trainium_job.spec import MODELS
+
+from .cli import MLM_HEADS
 
 CONFIG_DIR = Path(__file__).with_name("model_configs")
 IGNORE_INDEX = -100
@@ -27,8 +29,8 @@ IGNORE_INDEX = -100
 
 def load_config(name: str, *, vocab_size: int | None = None, attn: str | None = None) -> BertConfig:
     """The BertConfig stored as ``model_configs/<name>.json`` (optionally another vocab size)."""
-    if name not in MODEL_NAMES:
-        raise ValueError(f"model: {name!r} is not one of {', '.join(MODEL_NAMES)}")
+    if name not in MODELS:
+        raise ValueError(f"model: {name!r} is not one of {', '.join(MODELS)}")
     config = BertConfig.from_json_file(str(CONFIG_DIR / f"{name}.json"))
     if vocab_size is not None:
         config.vocab_size = vocab_size

@@ -25,7 +25,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from .cli import OPTIMIZERS  # noqa: F401  (re-exported)
+from .cli import OPTIMIZERS
 
 BETAS = (0.9, 0.999)
 # BERT's original optimizer used eps=1e-6; so do the Neuron and NVIDIA BERT recipes.

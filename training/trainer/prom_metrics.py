@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Info, sta
 
 from trainium_job.hang import PHASES
 from trainium_job.restarts import CAUSES, Totals
-from trainium_job.telemetry import TRAINING_METRICS as METRICS
+from trainium_job.telemetry import TRAINING_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ EVAL_NAMES = ("eval_mlm_loss", "eval_mlm_accuracy_ratio", "eval_nsp_accuracy_rat
 
 
 def _gauge(name: str, registry: CollectorRegistry) -> Gauge:
-    return Gauge(name, METRICS[name][0], registry=registry)
+    return Gauge(name, TRAINING_METRICS[name][0], registry=registry)
 
 
 class TrainingMetrics:
@@ -42,7 +42,7 @@ class TrainingMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.info = Info(PREFIX, METRICS["bert_train_info"][0], registry=r)
+        self.info = Info(PREFIX, TRAINING_METRICS["bert_train_info"][0], registry=r)
         self.step = _gauge("bert_train_step", r)
         self.max_steps = _gauge("bert_train_max_steps", r)
         self.last_step_time = _gauge("bert_train_last_step_timestamp_seconds", r)
@@ -52,10 +52,12 @@ class TrainingMetrics:
         self.checkpoint_seconds = _gauge("bert_train_checkpoint_duration_seconds", r)
         # The client adds ``_total`` to a counter's name on exposition.
         self.checkpoints = Counter(
-            "bert_train_checkpoints", METRICS["bert_train_checkpoints_total"][0], registry=r
+            "bert_train_checkpoints", TRAINING_METRICS["bert_train_checkpoints_total"][0], registry=r
         )
         # The step watchdog's view (training.trainer.watchdog): one series per phase, 1 for the current.
-        self.phase = Enum("bert_train_phase", METRICS["bert_train_phase"][0], states=list(PHASES), registry=r)
+        self.phase = Enum(
+            "bert_train_phase", TRAINING_METRICS["bert_train_phase"][0], states=list(PHASES), registry=r
+        )
         self.hang_bound = _gauge("bert_train_hang_bound_seconds", r)
         # Rank 0's values are registered with their first report: absent, not 0, until then
         # (and on every other node, whose process never reports).
@@ -131,9 +133,14 @@ class TrainingMetrics:
         if self.restart_metrics is not None:
             raise RuntimeError("the restart totals are exported once per process")
         r = self.registry
-        count = Counter("bert_train_restarts", METRICS["bert_train_restarts_total"][0], ["cause"], registry=r)
+        count = Counter(
+            "bert_train_restarts", TRAINING_METRICS["bert_train_restarts_total"][0], ["cause"], registry=r
+        )
         lost = Counter(
-            "bert_train_lost_seconds", METRICS["bert_train_lost_seconds_total"][0], ["cause"], registry=r
+            "bert_train_lost_seconds",
+            TRAINING_METRICS["bert_train_lost_seconds_total"][0],
+            ["cause"],
+            registry=r,
         )
         nodes = _gauge("bert_train_suspect_nodes", r)
         for cause in CAUSES:

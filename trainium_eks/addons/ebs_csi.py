@@ -18,6 +18,8 @@ from constructs import Construct
 
 from ..cluster.managed_addons import managed_addon, pod_identity_role
 from ..versions import ADDON_PINS, AddonPin
+from .addon import POD_IDENTITY_AGENT, SYSTEM_NODES, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, addon_daemons
 
 CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 
@@ -75,3 +77,25 @@ class EbsCsiDriver(Construct):
                 }
             ],
         )
+
+
+def _build(context: AddonContext) -> EbsCsiDriver:
+    return EbsCsiDriver(context.scope, "EbsCsi", cluster=context.cluster)
+
+
+def _daemons(settings: DaemonSettings) -> tuple[NodeDaemon, ...]:
+    if not (settings.etcd_enabled or settings.monitoring_enabled):
+        return ()
+    return addon_daemons(ADDON_PINS["ebs-csi-driver"])
+
+
+#: With etcd's or Prometheus's volume; on the system nodes, its credentials from Pod Identity.
+ADDON = AddOn(
+    name="ebs_csi",
+    key=None,
+    pins=("ebs-csi-driver",),
+    after=(SYSTEM_NODES, POD_IDENTITY_AGENT),
+    build=_build,
+    enabled=lambda context: context.etcd_enabled or context.monitoring_enabled,
+    daemons=_daemons,
+)

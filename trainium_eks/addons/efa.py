@@ -22,6 +22,8 @@ from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABE
 from ..cluster.helm import HELM_TIMEOUT
 from ..nodes.health_checks import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
+from .addon import TRAINIUM_CAPACITY, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
 
 
 def efa_chart_values(facts: InstanceFacts, *, health_check: bool = False) -> dict:
@@ -80,3 +82,32 @@ class EfaDevicePlugin(Construct):
             values=efa_chart_values(facts, health_check=health_check),
             timeout=HELM_TIMEOUT,
         )
+
+
+def _build(context: AddonContext) -> EfaDevicePlugin:
+    return EfaDevicePlugin(
+        context.scope,
+        "Efa",
+        cluster=context.cluster,
+        facts=context.trainium.facts,
+        health_check=context.health_check,
+    )
+
+
+def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
+    if not settings.facts.multi_node:
+        return []
+    return pinned_chart_daemons(ADDON_PINS["efa"], efa_chart_values(settings.facts), settings.facts.name)
+
+
+#: On instance types with EFA (no setting); after the Trainium nodes (it runs only there).
+ADDON = AddOn(
+    name="efa",
+    key=None,
+    pins=("efa",),
+    after=(TRAINIUM_CAPACITY,),
+    build=_build,
+    enabled=lambda context: context.trainium.facts.multi_node,
+    dependents=lambda plugin: (plugin.chart,),
+    daemons=_daemons,
+)

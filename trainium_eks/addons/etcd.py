@@ -44,6 +44,7 @@ from trainium_job.security import (
 )
 
 from ..versions import ADDON_PINS, AddonPin
+from .addon import SYSTEM_NODES, AddOn, AddonContext
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
@@ -252,3 +253,22 @@ class EtcdServer(Construct):
                 client_namespaces=client_namespaces,
             ),
         )
+
+
+def _build(context: AddonContext) -> EtcdServer:
+    return EtcdServer(
+        context.scope,
+        "Etcd",
+        cluster=context.cluster,
+        storage_class_name=context.built["ebs_csi"].storage_class_name,
+    )
+
+
+#: The etcd rendezvous' server: on the system nodes, its volume from the EBS CSI driver.
+ADDON = AddOn(
+    name="etcd",
+    key="etcd_enabled",
+    pins=("etcd",),
+    after=(SYSTEM_NODES, "ebs_csi"),
+    build=_build,
+)

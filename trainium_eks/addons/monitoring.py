@@ -38,12 +38,15 @@ from ..cluster.helm import HELM_TIMEOUT
 from ..monitoring import scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
+from ..monitoring.exporters import efa_exporter_daemonset
 from ..monitoring.karpenter_capacity import KarpenterCapacity
 from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
 from ..monitoring.rules import prometheus_rule
 from ..monitoring.stack_values import stack_values
 from ..versions import ADDON_PINS, AddonPin
+from .addon import POD_IDENTITY_AGENT, SYSTEM_NODES, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, manifest_daemons, pinned_chart_daemons
 
 #: node-exporter shares the host's network, PID namespace and root file system, neuron-monitor is
 #: privileged: only the ``privileged`` level admits them ("Pod Security Standards", Baseline).
@@ -143,17 +146,41 @@ class PlatformMonitoring(Construct):
             cluster=cluster,
             manifest=[namespace_manifest(NAMESPACE, MONITORING_POD_SECURITY)],
         )
-        self.amp = None
-        if options.amp_remote_write:
-            self.amp = AmpRemoteWrite(
-                self,
-                "Amp",
-                cluster=cluster,
-                namespace=NAMESPACE,
-                service_account=PROMETHEUS_SERVICE_ACCOUNT,
-                alias=amp_alias,
-            )
-        self.chart = eks.HelmChart(
+        self.amp = self._amp(cluster, options, amp_alias)
+        self.chart = self._chart(cluster, pin, options, storage_class_name)
+        self.manifest = eks.KubernetesManifest(
+            self,
+            "Manifest",
+            cluster=cluster,
+            manifest=_manifest_objects(options, training_namespace, karpenter_capacity),
+        )
+        self.manifest.node.add_dependency(self.chart)
+        self.training_manifest = eks.KubernetesManifest(
+            self,
+            "TrainingIngress",
+            cluster=cluster,
+            manifest=[scrape.training_ingress_policy(training_namespace)],
+        )
+        self.port_forward = port_forward_commands()
+
+    def _amp(self, cluster: eks.ICluster, options: MonitoringOptions, alias: str) -> AmpRemoteWrite | None:
+        """The AMP workspace Prometheus writes to, with ``amp_remote_write``."""
+        if not options.amp_remote_write:
+            return None
+        return AmpRemoteWrite(
+            self,
+            "Amp",
+            cluster=cluster,
+            namespace=NAMESPACE,
+            service_account=PROMETHEUS_SERVICE_ACCOUNT,
+            alias=alias,
+        )
+
+    def _chart(
+        self, cluster: eks.ICluster, pin: AddonPin, options: MonitoringOptions, storage_class_name: str
+    ) -> eks.HelmChart:
+        """The kube-prometheus-stack release, after its namespace (and AMP's association)."""
+        chart = eks.HelmChart(
             self,
             "Chart",
             cluster=cluster,
@@ -174,28 +201,69 @@ class PlatformMonitoring(Construct):
             wait=True,
             timeout=HELM_TIMEOUT,
         )
-        self.chart.node.add_dependency(self.namespace_manifest)
+        chart.node.add_dependency(self.namespace_manifest)
         if self.amp is not None:
-            self.chart.node.add_dependency(self.amp.association)
-        objects = [
-            prometheus_rule(
-                training_namespace=training_namespace,
-                stall_minutes=options.stall_minutes,
-                fsx_free_percent=options.fsx_free_percent,
-                karpenter_capacity=karpenter_capacity,
-            ),
-            scrape.training_pod_monitor(training_namespace),
-        ]
-        if options.grafana:
-            objects.append(dashboard_config_map())
-        if options.neuron_monitor:
-            objects += [neuron_monitor_daemonset(), neuron_monitor_pod_monitor()]
-        self.manifest = eks.KubernetesManifest(self, "Manifest", cluster=cluster, manifest=objects)
-        self.manifest.node.add_dependency(self.chart)
-        self.training_manifest = eks.KubernetesManifest(
-            self,
-            "TrainingIngress",
-            cluster=cluster,
-            manifest=[scrape.training_ingress_policy(training_namespace)],
-        )
-        self.port_forward = port_forward_commands()
+            chart.node.add_dependency(self.amp.association)
+        return chart
+
+
+def _manifest_objects(
+    options: MonitoringOptions, training_namespace: str, karpenter_capacity: KarpenterCapacity | None
+) -> list[dict]:
+    """Rules, the training scrape, the dashboard and neuron-monitor, as the options say."""
+    objects = [
+        prometheus_rule(
+            training_namespace=training_namespace,
+            stall_minutes=options.stall_minutes,
+            fsx_free_percent=options.fsx_free_percent,
+            karpenter_capacity=karpenter_capacity,
+        ),
+        scrape.training_pod_monitor(training_namespace),
+    ]
+    if options.grafana:
+        objects.append(dashboard_config_map())
+    if options.neuron_monitor:
+        objects += [neuron_monitor_daemonset(), neuron_monitor_pod_monitor()]
+    return objects
+
+
+def _build(context: AddonContext) -> PlatformMonitoring:
+    return PlatformMonitoring(
+        context.scope,
+        "Monitoring",
+        cluster=context.cluster,
+        storage_class_name=context.built["ebs_csi"].storage_class_name,
+        options=context.monitoring,
+        amp_alias=f"{context.name_prefix}-metrics",
+        karpenter_capacity=context.karpenter_capacity,
+    )
+
+
+def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
+    if not settings.monitoring_enabled:
+        return []
+    facts = settings.facts
+    # Only node-exporter's part of the values decides its DaemonSet; the volume and retention
+    # given here are placeholders of the Prometheus StatefulSet's settings.
+    values = stack_values(storage_class_name="gp3", volume_gib=1, retention_days=1)
+    daemons = pinned_chart_daemons(ADDON_PINS["kube-prometheus-stack"], values, facts.name)
+    if settings.monitoring_neuron_monitor:
+        daemons += manifest_daemons([neuron_monitor_daemonset()], facts.name)
+    if settings.training_enabled and settings.monitoring_exporters and facts.multi_node:
+        # The image is the workload's token; it does not decide where the pod runs or its requests.
+        daemonset = efa_exporter_daemonset(namespace=TRAINING_NAMESPACE, image="tools", facts=facts)
+        daemons += manifest_daemons([daemonset], facts.name)
+    return daemons
+
+
+#: Its pods run on the system nodes, its volume comes from the driver, AMP's credentials from the
+#: pod identity agent.
+ADDON = AddOn(
+    name="monitoring",
+    key="monitoring_enabled",
+    pins=("kube-prometheus-stack", "neuron-monitor"),
+    after=(SYSTEM_NODES, "ebs_csi", POD_IDENTITY_AGENT),
+    build=_build,
+    dependents=lambda monitoring: (monitoring.chart,),
+    daemons=_daemons,
+)

@@ -30,6 +30,8 @@ from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL,
 from ..cluster.helm import HELM_TIMEOUT
 from ..nodes.health_checks import PENDING_TOLERATION
 from ..versions import ADDON_PINS, AddonPin
+from .addon import TRAINIUM_CAPACITY, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
 
 
 def neuron_chart_values(
@@ -113,3 +115,33 @@ class NeuronDevicePlugin(Construct):
             ),
             timeout=HELM_TIMEOUT,
         )
+
+
+def _build(context: AddonContext) -> NeuronDevicePlugin:
+    return NeuronDevicePlugin(
+        context.scope,
+        "Neuron",
+        cluster=context.cluster,
+        scheduler_extension=context.neuron_scheduler_extension,
+        node_problem_detector=context.neuron_node_problem_detector,
+        health_check=context.health_check,
+    )
+
+
+def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
+    values = neuron_chart_values(
+        scheduler_extension=False, node_problem_detector=settings.neuron_node_problem_detector
+    )
+    return pinned_chart_daemons(ADDON_PINS["neuron"], values, settings.facts.name)
+
+
+#: Always on; after the Trainium nodes (it runs only there).
+ADDON = AddOn(
+    name="neuron",
+    key=None,
+    pins=("neuron",),
+    after=(TRAINIUM_CAPACITY,),
+    build=_build,
+    dependents=lambda plugin: (plugin.chart,),
+    daemons=_daemons,
+)

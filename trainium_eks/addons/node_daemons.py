@@ -11,11 +11,12 @@ Where the requests come from:
 * EKS managed add-ons (and the kube-proxy EKS bootstraps): :data:`ADDON_DAEMONS`, cited.
 * The platform's own manifests: read from the objects themselves (:func:`manifest_daemons`).
 
-:func:`trainium_node_daemons` lists them for a configuration; tests/trainium_eks/
-test_node_daemons.py derives the same list from the synthesized templates (every Helm release,
-add-on and DaemonSet manifest), so a DaemonSet added without an entry here fails there. A new
-add-on with DaemonSets on Trainium nodes adds its entry to :func:`trainium_node_daemons` (and its
-chart's facts to :data:`CHART_FACTS`, or its manifests through :func:`manifest_daemons`).
+:func:`trainium_eks.addons.registry.trainium_node_daemons` lists them for a configuration,
+each add-on's from its declaration's ``daemons``; tests/trainium_eks/addons/test_node_daemons.py
+derives the same list from the synthesized templates (every Helm release, add-on and DaemonSet
+manifest), so a DaemonSet added without an entry fails there. A new add-on with DaemonSets on
+Trainium nodes lists them in its ``daemons`` (and its chart's facts in :data:`CHART_FACTS`, or
+its manifests through :func:`manifest_daemons`).
 """
 
 from __future__ import annotations
@@ -28,16 +29,10 @@ from typing import Any, Protocol
 from trainium_job.allocatable import Resources
 from trainium_job.instances import InstanceFacts
 from trainium_job.node_health import HEALTH_LABEL, PASSED
-from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
+from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NEURON_TAINT, TRAINIUM_NODE_LABEL
 
-from ..monitoring.exporters import efa_exporter_daemonset
-from ..monitoring.neuron_monitor import neuron_monitor_daemonset
-from ..monitoring.stack_values import stack_values
 from ..nodes.health_checks import NAME as NODE_HEALTH_CHECK
-from ..storage.fsx_csi import driver_values
-from ..versions import ADDON_PINS, AddonPin
-from .efa import efa_chart_values
-from .neuron import neuron_chart_values
+from ..versions import AddonPin
 
 
 @dataclass(frozen=True)
@@ -553,54 +548,11 @@ def addon_daemons(pin: AddonPin) -> tuple[NodeDaemon, ...]:
     return ADDON_DAEMONS[pin.name]
 
 
-def trainium_node_daemons(
-    *,
-    facts: InstanceFacts,
-    region: str,
-    neuron_node_problem_detector: bool = False,
-    container_insights: bool = False,
-    etcd_enabled: bool = True,
-    monitoring: bool = True,
-    neuron_monitor: bool = True,
-    exporters: bool = True,
-) -> tuple[NodeDaemon, ...]:
-    """Every DaemonSet the platform runs on a Trainium node of ``facts``, for the add-on options
-    given (the platform's settings of the same names, ``monitoring_enabled``,
-    ``monitoring_neuron_monitor`` and ``monitoring_exporters`` for the last three; defaults are
-    theirs)."""
-    daemons: list[NodeDaemon] = [KUBE_PROXY]
-    for key in ("vpc-cni", "pod-identity-agent", "node-monitoring-agent"):
-        daemons += addon_daemons(ADDON_PINS[key])
-    if etcd_enabled or monitoring:  # the EBS CSI driver comes with etcd's or Prometheus's volume
-        daemons += addon_daemons(ADDON_PINS["ebs-csi-driver"])
-    if container_insights:
-        daemons += addon_daemons(ADDON_PINS["cloudwatch-observability"])
-    daemons += pinned_chart_daemons(ADDON_PINS["fsx-csi-driver"], driver_values(region), facts.name)
-    daemons += pinned_chart_daemons(
-        ADDON_PINS["neuron"],
-        neuron_chart_values(scheduler_extension=False, node_problem_detector=neuron_node_problem_detector),
-        facts.name,
-    )
-    if facts.multi_node:
-        daemons += pinned_chart_daemons(ADDON_PINS["efa"], efa_chart_values(facts), facts.name)
-    if monitoring:
-        # Only node-exporter's part of the values decides its DaemonSet; the volume and retention
-        # given here are placeholders of the Prometheus StatefulSet's settings.
-        values = stack_values(storage_class_name="gp3", volume_gib=1, retention_days=1)
-        daemons += pinned_chart_daemons(ADDON_PINS["kube-prometheus-stack"], values, facts.name)
-        if neuron_monitor:
-            daemons += manifest_daemons([neuron_monitor_daemonset()], facts.name)
-        if exporters and facts.multi_node:
-            # The image is the workload's token; it does not decide where the pod runs or its requests.
-            daemonset = efa_exporter_daemonset(namespace=TRAINING_NAMESPACE, image="tools", facts=facts)
-            daemons += manifest_daemons([daemonset], facts.name)
-    return tuple(daemons)
-
-
 class DaemonSettings(Protocol):
     """The settings that decide which DaemonSets run on a Trainium node (what
     :class:`~trainium_eks.config.PlatformSettings` has; a Protocol so this module does not
-    import the configuration, which imports it)."""
+    import the configuration, which imports it). ``monitoring_exporters`` counts only with
+    ``training_enabled`` (the exporters come with the workload)."""
 
     @property
     def facts(self) -> InstanceFacts: ...
@@ -620,17 +572,3 @@ class DaemonSettings(Protocol):
     def monitoring_exporters(self) -> bool: ...
     @property
     def training_enabled(self) -> bool: ...
-
-
-def configured_node_daemons(c: DaemonSettings) -> tuple[NodeDaemon, ...]:
-    """:func:`trainium_node_daemons` for the platform settings ``c``."""
-    return trainium_node_daemons(
-        facts=c.facts,
-        region=c.region,
-        neuron_node_problem_detector=c.neuron_node_problem_detector,
-        container_insights=c.container_insights,
-        etcd_enabled=c.etcd_enabled,
-        monitoring=c.monitoring_enabled,
-        neuron_monitor=c.monitoring_neuron_monitor,
-        exporters=c.training_enabled and c.monitoring_exporters,
-    )

@@ -21,6 +21,8 @@ from constructs import Construct
 
 from ..cluster.managed_addons import managed_addon, pod_identity_role
 from ..versions import ADDON_PINS
+from .addon import SYSTEM_NODES, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, addon_daemons
 
 CLOUDWATCH_AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
 
@@ -73,3 +75,29 @@ class ObservabilityAddons(Construct):
             )
             # Its Pod Identity association only works once the agent serves credentials.
             self.cloudwatch.node.add_dependency(self.pod_identity_agent)
+
+
+def _build(context: AddonContext) -> ObservabilityAddons:
+    return ObservabilityAddons(
+        context.scope, "Observability", cluster=context.cluster, container_insights=context.container_insights
+    )
+
+
+def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
+    keys = ["pod-identity-agent", "node-monitoring-agent"]
+    if settings.container_insights:
+        keys.append("cloudwatch-observability")
+    return [daemon for key in keys for daemon in addon_daemons(ADDON_PINS[key])]
+
+
+#: The pod identity agent comes before the nodes (they need it for the VPC CNI's credentials; the
+#: stack orders the nodegroups after it); the rest runs on the system nodes.
+ADDON = AddOn(
+    name="observability",
+    key=None,
+    pins=("pod-identity-agent", "node-monitoring-agent", "cloudwatch-observability"),
+    after=(SYSTEM_NODES,),
+    build=_build,
+    dependents=lambda addons: (addons.node_monitoring_agent, addons.cloudwatch),
+    daemons=_daemons,
+)

@@ -1,4 +1,5 @@
-"""The cluster's add-ons composed for Trainium training, with the ordering they need:
+"""The cluster's add-ons composed for Trainium training, in the registry's order
+(:data:`~trainium_eks.addons.registry.ADDONS`), each after what its declaration names:
 
 * Neuron and EFA device plugins after the Trainium nodegroup (they run only there);
 * managed add-ons, Volcano and etcd after the system nodegroup (their pods run there);
@@ -15,8 +16,7 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.scheduling import TRAINING_QUEUE
 
 from ..arguments import AnyCluster, require_cluster
-from ..monitoring.karpenter_capacity import KarpenterCapacity
-from ..nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
+from ..nodes.node_pool import TrainiumNodePool
 from ..nodes.nodegroup import TrainiumNodegroup
 from . import (
     EbsCsiDriver,
@@ -28,6 +28,8 @@ from . import (
     PlatformMonitoring,
     VolcanoScheduler,
 )
+from .addon import AddonContext
+from .registry import ADDONS
 
 __all__ = ["TrainiumAddons"]
 
@@ -45,7 +47,19 @@ class TrainiumAddons(Construct):
         etcd: :class:`EtcdServer`, or None when etcd is off.
         etcd_endpoint: ``host:port`` of etcd for ``--rdzv_endpoint``, or None.
         monitoring: :class:`PlatformMonitoring`, or None when monitoring is off.
+
+    Each add-on is the attribute of its ``name`` in :data:`~trainium_eks.addons.registry.ADDONS`.
     """
+
+    observability: ObservabilityAddons
+    neuron: NeuronDevicePlugin
+    efa: EfaDevicePlugin | None
+    volcano: VolcanoScheduler
+    ebs_csi: EbsCsiDriver | None
+    etcd: EtcdServer | None
+    monitoring: PlatformMonitoring | None
+    queue_name: str
+    etcd_endpoint: str | None
 
     def __init__(
         self,
@@ -91,79 +105,24 @@ class TrainiumAddons(Construct):
                 (:mod:`trainium_eks.nodes.health_checks`). Default False.
         """
         super().__init__(scope, id)
-        eks_cluster = require_cluster(cluster)
-        after_system_nodes = (system_nodes,) if system_nodes is not None else ()
-        facts = trainium.facts
-
-        self.observability = ObservabilityAddons(
-            self, "Observability", cluster=eks_cluster, container_insights=container_insights
-        )
-        # The pod identity agent comes before the nodes (they need it for the VPC CNI's
-        # credentials; the stack orders the nodegroups after it); the rest runs on system nodes.
-        for addon in (self.observability.node_monitoring_agent, self.observability.cloudwatch):
-            if addon is not None:
-                addon.node.add_dependency(*after_system_nodes)
-
-        self.neuron = NeuronDevicePlugin(
-            self,
-            "Neuron",
-            cluster=eks_cluster,
-            scheduler_extension=neuron_scheduler_extension,
-            node_problem_detector=neuron_node_problem_detector,
+        context = AddonContext(
+            scope=self,
+            cluster=require_cluster(cluster),
+            trainium=trainium,
+            max_nodes=max_nodes,
+            system_nodes=system_nodes,
+            neuron_scheduler_extension=neuron_scheduler_extension,
+            neuron_node_problem_detector=neuron_node_problem_detector,
+            etcd_enabled=etcd_enabled,
+            container_insights=container_insights,
+            queue_name=queue_name,
+            monitoring_enabled=monitoring_enabled,
+            monitoring=monitoring,
+            name_prefix=name_prefix,
             health_check=health_check,
         )
-        self.neuron.chart.node.add_dependency(trainium.capacity)
-        self.efa = None
-        if facts.multi_node:
-            self.efa = EfaDevicePlugin(
-                self, "Efa", cluster=eks_cluster, facts=facts, health_check=health_check
-            )
-            self.efa.chart.node.add_dependency(trainium.capacity)
-
-        self.volcano = VolcanoScheduler(
-            self,
-            "Volcano",
-            cluster=eks_cluster,
-            facts=facts,
-            max_nodes=max_nodes,
-            queue_name=queue_name,
-            nodes_on_demand=isinstance(trainium, TrainiumNodePool),
-        )
-        self.volcano.chart.node.add_dependency(*after_system_nodes)
+        # The registry's order is the construct order; each add-on orders itself after its `after`.
+        for addon in ADDONS:
+            setattr(self, addon.name, addon.install(context))
         self.queue_name = self.volcano.queue_name
-
-        self.ebs_csi = None
-        self.etcd = None
-        self.etcd_endpoint = None
-        self.monitoring = None
-        if not (etcd_enabled or monitoring_enabled):
-            return
-        ebs_csi = self.ebs_csi = EbsCsiDriver(self, "EbsCsi", cluster=eks_cluster)
-        ebs_csi.node.add_dependency(*after_system_nodes, self.observability.pod_identity_agent)
-        if monitoring_enabled:
-            self.monitoring = PlatformMonitoring(
-                self,
-                "Monitoring",
-                cluster=eks_cluster,
-                storage_class_name=ebs_csi.storage_class_name,
-                options=monitoring,
-                amp_alias=f"{name_prefix}-metrics",
-                karpenter_capacity=(
-                    KarpenterCapacity(
-                        node_pool=NODE_POOL_NAME, instance_type=facts.name, az_id=trainium.az_id
-                    )
-                    if isinstance(trainium, TrainiumNodePool)
-                    else None
-                ),
-            )
-            # Its pods run on the system nodes, its volume comes from the driver, AMP's
-            # credentials from the pod identity agent.
-            self.monitoring.chart.node.add_dependency(
-                *after_system_nodes, ebs_csi, self.observability.pod_identity_agent
-            )
-        if etcd_enabled:
-            self.etcd = EtcdServer(
-                self, "Etcd", cluster=eks_cluster, storage_class_name=ebs_csi.storage_class_name
-            )
-            self.etcd.node.add_dependency(*after_system_nodes, ebs_csi)
-            self.etcd_endpoint = self.etcd.endpoint
+        self.etcd_endpoint = self.etcd.endpoint if self.etcd is not None else None

@@ -30,6 +30,8 @@ from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..cluster.helm import HELM_TIMEOUT
 from ..versions import ADDON_PINS, AddonPin
+from .addon import SYSTEM_NODES, AddOn, AddonContext
+from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
 
 QUEUE_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_NAMESPACE = "volcano-system"
@@ -181,3 +183,32 @@ class VolcanoScheduler(Construct):
             manifest=[training_queue(queue_name, facts, max_nodes)],
         )
         self.queue.node.add_dependency(self.chart)
+
+
+def _build(context: AddonContext) -> VolcanoScheduler:
+    return VolcanoScheduler(
+        context.scope,
+        "Volcano",
+        cluster=context.cluster,
+        facts=context.trainium.facts,
+        max_nodes=context.max_nodes,
+        queue_name=context.queue_name,
+        nodes_on_demand=context.nodes_on_demand,
+    )
+
+
+def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
+    # None (node_daemons.CHARTS_OFF_TRAINIUM), but an error if our values turn its agent on.
+    return pinned_chart_daemons(ADDON_PINS["volcano"], volcano_chart_values(), settings.facts.name)
+
+
+#: Always on; its pods run on the system nodes (the Queue comes after its CRDs and webhook).
+ADDON = AddOn(
+    name="volcano",
+    key=None,
+    pins=("volcano",),
+    after=(SYSTEM_NODES,),
+    build=_build,
+    dependents=lambda scheduler: (scheduler.chart,),
+    daemons=_daemons,
+)

@@ -6,18 +6,54 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from ..arguments import AnyCluster
 from ..escape_hatch import l1
 from ..versions import AddonPin
 
+#: The EKS Pod Identity service principal (EKS user guide, "Pod Identity": the role's trust policy).
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
-def pod_identity_role(scope: Construct, id: str, *, managed_policy: str, description: str) -> iam.Role:
-    """A role EKS Pod Identity can assume (and tag the session of), with one AWS managed policy."""
+
+def pod_identity_role(
+    scope: Construct, id: str, *, description: str, managed_policy: str | None = None
+) -> iam.Role:
+    """A role EKS Pod Identity can assume (and tag the session of).
+
+    Args:
+        managed_policy: the one AWS managed policy it holds. Default None: none (the caller adds
+            its own statements).
+    """
     return iam.Role(
         scope,
         id,
-        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(managed_policy)],
+        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
+        managed_policies=(
+            None
+            if managed_policy is None
+            else [iam.ManagedPolicy.from_aws_managed_policy_name(managed_policy)]
+        ),
         description=description,
+    )
+
+
+def pod_identity_association(
+    scope: Construct,
+    id: str,
+    *,
+    cluster: AnyCluster,
+    namespace: str,
+    service_account: str,
+    role: iam.IRole,
+) -> eks.CfnPodIdentityAssociation:
+    """The EKS Pod Identity association that gives ``namespace/service_account`` the ``role``
+    (for a service account that no managed add-on owns: see :func:`managed_addon` for those)."""
+    return eks.CfnPodIdentityAssociation(
+        scope,
+        id,
+        cluster_name=cluster.cluster_name,
+        namespace=namespace,
+        service_account=service_account,
+        role_arn=role.role_arn,
     )
 
 

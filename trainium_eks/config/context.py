@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainium_job.errors import ConfigError
-from trainium_job.spec import CONTEXT_PREFIX, BertJobSpec, context_key, phase2_spec
+from trainium_job.spec import CONTEXT_FIELDS, CONTEXT_PREFIX, BertJobSpec, context_key, phase2_spec
 
 from .schema import PHASE2_FIELDS, PHASE2_PREFIX
 from .validated import PlatformConfig
@@ -26,9 +26,10 @@ _SPEC_ANNOTATIONS = {
 }
 #: The configuration's fields that hold job specs (set through the keys of their fields).
 _JOB_FIELDS = ("training", "phase2")
-#: The spec's fields a context key sets: not where a phase starts or which vocabulary its export
-#: reads, which the workload derives (``training_phases``, ``phase2_init_from``, ``vocab_source``).
-_KEYED_SPEC_FIELDS = tuple(name for name in _SPEC_ANNOTATIONS if name not in ("init_from", "vocab"))
+#: The spec's fields a context key sets (their declarations say so, ``JobKey.set_by``): not where
+#: a phase starts or which vocabulary its export reads, which the workload derives
+#: (``training_phases``, ``phase2_init_from``, ``vocab_source``).
+_KEYED_SPEC_FIELDS = CONTEXT_FIELDS
 #: Context key -> the annotation of what it sets: the platform's own fields, and the job spec's
 #: fields under ``training_<field>``.
 CONTEXT_KEYS = {

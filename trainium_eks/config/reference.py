@@ -31,7 +31,15 @@ from typing import Any
 
 from trainium_job.instances import INSTANCE_FACTS
 from trainium_job.launch import RDZV_BACKENDS
-from trainium_job.spec import JOB_SET_FLAGS, MODELS, BertJobSpec, context_key, phase2_spec
+from trainium_job.spec import (
+    CONTEXT_FIELDS,
+    JOB_KEYS,
+    JOB_SET_FLAGS,
+    MODELS,
+    BertJobSpec,
+    context_key,
+    phase2_spec,
+)
 
 from ..jobs.dataset_preparation import MEMORY_GIB_PER_CPU
 from ..network.vpc import AZ_COUNT, SUBNET_LAYOUT
@@ -125,9 +133,9 @@ def rows() -> list[Row]:
     for f in dataclasses.fields(PlatformSettings):
         if f.name == SPEC_FIELD:
             entries.extend(
-                _entry(g, context_key(g.name), spec[g.name])
+                _entry(g, context_key(g.name), _with_note(spec[g.name], _route_note(g.name)))
                 for g in dataclasses.fields(BertJobSpec)
-                if context_key(g.name) in CONTEXT_ANNOTATIONS
+                if g.name in CONTEXT_FIELDS
             )
         elif f.name == PHASE2_FIELD:
             entries.extend(_phase2_entries(settings[f.name]))
@@ -202,6 +210,16 @@ def _entry(f: dataclasses.Field[Any], key: str, comment: str) -> tuple[str, str,
     """(context key, default as written in context, the comment as Markdown) of field ``f``."""
     value = f.default_factory() if callable(f.default_factory) else f.default
     return key, _default(value, CONTEXT_ANNOTATIONS[key]), _markdown(comment)
+
+
+def _route_note(name: str) -> str:
+    """How spec field ``name`` reaches the pods, from its declaration (``JobKey``)."""
+    declared = JOB_KEYS[name]
+    if declared.flag is None:
+        return ""
+    if declared.value is None:
+        return f"The job renders it as `--{declared.flag}`."
+    return f"The job renders `--{declared.flag}` from it."
 
 
 def _phase2_entries(comment: str) -> list[tuple[str, str, str]]:

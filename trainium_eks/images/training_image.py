@@ -42,7 +42,7 @@ from constructs import Construct
 import trainium_job
 
 from .. import _training
-from . import build_responder, image_build
+from . import image_build
 
 DOCKER_DIR = Path(__file__).resolve().parents[1] / "_docker"
 TRAINING_DIR = Path(_training.__file__).resolve().parent
@@ -203,6 +203,8 @@ def build_boundary_statements(
 #: The responder answers only those builds whose ``post_build`` did not answer
 #: (:mod:`trainium_eks.images.build_responder`).
 ENDED_WITHOUT_SUCCESS = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
+#: The responder's source, inlined as the Lambda function's code.
+_RESPONDER_SOURCE = Path(__file__).with_name("build_responder.py")
 #: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
 #: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
 #: db740fd5-..., purpose DeployTimeBuildCustomResourceHandler). tests/contracts checks them.
@@ -374,7 +376,8 @@ class TrainingImages(Construct):
             "BuildResponder",
             runtime=lambda_.Runtime.PYTHON_3_14,
             handler="index.handler",
-            code=lambda_.Code.from_inline(Path(build_responder.__file__).read_text()),
+            # Its source file as it is, not the module: importing it would import boto3 at synth.
+            code=lambda_.Code.from_inline(_RESPONDER_SOURCE.read_text()),
             timeout=Duration.minutes(1),
             role=role,
             log_group=own_logs,

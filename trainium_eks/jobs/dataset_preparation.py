@@ -36,7 +36,8 @@ from trainium_job.security import pod_security_context
 from .._training.dataprep.prep_settings import build_parser, prep_config, run_settings
 from .._training.dataprep.prep_settings import check_settings as check_tool_settings
 from .._training.dataprep.text_input import UsageError
-from ..addons.node_daemons import configured_node_daemons, total
+from ..addons.node_daemons import total
+from ..addons.registry import configured_node_daemons
 from ..arguments import AnyCluster, require_cluster
 from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
 

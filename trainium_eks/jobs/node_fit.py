@@ -24,7 +24,8 @@ from trainium_job.allocatable import (
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 
-from ..addons.node_daemons import DaemonSettings, NodeDaemon, configured_node_daemons, total
+from ..addons.node_daemons import DaemonSettings, NodeDaemon, total
+from ..addons.registry import configured_node_daemons
 from .dataset_preparation import pod_resources, pods_per_node
 from .dataset_staging import STAGING_RESOURCES
 

@@ -51,6 +51,41 @@ class BertPretrainingJob(Construct):
         plan (:class:`TrainingPlan`, the first phase's), plans (each phase's), launch_spec, paths
         (the first phase's), service_account,
         manifest (the job's ``KubernetesManifest``), job (the Volcano Job as a dict).
+
+    Args:
+        cluster: the EKS cluster (with a kubectl provider).
+        facts: the Trainium instance type's facts row.
+        nodes: pods (= nodes) of the job. max_nodes: the nodegroup's maximum (checked).
+        image: training image URI (the platform's ECR repository).
+        claim_name: the FSx claim (mounted at /data).
+        spec: what to train. Default ``BertJobSpec()``: the reference recipe's phase 1. A
+            :class:`~trainium_job.phases.TrainingPhases` runs its phases in turn in the
+            same pods (phase 1, then phase 2 from it; ``trainium_job.worker.phases_script``).
+        image_key: a plain string that identifies the image (its content-hash tag), used
+            for the job name when ``image`` is a token. Default: ``image`` itself.
+        namespace: the training namespace. Default ``TRAINING_NAMESPACE`` ("training").
+        queue: Volcano queue. Default ``TRAINING_QUEUE`` ("training").
+        etcd_endpoint: ``host:port`` of the etcd add-on, for an etcd rendezvous. Default None.
+        name_prefix: prefix of the job name (<= 45 characters). Default
+            ``DEFAULT_NAME_PREFIX`` ("trn-bert").
+        service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
+        node_reserved: what each pod leaves of its node's allocatable for other pods (its
+            DaemonSets, a dataset pod beside the gang); the pod takes the rest less a margin
+            (``trainium_job.allocatable``). Default ``DEFAULT_NODE_DAEMONS``: the DaemonSets of
+            a platform with default settings. ``TrainingWorkload`` passes its configuration's.
+        gang_wait_minutes: the Trainium nodes are launched per job (Karpenter): minutes the
+            gang may wait for all its nodes before the job is aborted and the nodes that came
+            are released (``trainium_job.job.render_job``). Default None: a fixed nodegroup.
+        health_gate: the pods require nodes labelled ``trainium-eks/node-health=passed`` by
+            the node health check (:mod:`trainium_eks.nodes.health_checks`). Only for a managed
+            nodegroup: Karpenter launches no node for a pod that requires a custom label
+            its NodePool does not define (kubernetes-sigs/karpenter v1.14.1
+            pkg/scheduling/requirements.go L182-193), so there the startup taint is the
+            gate. Default False.
+        fabric_heal: what the pre-training fabric check does to a node it names
+            (:class:`trainium_job.job.FabricHeal`). Default None: nothing, the job aborts.
+        depends_on: constructs applied first (Volcano chart and queue, the claim). Default
+            ``()``.
     """
 
     def __init__(
@@ -77,42 +112,6 @@ class BertPretrainingJob(Construct):
         fabric_heal: FabricHeal | None = None,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
-        """
-        Args:
-            cluster: the EKS cluster (with a kubectl provider).
-            facts: the Trainium instance type's facts row.
-            nodes: pods (= nodes) of the job. max_nodes: the nodegroup's maximum (checked).
-            image: training image URI (the platform's ECR repository).
-            claim_name: the FSx claim (mounted at /data).
-            spec: what to train. Default ``BertJobSpec()``: the reference recipe's phase 1. A
-                :class:`~trainium_job.phases.TrainingPhases` runs its phases in turn in the
-                same pods (phase 1, then phase 2 from it; ``trainium_job.worker.phases_script``).
-            image_key: a plain string that identifies the image (its content-hash tag), used
-                for the job name when ``image`` is a token. Default: ``image`` itself.
-            namespace: the training namespace. Default ``TRAINING_NAMESPACE`` ("training").
-            queue: Volcano queue. Default ``TRAINING_QUEUE`` ("training").
-            etcd_endpoint: ``host:port`` of the etcd add-on, for an etcd rendezvous. Default None.
-            name_prefix: prefix of the job name (<= 45 characters). Default
-                ``DEFAULT_NAME_PREFIX`` ("trn-bert").
-            service_account_name: created in ``namespace``, with no AWS role. Default "bert-trainer".
-            node_reserved: what each pod leaves of its node's allocatable for other pods (its
-                DaemonSets, a dataset pod beside the gang); the pod takes the rest less a margin
-                (``trainium_job.allocatable``). Default ``DEFAULT_NODE_DAEMONS``: the DaemonSets of
-                a platform with default settings. ``TrainingWorkload`` passes its configuration's.
-            gang_wait_minutes: the Trainium nodes are launched per job (Karpenter): minutes the
-                gang may wait for all its nodes before the job is aborted and the nodes that came
-                are released (``trainium_job.job.render_job``). Default None: a fixed nodegroup.
-            health_gate: the pods require nodes labelled ``trainium-eks/node-health=passed`` by
-                the node health check (:mod:`trainium_eks.nodes.health_checks`). Only for a managed
-                nodegroup: Karpenter launches no node for a pod that requires a custom label
-                its NodePool does not define (kubernetes-sigs/karpenter v1.14.1
-                pkg/scheduling/requirements.go L182-193), so there the startup taint is the
-                gate. Default False.
-            fabric_heal: what the pre-training fabric check does to a node it names
-                (:class:`trainium_job.job.FabricHeal`). Default None: nothing, the job aborts.
-            depends_on: constructs applied first (Volcano chart and queue, the claim). Default
-                ``()``.
-        """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
         self.phases = as_phases(BertJobSpec() if spec is None else spec)
@@ -130,21 +129,12 @@ class BertPretrainingJob(Construct):
         self.paths: JobPaths = spec.paths
         self.service_account = service_account_name
 
-        if image_key is None:
-            if Token.is_unresolved(image):
-                raise ConfigError(
-                    "image_key",
-                    None,
-                    "give the image's tag when image is a token "
-                    "(the job name must not depend on token numbering)",
-                )
-            image_key = image
         rendered = render_job(
             self.phases,
             plan=self.plan,
             facts=facts,
             image=image,
-            image_key=image_key,
+            image_key=_image_key(image, image_key),
             name_prefix=name_prefix,
             namespace=namespace,
             queue=queue,
@@ -219,3 +209,16 @@ def add_job_outputs(scope: Construct, *, job: BertPretrainingJob, namespace: str
     """CfnOutputs with the exact watch commands."""
     for key, command in job_commands(job_name=job.job_name, namespace=namespace).items():
         CfnOutput(scope, key, value=command, description=f"{key} of the training job")
+
+
+def _image_key(image: str, image_key: str | None) -> str:
+    """The plain string the job name is derived from: ``image_key``, else ``image`` if no token."""
+    if image_key is not None:
+        return image_key
+    if Token.is_unresolved(image):
+        raise ConfigError(
+            "image_key",
+            None,
+            "give the image's tag when image is a token (the job name must not depend on token numbering)",
+        )
+    return image

@@ -24,11 +24,11 @@ from typing import Any
 
 from aws_cdk import Fn, Stack
 from aws_cdk import aws_aps as aps
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from ..arguments import AnyCluster, require_cluster
+from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 
 
 class AmpRemoteWrite(Construct):
@@ -61,22 +61,21 @@ class AmpRemoteWrite(Construct):
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
         self.workspace = aps.CfnWorkspace(self, "Workspace", alias=alias)
-        self.role = iam.Role(
+        self.role = pod_identity_role(
             self,
             "RemoteWriteRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
             description="Prometheus remote write to the platform's AMP workspace (EKS Pod Identity)",
         )
         self.role.add_to_policy(
             iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.attr_arn])
         )
-        self.association = eks.CfnPodIdentityAssociation(
+        self.association = pod_identity_association(
             self,
             "PodIdentity",
-            cluster_name=cluster.cluster_name,
+            cluster=cluster,
             namespace=namespace,
             service_account=service_account,
-            role_arn=self.role.role_arn,
+            role=self.role,
         )
         self.remote_write_url = Fn.join("", [self.workspace.attr_prometheus_endpoint, "remote_write"])
 

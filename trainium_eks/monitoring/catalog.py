@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainium_job.efa_counters import PORT_COUNTERS
+from trainium_job.efa_counter_names import PORT_COUNTERS
 from trainium_job.telemetry import TRAINING_METRICS
 
 from .karpenter_capacity import BUILD_INFO, NODECLAIMS_DISRUPTED

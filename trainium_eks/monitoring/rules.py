@@ -122,21 +122,12 @@ def _restarting_without_progress() -> Alert:
     )
 
 
-def alerts(
-    *,
-    training_namespace: str,
-    stall_minutes: int = 15,
-    fsx_free_percent: int = 10,
-    karpenter_capacity: KarpenterCapacity | None = None,
-) -> list[Alert]:
-    """The platform's alerts (``training_namespace``: where the training pods run;
-    ``karpenter_capacity``: the NodePool Karpenter launches the Trainium nodes for, if it does)."""
+def _training_alerts(training_namespace: str, *, stall_minutes: int) -> list[Alert]:
+    """The alerts of a training run: no steps, idle NeuronCores, no EFA traffic, old checkpoints."""
     pods = _training_pods(training_namespace)
     job_nodes = f"max by (node) ({pods})"
     running = f"(time() - max(bert_train_last_step_timestamp_seconds) < {RUNNING_WINDOW_S})"
-    training_job = scrape.training_pod_monitor(training_namespace)["metadata"]
-    training_scrape = f"{training_job['namespace']}/{training_job['name']}"
-    platform_alerts = [
+    return [
         Alert(
             "TrainingStalled",
             f"time() - max by (training_job) (bert_train_last_step_timestamp_seconds) > {stall_minutes * 60}",
@@ -179,6 +170,12 @@ def alerts(
             "Two checkpoint writes failed or were skipped: look for checkpoint errors in rank 0's log "
             "and for a full FSx (FsxFreeCapacityLow); a restart now would lose the steps since.",
         ),
+    ]
+
+
+def _node_alerts(*, fsx_free_percent: int) -> list[Alert]:
+    """The alerts of the nodes and the file system: Neuron device errors, a full FSx, a node not Ready."""
+    return [
         Alert(
             "NeuronHardwareErrors",
             "sum by (node) (increase(hardware_ecc_events_total"
@@ -220,6 +217,23 @@ def alerts(
             "kubectl describe node shows the failing condition; the nodegroup's auto repair replaces "
             "nodes that stay unhealthy, and the job restarts once the gang can be scheduled again.",
         ),
+    ]
+
+
+def alerts(
+    *,
+    training_namespace: str,
+    stall_minutes: int = 15,
+    fsx_free_percent: int = 10,
+    karpenter_capacity: KarpenterCapacity | None = None,
+) -> list[Alert]:
+    """The platform's alerts (``training_namespace``: where the training pods run;
+    ``karpenter_capacity``: the NodePool Karpenter launches the Trainium nodes for, if it does)."""
+    training_job = scrape.training_pod_monitor(training_namespace)["metadata"]
+    training_scrape = f"{training_job['namespace']}/{training_job['name']}"
+    platform_alerts = [
+        *_training_alerts(training_namespace, stall_minutes=stall_minutes),
+        *_node_alerts(fsx_free_percent=fsx_free_percent),
         Alert(
             # The chart's TargetDown, less the training pods (their endpoint lives only while the
             # script runs): the chart's own is disabled (stack_values).

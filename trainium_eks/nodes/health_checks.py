@@ -51,6 +51,7 @@ from trainium_job.scheduling import (
 from trainium_job.security import pod_security_context, training_security_context
 
 from ..arguments import AnyCluster, require_cluster
+from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 
 #: The DaemonSet, its service account, ClusterRole and binding, and the admission policy.
 NAME = "node-health-check"
@@ -90,8 +91,6 @@ RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "8", "
 #: default, 30 s, ran out in the offline rehearsal (six nodes checked at once on 2 cores) before
 #: the EC2 client was made.
 ACTIONS_GRACE_S = 120
-#: The EKS Pod Identity service principal (EKS user guide, "Pod Identity": the role's trust policy).
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 #: Tags EKS puts on a managed nodegroup's instances (its Auto Scaling group propagates them; AWS
 #: managed policy AWSServiceRoleForAmazonEKSNodegroup, https://docs.aws.amazon.com/aws-managed-policy/
 #: latest/reference/AWSServiceRoleForAmazonEKSNodegroup.html, scopes the service's own instance
@@ -234,16 +233,9 @@ def rbac_objects(
     ]
 
 
-def admission_policy(*, users: Sequence[str]) -> list[dict[str, Any]]:
-    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30) and
-    its binding: a Node update by one of ``users`` may change the health label and the taints
-    keyed by it or by the failed key (:data:`HEALTH_TAINT_KEYS`), nothing else of the Node's
-    labels, annotations, taints or spec.
-
-    RBAC can grant ``patch`` on nodes only whole; this narrows it to what the check writes. A
-    PATCH reaches admission as an UPDATE, and ``nodes`` updates never change status (the
-    ``nodes/status`` subresource does, which is not granted).
-    """
+def _admission_variables() -> list[dict[str, str]]:
+    """The policy's CEL variables: the Node's labels but the health label, and its taints but
+    those keyed by :data:`HEALTH_TAINT_KEYS`, after and before the update."""
     key = HEALTH_LABEL
     taint_keys = ", ".join(f"'{k}'" for k in HEALTH_TAINT_KEYS)
 
@@ -253,27 +245,33 @@ def admission_policy(*, users: Sequence[str]) -> list[dict[str, Any]]:
             f".map(k, k + '=' + {item}.metadata.labels[k]) : []"
         )
 
-    def annotations(item: str) -> str:
-        return f"has({item}.metadata.annotations) ? {item}.metadata.annotations : {{}}"
-
     def taints(item: str) -> str:
         return f"has({item}.spec.taints) ? {item}.spec.taints.filter(t, !(t.key in [{taint_keys}])) : []"
 
-    variables = [
+    return [
         {"name": "newLabels", "expression": labels("object")},
         {"name": "oldLabels", "expression": labels("oldObject")},
         {"name": "newTaints", "expression": taints("object")},
         {"name": "oldTaints", "expression": taints("oldObject")},
     ]
+
+
+def _admission_validations() -> list[dict[str, str]]:
+    """The policy's rules over :func:`_admission_variables`: the rest of the labels, the taints,
+    the annotations and the spec stay as they were."""
+
+    def annotations(item: str) -> str:
+        return f"has({item}.metadata.annotations) ? {item}.metadata.annotations : {{}}"
+
     same_spec = " && ".join(
         f"object.spec.?{field} == oldObject.spec.?{field}"
         for field in ("unschedulable", "providerID", "podCIDR", "podCIDRs", "configSource", "externalID")
     )
-    validations = [
+    return [
         {
             "expression": "variables.newLabels.size() == variables.oldLabels.size() && "
             "variables.newLabels.all(l, l in variables.oldLabels)",
-            "message": f"only the {key} label may change",
+            "message": f"only the {HEALTH_LABEL} label may change",
         },
         {
             "expression": "variables.newTaints == variables.oldTaints",
@@ -285,6 +283,18 @@ def admission_policy(*, users: Sequence[str]) -> list[dict[str, Any]]:
         },
         {"expression": same_spec, "message": "the node's spec may not change but its health taints"},
     ]
+
+
+def admission_policy(*, users: Sequence[str]) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30) and
+    its binding: a Node update by one of ``users`` may change the health label and the taints
+    keyed by it or by the failed key (:data:`HEALTH_TAINT_KEYS`), nothing else of the Node's
+    labels, annotations, taints or spec.
+
+    RBAC can grant ``patch`` on nodes only whole; this narrows it to what the check writes. A
+    PATCH reaches admission as an UPDATE, and ``nodes`` updates never change status (the
+    ``nodes/status`` subresource does, which is not granted).
+    """
     quoted = ", ".join(f"'{user}'" for user in users)
     return [
         {
@@ -306,8 +316,8 @@ def admission_policy(*, users: Sequence[str]) -> list[dict[str, Any]]:
                 "matchConditions": [
                     {"name": "health-writers", "expression": f"request.userInfo.username in [{quoted}]"}
                 ],
-                "variables": variables,
-                "validations": validations,
+                "variables": _admission_variables(),
+                "validations": _admission_validations(),
             },
         },
         {
@@ -434,10 +444,9 @@ class NodeReplacementRole(Construct):
                 (nodegroup_name, node_pool),
                 "give exactly one: the Trainium nodegroup's name, or the Karpenter NodePool's",
             )
-        self.role = iam.Role(
+        self.role = pod_identity_role(
             self,
             "Role",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
             description="Trainium node health check: terminate a failed node of this cluster (EKS Pod Identity)",
         )
         instances = Stack.of(self).format_arn(service="ec2", resource="instance", resource_name="*")
@@ -454,13 +463,13 @@ class NodeReplacementRole(Construct):
         # same way): a role may be associated with several service accounts, each of which has
         # one association.
         self.association, self.training_association = (
-            eks.CfnPodIdentityAssociation(
+            pod_identity_association(
                 self,
                 construct_id,
-                cluster_name=cluster.cluster_name,
+                cluster=cluster,
                 namespace=namespace,
                 service_account=account,
-                role_arn=self.role.role_arn,
+                role=self.role,
             )
             for construct_id, account in (
                 ("PodIdentity", SERVICE_ACCOUNT),

@@ -21,6 +21,7 @@ The controller runs on the system nodes, so it never waits for a node it would l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -34,6 +35,7 @@ from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 from ..arguments import AnyCluster, require_cluster
 from ..cluster.helm import HELM_TIMEOUT
+from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 from ..monitoring.karpenter_capacity import karpenter_chart_monitoring_values
 from ..versions import ADDON_PINS, AddonPin
 
@@ -78,6 +80,144 @@ class LaunchResources:
     capacity_reservation_id: str | None = None
 
 
+#: In a resource list of :data:`CONTROLLER_POLICY`: the NodePool's own subnet, security groups,
+#: placement group and reservation (rather than any, ``*``).
+NAMED = "{named}"
+_EC2 = "arn:{partition}:ec2:{region}:{account}:"
+#: Images and their snapshots are AWS's (the EKS AMIs): no owner account in the ARN.
+_AWS_EC2 = "arn:{partition}:ec2:{region}::"
+_TAGGED = [
+    _EC2 + r for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*")
+]
+_REQUEST_TAGS = {
+    "StringEquals": {f"aws:RequestTag/{CLUSTER_NAME_TAG}": "{cluster_name}"},
+    "StringLike": {f"aws:RequestTag/{NODEPOOL_TAG}": "*"},
+}
+_OWNED = {
+    "StringEquals": {f"aws:ResourceTag/{CLUSTER_NAME_TAG}": "{cluster_name}"},
+    "StringLike": {f"aws:ResourceTag/{NODEPOOL_TAG}": "*"},
+}
+_LAUNCH = ["ec2:RunInstances", "ec2:CreateFleet"]
+#: The controller's permissions: the published policy's statements, scoped as the module says.
+#: Strings are templates of ``{partition}``, ``{region}``, ``{account}``, ``{cluster_name}``,
+#: ``{cluster_arn}``, ``{node_role_arn}``, ``{queue_arn}`` and ``{instance_profile_arn}``;
+#: :data:`NAMED` in a resource list stands for the NodePool's own resources.
+CONTROLLER_POLICY: tuple[dict[str, Any], ...] = (
+    {
+        "sid": "AllowScopedEC2InstanceAccessActions",
+        "actions": _LAUNCH,
+        "resources": [_AWS_EC2 + "image/*", _AWS_EC2 + "snapshot/*", NAMED],
+    },
+    {
+        "sid": "AllowScopedEC2LaunchTemplateAccessActions",
+        "actions": _LAUNCH,
+        "resources": [_EC2 + "launch-template/*"],
+        "conditions": _OWNED,
+    },
+    {
+        "sid": "AllowScopedEC2InstanceActionsWithTags",
+        "actions": [*_LAUNCH, "ec2:CreateLaunchTemplate"],
+        "resources": _TAGGED,
+        "conditions": _REQUEST_TAGS,
+    },
+    {
+        "sid": "AllowScopedResourceCreationTagging",
+        "actions": ["ec2:CreateTags"],
+        "resources": _TAGGED,
+        "conditions": {
+            "StringEquals": {
+                f"aws:RequestTag/{CLUSTER_NAME_TAG}": "{cluster_name}",
+                "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
+            },
+            "StringLike": {f"aws:RequestTag/{NODEPOOL_TAG}": "*"},
+        },
+    },
+    {
+        "sid": "AllowScopedResourceTagging",
+        "actions": ["ec2:CreateTags"],
+        "resources": [_EC2 + "instance/*"],
+        "conditions": {
+            **_OWNED,
+            "StringEqualsIfExists": {f"aws:RequestTag/{CLUSTER_NAME_TAG}": "{cluster_name}"},
+            "ForAllValues:StringEquals": {
+                "aws:TagKeys": [CLUSTER_NAME_TAG, "karpenter.sh/nodeclaim", "Name"]
+            },
+        },
+    },
+    {
+        "sid": "AllowScopedDeletion",
+        "actions": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+        "resources": [_EC2 + "instance/*", _EC2 + "launch-template/*"],
+        "conditions": _OWNED,
+    },
+    {
+        "sid": "AllowPassingInstanceRole",
+        "actions": ["iam:PassRole"],
+        "resources": ["{node_role_arn}"],
+        "conditions": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+    },
+    {
+        "sid": "AllowAPIServerEndpointDiscovery",
+        "actions": ["eks:DescribeCluster"],
+        "resources": ["{cluster_arn}"],
+    },
+    {
+        "sid": "AllowInterruptionQueueActions",
+        "actions": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
+        "resources": ["{queue_arn}"],
+    },
+    {
+        "sid": "AllowRegionalReadActions",
+        "actions": [
+            "ec2:DescribeCapacityReservations",
+            "ec2:DescribeImages",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceStatus",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeLaunchTemplates",
+            "ec2:DescribePlacementGroups",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSpotPriceHistory",
+            "ec2:DescribeSubnets",
+        ],
+        # EC2's Describe actions take no resource ARN.
+        "resources": ["*"],
+        "conditions": {"StringEquals": {"aws:RequestedRegion": "{region}"}},
+    },
+    {
+        "sid": "AllowSSMReadActions",
+        "actions": ["ssm:GetParameter"],
+        "resources": ["arn:{partition}:ssm:{region}::parameter/aws/service/*"],
+    },
+    # The Price List API has no resource ARNs.
+    {"sid": "AllowPricingReadActions", "actions": ["pricing:GetProducts"], "resources": ["*"]},
+    # The EC2NodeClass's finalizer lists the profiles Karpenter would have made for the class,
+    # and the instance-profile garbage collector lists those of the cluster every 30 minutes,
+    # whatever the class names: denied, the finalizer never clears and the NodePool's
+    # deletion (cdk destroy) hangs (v1.14.1 pkg/controllers/nodeclass/controller.go L214-228
+    # finalize -> L203-212 -> L175-189; nodeclass/garbagecollection/controller.go L104-142).
+    # On every resource, as published: the call names a path prefix, not a profile.
+    {
+        "sid": "AllowUnscopedInstanceProfileListAction",
+        "actions": ["iam:ListInstanceProfiles"],
+        "resources": ["*"],
+    },
+    {
+        "sid": "AllowInstanceProfileReadActions",
+        "actions": ["iam:GetInstanceProfile"],
+        # The node pool's profile, and the one the same finalizer looks up by its legacy name
+        # ``<cluster>_<hash>`` (controller.go L191-201, pkg/apis/v1/ec2nodeclass.go L612-614;
+        # pkg/providers/instanceprofile/instanceprofile.go L188-195): only NoSuchEntity lets
+        # it go on, AccessDenied is an error (pkg/errors/errors.go L40-48, L71-86).
+        "resources": [
+            "{instance_profile_arn}",
+            "arn:{partition}:iam::{account}:instance-profile/{cluster_name}_*",
+        ],
+    },
+)
+
+
 def controller_statements(
     stack: Stack,
     *,
@@ -87,149 +227,53 @@ def controller_statements(
     queue_arn: str,
     launch: LaunchResources,
 ) -> list[iam.PolicyStatement]:
-    """The controller's permissions: the published policy's statements, scoped as the module says;
-    the subnet, security groups, placement group, reservation and instance profile are the
-    NodePool's own rather than any (``*``)."""
+    """The statements of :data:`CONTROLLER_POLICY` for this cluster and NodePool."""
     partition, region, account = stack.partition, stack.region, stack.account
-
-    def ec2(resource: str, *, owned: bool = True) -> str:
-        return f"arn:{partition}:ec2:{region}:{account if owned else ''}:{resource}"
-
-    named = [
-        ec2(f"subnet/{launch.subnet_id}"),
-        *(ec2(f"security-group/{group}") for group in launch.security_group_ids),
-        ec2(f"placement-group/{launch.placement_group}"),
+    values = {
+        "partition": partition,
+        "region": region,
+        "account": account,
+        "cluster_name": cluster_name,
+        "cluster_arn": cluster_arn,
+        "node_role_arn": node_role_arn,
+        "queue_arn": queue_arn,
+        "instance_profile_arn": launch.instance_profile_arn,
+    }
+    own = [
+        f"subnet/{launch.subnet_id}",
+        *(f"security-group/{group}" for group in launch.security_group_ids),
+        f"placement-group/{launch.placement_group}",
         *(
-            [ec2(f"capacity-reservation/{launch.capacity_reservation_id}")]
+            [f"capacity-reservation/{launch.capacity_reservation_id}"]
             if launch.capacity_reservation_id
             else []
         ),
     ]
-
-    tagged = [
-        ec2(r) for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*")
-    ]
-    request_tags = {
-        "StringEquals": {f"aws:RequestTag/{CLUSTER_NAME_TAG}": cluster_name},
-        "StringLike": {f"aws:RequestTag/{NODEPOOL_TAG}": "*"},
-    }
-    owned = {
-        "StringEquals": {f"aws:ResourceTag/{CLUSTER_NAME_TAG}": cluster_name},
-        "StringLike": {f"aws:ResourceTag/{NODEPOOL_TAG}": "*"},
-    }
+    named = [_EC2.format(**values) + resource for resource in own]
     return [
         iam.PolicyStatement(
-            sid="AllowScopedEC2InstanceAccessActions",
-            actions=["ec2:RunInstances", "ec2:CreateFleet"],
-            # Images and their snapshots are AWS's (the EKS AMIs): no owner account in the ARN.
-            resources=[ec2("image/*", owned=False), ec2("snapshot/*", owned=False), *named],
-        ),
-        iam.PolicyStatement(
-            sid="AllowScopedEC2LaunchTemplateAccessActions",
-            actions=["ec2:RunInstances", "ec2:CreateFleet"],
-            resources=[ec2("launch-template/*")],
-            conditions=owned,
-        ),
-        iam.PolicyStatement(
-            sid="AllowScopedEC2InstanceActionsWithTags",
-            actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
-            resources=tagged,
-            conditions=request_tags,
-        ),
-        iam.PolicyStatement(
-            sid="AllowScopedResourceCreationTagging",
-            actions=["ec2:CreateTags"],
-            resources=tagged,
-            conditions={
-                "StringEquals": {
-                    f"aws:RequestTag/{CLUSTER_NAME_TAG}": cluster_name,
-                    "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
-                },
-                "StringLike": {f"aws:RequestTag/{NODEPOOL_TAG}": "*"},
-            },
-        ),
-        iam.PolicyStatement(
-            sid="AllowScopedResourceTagging",
-            actions=["ec2:CreateTags"],
-            resources=[ec2("instance/*")],
-            conditions={
-                **owned,
-                "StringEqualsIfExists": {f"aws:RequestTag/{CLUSTER_NAME_TAG}": cluster_name},
-                "ForAllValues:StringEquals": {
-                    "aws:TagKeys": [CLUSTER_NAME_TAG, "karpenter.sh/nodeclaim", "Name"]
-                },
-            },
-        ),
-        iam.PolicyStatement(
-            sid="AllowScopedDeletion",
-            actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-            resources=[ec2("instance/*"), ec2("launch-template/*")],
-            conditions=owned,
-        ),
-        iam.PolicyStatement(
-            sid="AllowPassingInstanceRole",
-            actions=["iam:PassRole"],
-            resources=[node_role_arn],
-            conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
-        ),
-        iam.PolicyStatement(
-            sid="AllowAPIServerEndpointDiscovery", actions=["eks:DescribeCluster"], resources=[cluster_arn]
-        ),
-        iam.PolicyStatement(
-            sid="AllowInterruptionQueueActions",
-            actions=["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
-            resources=[queue_arn],
-        ),
-        iam.PolicyStatement(
-            sid="AllowRegionalReadActions",
-            actions=[
-                "ec2:DescribeCapacityReservations",
-                "ec2:DescribeImages",
-                "ec2:DescribeInstances",
-                "ec2:DescribeInstanceStatus",
-                "ec2:DescribeInstanceTypeOfferings",
-                "ec2:DescribeInstanceTypes",
-                "ec2:DescribeLaunchTemplates",
-                "ec2:DescribePlacementGroups",
-                "ec2:DescribeSecurityGroups",
-                "ec2:DescribeSpotPriceHistory",
-                "ec2:DescribeSubnets",
-            ],
-            # EC2's Describe actions take no resource ARN.
-            resources=["*"],
-            conditions={"StringEquals": {"aws:RequestedRegion": region}},
-        ),
-        iam.PolicyStatement(
-            sid="AllowSSMReadActions",
-            actions=["ssm:GetParameter"],
-            resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
-        ),
-        # The Price List API has no resource ARNs.
-        iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
-        # The EC2NodeClass's finalizer lists the profiles Karpenter would have made for the class,
-        # and the instance-profile garbage collector lists those of the cluster every 30 minutes,
-        # whatever the class names: denied, the finalizer never clears and the NodePool's
-        # deletion (cdk destroy) hangs (v1.14.1 pkg/controllers/nodeclass/controller.go L214-228
-        # finalize -> L203-212 -> L175-189; nodeclass/garbagecollection/controller.go L104-142).
-        # On every resource, as published: the call names a path prefix, not a profile.
-        iam.PolicyStatement(
-            sid="AllowUnscopedInstanceProfileListAction",
-            actions=["iam:ListInstanceProfiles"],
-            resources=["*"],
-        ),
-        iam.PolicyStatement(
-            sid="AllowInstanceProfileReadActions",
-            actions=["iam:GetInstanceProfile"],
-            # The node pool's profile, and the one the same finalizer looks up by its legacy name
-            # ``<cluster>_<hash>`` (controller.go L191-201, pkg/apis/v1/ec2nodeclass.go L612-614;
-            # pkg/providers/instanceprofile/instanceprofile.go L188-195): only NoSuchEntity lets
-            # it go on, AccessDenied is an error (pkg/errors/errors.go L40-48, L71-86).
-            resources=[
-                launch.instance_profile_arn,
-                f"arn:{partition}:iam::{account}:instance-profile/{cluster_name}_*",
-            ],
-        ),
+            sid=row["sid"],
+            actions=list(row["actions"]),
+            resources=_fill(row["resources"], values, named),
+            conditions=_fill(row.get("conditions"), values, named),
+        )
+        for row in CONTROLLER_POLICY
     ]
+
+
+def _fill(template: Any, values: dict[str, str], named: list[str]) -> Any:
+    """``template`` with its strings formatted from ``values`` and :data:`NAMED` expanded."""
+    if isinstance(template, str):
+        return template.format(**values)
+    if isinstance(template, dict):
+        return {key: _fill(value, values, named) for key, value in template.items()}
+    if isinstance(template, list):
+        return [
+            item
+            for entry in template
+            for item in (named if entry == NAMED else [_fill(entry, values, named)])
+        ]
+    return template
 
 
 def chart_values(*, cluster_name: str, queue_name: str, replicas: int, monitored: bool = False) -> dict:
@@ -301,45 +345,8 @@ class KarpenterController(Construct):
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
-        self.queue = sqs.Queue(
-            self,
-            "InterruptionQueue",
-            retention_period=Duration.seconds(INTERRUPTION_RETENTION_S),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
-        for index, (source, detail_type) in enumerate(INTERRUPTION_EVENTS):
-            events.Rule(
-                self,
-                f"InterruptionRule{index}",
-                description=f"Karpenter: {detail_type}",
-                event_pattern=events.EventPattern(source=[source], detail_type=[detail_type]),
-                targets=[targets.SqsQueue(self.queue)],
-            )
-
-        self.role = iam.Role(
-            self,
-            "ControllerRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-            description="Karpenter controller: launches and terminates this cluster's Trainium nodes",
-        )
-        for statement in controller_statements(
-            Stack.of(self),
-            cluster_name=cluster.cluster_name,
-            cluster_arn=cluster.cluster_arn,
-            node_role_arn=node_role.role_arn,
-            queue_arn=self.queue.queue_arn,
-            launch=launch,
-        ):
-            self.role.add_to_principal_policy(statement)
-        association = eks.CfnPodIdentityAssociation(
-            self,
-            "ControllerPodIdentity",
-            cluster_name=cluster.cluster_name,
-            namespace=KARPENTER_NAMESPACE,
-            service_account=KARPENTER_SERVICE_ACCOUNT,
-            role_arn=self.role.role_arn,
-        )
+        self.queue = self._interruption_queue()
+        self.role, association = self._controller_role(cluster, node_role, launch)
 
         self.crds = eks.HelmChart(
             self,
@@ -375,3 +382,52 @@ class KarpenterController(Construct):
         )
         # Credentials before the controller starts (its policy attached too); CRDs before it.
         self.chart.node.add_dependency(association, self.role, self.crds)
+
+    def _interruption_queue(self) -> sqs.Queue:
+        """The SQS queue the interruption controller reads, fed by one EventBridge rule per
+        event of :data:`INTERRUPTION_EVENTS`."""
+        queue = sqs.Queue(
+            self,
+            "InterruptionQueue",
+            retention_period=Duration.seconds(INTERRUPTION_RETENTION_S),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        for index, (source, detail_type) in enumerate(INTERRUPTION_EVENTS):
+            events.Rule(
+                self,
+                f"InterruptionRule{index}",
+                description=f"Karpenter: {detail_type}",
+                event_pattern=events.EventPattern(source=[source], detail_type=[detail_type]),
+                targets=[targets.SqsQueue(queue)],
+            )
+        return queue
+
+    def _controller_role(
+        self, cluster: eks.ICluster, node_role: iam.IRole, launch: LaunchResources
+    ) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+        """The controller's role (:func:`controller_statements`) and its service account's Pod
+        Identity association."""
+        role = pod_identity_role(
+            self,
+            "ControllerRole",
+            description="Karpenter controller: launches and terminates this cluster's Trainium nodes",
+        )
+        for statement in controller_statements(
+            Stack.of(self),
+            cluster_name=cluster.cluster_name,
+            cluster_arn=cluster.cluster_arn,
+            node_role_arn=node_role.role_arn,
+            queue_arn=self.queue.queue_arn,
+            launch=launch,
+        ):
+            role.add_to_principal_policy(statement)
+        association = pod_identity_association(
+            self,
+            "ControllerPodIdentity",
+            cluster=cluster,
+            namespace=KARPENTER_NAMESPACE,
+            service_account=KARPENTER_SERVICE_ACCOUNT,
+            role=role,
+        )
+        return role, association

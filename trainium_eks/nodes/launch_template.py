@@ -61,6 +61,18 @@ def check_capacity_block(field: str, value: Any, reservation_id: str | None) -> 
         raise ConfigError(field, value, "a Capacity Block needs capacity_reservation_id")
 
 
+def check_launch_options(
+    *, root_volume_gib: int, efa_layout: str, capacity_reservation_id: str | None, capacity_block: bool
+) -> None:
+    """The checks of the launch options the launch template and the node pool share, under the
+    names the constructs take them by."""
+    check_root_volume_gib(root_volume_gib)
+    check_efa_layout(efa_layout)
+    check_capacity_reservation_id(capacity_reservation_id)
+    if capacity_block:
+        check_capacity_block("capacity_block", True, capacity_reservation_id)
+
+
 def check_imds_hop_limit(hop_limit: int, *, field: str = "imds_hop_limit") -> None:
     """One of :data:`IMDS_HOP_LIMITS`."""
     if not Token.is_unresolved(hop_limit) and hop_limit not in IMDS_HOP_LIMITS:
@@ -193,11 +205,12 @@ class TrainiumLaunchTemplate(Construct):
         """
         super().__init__(scope, id)
         vpc = require_vpc(vpc)
-        check_root_volume_gib(root_volume_gib)
-        check_efa_layout(efa_layout)
-        check_capacity_reservation_id(capacity_reservation_id)
-        if capacity_block:
-            check_capacity_block("capacity_block", True, capacity_reservation_id)
+        check_launch_options(
+            root_volume_gib=root_volume_gib,
+            efa_layout=efa_layout,
+            capacity_reservation_id=capacity_reservation_id,
+            capacity_block=capacity_block,
+        )
         check_imds_hop_limit(imds_hop_limit)
 
         self.efa_security_group = efa_security_group(self, "EfaSecurityGroup", vpc)
@@ -212,14 +225,7 @@ class TrainiumLaunchTemplate(Construct):
             placement=ec2.CfnLaunchTemplate.PlacementProperty(
                 group_name=self.placement_group.placement_group_name
             ),
-            # IMDSv2 only. Hop limit 1 keeps containers outside the host network from reaching
-            # IMDS (and the node role's credentials); pods get AWS access from EKS Pod Identity,
-            # and the daemons that need IMDS (VPC CNI, Pod Identity agent) use the host network.
-            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                http_tokens="required",
-                http_endpoint="enabled",
-                http_put_response_hop_limit=imds_hop_limit,
-            ),
+            metadata_options=_imds_v2(imds_hop_limit),
             block_device_mappings=[_root_volume(root_volume_gib)],
             user_data=_base64(node_user_data(fast_image_pull=fast_image_pull)),
             capacity_reservation_specification=_reservation(capacity_reservation_id),
@@ -228,12 +234,7 @@ class TrainiumLaunchTemplate(Construct):
                 if capacity_block
                 else None
             ),
-            tag_specifications=[
-                ec2.CfnLaunchTemplate.TagSpecificationProperty(
-                    resource_type="instance",
-                    tags=[{"key": "Name", "value": node_name(name_prefix, facts.name)}],
-                )
-            ],
+            tag_specifications=[_name_tag(node_name(name_prefix, facts.name))],
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
         Tags.of(self.launch_template).add("Name", launch_template_name(name_prefix))
@@ -251,6 +252,24 @@ def efa_security_group(scope: Construct, id: str, vpc: ec2.IVpc) -> ec2.Security
     group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from Trainium nodes")
     group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to Trainium nodes")
     return group
+
+
+def _imds_v2(hop_limit: int) -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
+    """IMDSv2 only. Hop limit 1 keeps containers outside the host network from reaching IMDS (and
+    the node role's credentials); pods get AWS access from EKS Pod Identity, and the daemons that
+    need IMDS (VPC CNI, Pod Identity agent) use the host network."""
+    return ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+        http_tokens="required",
+        http_endpoint="enabled",
+        http_put_response_hop_limit=hop_limit,
+    )
+
+
+def _name_tag(name: str) -> ec2.CfnLaunchTemplate.TagSpecificationProperty:
+    """The instances' ``Name`` tag."""
+    return ec2.CfnLaunchTemplate.TagSpecificationProperty(
+        resource_type="instance", tags=[{"key": "Name", "value": name}]
+    )
 
 
 def _base64(text: str | None) -> str | None:

@@ -26,7 +26,7 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
-from trainium_job.naming import DEFAULT_NAME_PREFIX, node_name
+from trainium_job.naming import node_name
 from trainium_job.node_facts import network_facts
 from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import (
@@ -46,13 +46,10 @@ from .karpenter import KarpenterController, LaunchResources
 from .launch_template import (
     ROOT_DEVICE,
     ROOT_VOLUME_TYPE,
-    check_capacity_block,
-    check_capacity_reservation_id,
-    check_efa_layout,
-    check_root_volume_gib,
     efa_security_group,
     node_user_data,
 )
+from .node_options import TrainiumNodeOptions
 from .nodegroup import RELEASE_VERSION, check_multi_node, resolve_release_version
 
 __all__ = [
@@ -407,6 +404,24 @@ def _prefix_length(subnet: ec2.ISubnet) -> int | None:
     return None if Token.is_unresolved(cidr) else int(cidr.rsplit("/", 1)[1])
 
 
+def _check_pool(options: TrainiumNodeOptions, *, max_nodes: int, idle_minutes: int) -> None:
+    """The pool's own checks (the launch options were checked when ``options`` was built)."""
+    check_multi_node(options.facts, max_nodes)
+    check_karpenter_bounds(
+        max_nodes=max_nodes,
+        idle_minutes=idle_minutes,
+        facts=options.facts,
+        efa_layout=options.efa_layout,
+        subnet_prefix_length=_prefix_length(options.subnet),
+    )
+    if termination_grace_period_s() >= TERMINATION_GRACE_MINUTES * 60:
+        raise ConfigError(
+            "terminationGracePeriod",
+            TERMINATION_GRACE,
+            f"must exceed the training pod's grace of {termination_grace_period_s()} s",
+        )
+
+
 class TrainiumNodePool(Construct):
     """Trainium nodes that Karpenter launches for a waiting training pod and removes when empty.
 
@@ -431,72 +446,35 @@ class TrainiumNodePool(Construct):
         id: str,
         *,
         cluster: AnyCluster,
-        facts: InstanceFacts,
-        subnet: ec2.ISubnet,
+        options: TrainiumNodeOptions,
         az_id: str,
-        release_version: str | None = None,
-        kubernetes_version: str | None = None,
         max_nodes: int = 2,
         idle_minutes: int = 10,
-        root_volume_gib: int = 512,
-        efa_layout: str = "efa",
-        fast_image_pull: bool = True,
-        capacity_reservation_id: str | None = None,
-        capacity_block: bool = False,
         system_nodes: int = 2,
         monitored: bool = False,
-        name_prefix: str = DEFAULT_NAME_PREFIX,
-        health_check: bool = False,
     ) -> None:
         """
         Args:
             cluster: the EKS cluster (its VPC and cluster security group are used).
-            facts: the Trainium instance type's facts row.
-            subnet: the one subnet of the nodes; ``az_id``: its AZ ID.
-            release_version: the EKS Neuron AMI release (``1.35.2-20260625``). Default None: the
-                tested release of the cluster's Kubernetes version, as :class:`TrainiumNodegroup`.
-            kubernetes_version: the cluster's Kubernetes ``major.minor``. Default None: read from
-                the cluster; an imported cluster needs this or ``release_version``.
+            options: the nodes' instance type, subnet, AMI release and launch settings, as
+                :class:`TrainiumNodegroup`'s (each documented with its default on
+                :class:`TrainiumNodeOptions`).
+            az_id: the AZ ID of ``options.subnet``.
             max_nodes: most nodes at once (the NodePool's vCPU limit). Default 2.
             idle_minutes: minutes an empty node is kept. Default 10.
-            root_volume_gib, efa_layout, fast_image_pull: as the launch template's. Defaults 512,
-                "efa", True.
-            capacity_reservation_id: reservation or Capacity Block to launch into. Default None.
-            capacity_block: it is a Capacity Block (needs the id). Default False.
             system_nodes: system nodes (the controller's replicas). Default 2.
             monitored: the platform's Prometheus scrapes Karpenter (see
                 :class:`KarpenterController`). Default False.
-            name_prefix: prefix of the instances' ``Name`` tags. Default "trn-bert".
-            health_check: the Trainium nodes start with the node health check's pending taint
-                (see :func:`node_pool`). Default False.
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
-        release_version = self.release_version = resolve_release_version(
-            cluster, release_version, kubernetes_version
+        self.release_version = resolve_release_version(
+            cluster, options.release_version, options.kubernetes_version
         )
-        check_root_volume_gib(root_volume_gib)
-        check_efa_layout(efa_layout)
-        check_capacity_reservation_id(capacity_reservation_id)
-        check_multi_node(facts, max_nodes)
-        check_karpenter_bounds(
-            max_nodes=max_nodes,
-            idle_minutes=idle_minutes,
-            facts=facts,
-            efa_layout=efa_layout,
-            subnet_prefix_length=_prefix_length(subnet),
-        )
-        if capacity_block:
-            check_capacity_block("capacity_block", True, capacity_reservation_id)
-        if termination_grace_period_s() >= TERMINATION_GRACE_MINUTES * 60:
-            raise ConfigError(
-                "terminationGracePeriod",
-                TERMINATION_GRACE,
-                f"must exceed the training pod's grace of {termination_grace_period_s()} s",
-            )
-        ami_alias(release_version)
-        self.facts = facts
-        self.subnet = subnet
+        _check_pool(options, max_nodes=max_nodes, idle_minutes=idle_minutes)
+        ami_alias(self.release_version)
+        self.facts = options.facts
+        self.subnet = options.subnet
         self.az_id = az_id
         self.node_role = node_role(self, "NodeRole")
         profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.node_role.role_name])
@@ -519,50 +497,67 @@ class TrainiumNodePool(Construct):
             cluster=cluster,
             node_role=self.node_role,
             launch=LaunchResources(
-                subnet_id=subnet.subnet_id,
+                subnet_id=options.subnet.subnet_id,
                 security_group_ids=groups,
                 placement_group=self.placement_group.placement_group_name,
                 instance_profile_arn=profile.attr_arn,
-                capacity_reservation_id=capacity_reservation_id,
+                capacity_reservation_id=options.capacity_reservation_id,
             ),
             system_nodes=system_nodes,
             monitored=monitored,
         )
-        node_class = ec2_node_class(
-            facts=facts,
-            release_version=release_version,
+        manifests = self._manifests(
+            options,
             instance_profile=Token.as_string(profile.ref),
-            subnet_id=subnet.subnet_id,
-            security_group_ids=list(groups),
-            placement_group=self.placement_group.placement_group_name,
-            root_volume_gib=root_volume_gib,
-            efa_layout=efa_layout,
-            fast_image_pull=fast_image_pull,
-            capacity_reservation_id=capacity_reservation_id,
-            name_prefix=name_prefix,
-        )
-        pool = node_pool(
-            facts=facts,
+            security_group_ids=groups,
             az_id=az_id,
             max_nodes=max_nodes,
             idle_minutes=idle_minutes,
-            reserved=capacity_reservation_id is not None,
-            health_check=health_check,
         )
-        dataset = [
-            dataset_node_class(
-                release_version=release_version,
-                instance_profile=Token.as_string(profile.ref),
-                subnet_id=subnet.subnet_id,
-                security_group_id=cluster.cluster_security_group_id,
-                name_prefix=name_prefix,
-            ),
-            dataset_node_pool(az_id=az_id),
-        ]
-        self.manifest = eks.KubernetesManifest(
-            self, "NodePool", cluster=cluster, manifest=[node_class, pool, *dataset]
-        )
+        self.manifest = eks.KubernetesManifest(self, "NodePool", cluster=cluster, manifest=manifests)
         self.manifest.node.add_dependency(self.karpenter.chart)
+
+    def _manifests(
+        self,
+        options: TrainiumNodeOptions,
+        *,
+        instance_profile: str,
+        security_group_ids: tuple[str, str],
+        az_id: str,
+        max_nodes: int,
+        idle_minutes: int,
+    ) -> list[dict[str, Any]]:
+        """The Trainium EC2NodeClass and NodePool, then the dataset staging node's pair."""
+        subnet_id = options.subnet.subnet_id
+        node_class = ec2_node_class(
+            facts=options.facts,
+            release_version=self.release_version,
+            instance_profile=instance_profile,
+            subnet_id=subnet_id,
+            security_group_ids=list(security_group_ids),
+            placement_group=self.placement_group.placement_group_name,
+            root_volume_gib=options.root_volume_gib,
+            efa_layout=options.efa_layout,
+            fast_image_pull=options.fast_image_pull,
+            capacity_reservation_id=options.capacity_reservation_id,
+            name_prefix=options.name_prefix,
+        )
+        pool = node_pool(
+            facts=options.facts,
+            az_id=az_id,
+            max_nodes=max_nodes,
+            idle_minutes=idle_minutes,
+            reserved=options.capacity_reservation_id is not None,
+            health_check=options.health_check,
+        )
+        dataset_class = dataset_node_class(
+            release_version=self.release_version,
+            instance_profile=instance_profile,
+            subnet_id=subnet_id,
+            security_group_id=security_group_ids[0],
+            name_prefix=options.name_prefix,
+        )
+        return [node_class, pool, dataset_class, dataset_node_pool(az_id=az_id)]
 
     @property
     def capacity(self) -> eks.KubernetesManifest:

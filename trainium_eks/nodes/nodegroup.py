@@ -16,7 +16,6 @@ from constructs import Construct
 from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
-from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL
@@ -25,6 +24,7 @@ from ..arguments import AnyCluster, kubernetes_version_of, require_cluster
 from ..cluster.eks_cluster import node_role
 from ..versions import default_neuron_ami_release, neuron_ami_release
 from .launch_template import TrainiumLaunchTemplate
+from .node_options import TrainiumNodeOptions
 
 __all__ = [
     "NEURON_TAINT",
@@ -135,7 +135,7 @@ def resolve_release_version(
 
 
 class TrainiumNodegroup(Construct):
-    """Trainium nodes for training.
+    """Trainium nodes for training: ``options`` (:class:`TrainiumNodeOptions`) say which and how.
 
     Built with ``eks.Nodegroup`` rather than ``Cluster.add_nodegroup_capacity`` (which applies a
     bundled, stale Neuron device-plugin manifest for Trainium types). The instance type lives in the
@@ -157,73 +157,43 @@ class TrainiumNodegroup(Construct):
         id: str,
         *,
         cluster: AnyCluster,
-        facts: InstanceFacts,
-        subnet: ec2.ISubnet,
+        options: TrainiumNodeOptions,
         min_size: int = 2,
         desired_size: int = 2,
         max_size: int = 2,
-        root_volume_gib: int = 512,
-        efa_layout: str = "efa",
-        fast_image_pull: bool = True,
-        capacity_reservation_id: str | None = None,
-        capacity_block: bool = False,
-        name_prefix: str = DEFAULT_NAME_PREFIX,
-        release_version: str | None = None,
-        kubernetes_version: str | None = None,
-        health_check: bool = False,
     ) -> None:
         """
         Args:
             cluster: the ``aws_eks_v2`` cluster (its VPC and cluster security group are used).
-            facts: the Trainium instance type's facts row.
-            subnet: the one subnet of the nodes (the placement group's AZ).
+            options: the nodes' instance type, subnet, AMI release and launch settings (each
+                documented with its default on :class:`TrainiumNodeOptions`).
             min_size: minimum nodes. Default 2.
             desired_size: nodes at creation, between ``min_size`` and ``max_size``. Default 2.
             max_size: maximum nodes, at least 1; more than 1 needs an instance type with EFA.
                 Default 2.
-            root_volume_gib: encrypted gp3 root volume per node, 30 to 16384 GiB. Default 512.
-            efa_layout: ``efa`` or ``efa-only`` (see :class:`TrainiumLaunchTemplate`). Default "efa".
-            fast_image_pull: nodeadm's parallel image pull (see :class:`TrainiumLaunchTemplate`).
-                Default True.
-            capacity_reservation_id: capacity reservation or Capacity Block to launch into.
-                Default None: none.
-            capacity_block: the nodes are an ML Capacity Block (needs ``capacity_reservation_id``).
-                Default False: on demand.
-            name_prefix: prefix of the instances' ``Name`` tags. Default ``DEFAULT_NAME_PREFIX``
-                ("trn-bert").
-            release_version: EKS Neuron AMI release of the nodes (``releaseVersion``, e.g.
-                "1.36.2-20260625", of the cluster's Kubernetes version); it fixes their Neuron
-                driver (see ``trainium_eks.versions.NEURON_AMI_RELEASES``). Default None: the
-                tested release of the cluster's Kubernetes version whose driver runs the
-                training image's runtime (``default_neuron_ami_release``), as the platform pins
-                it. EKS's newest is never the default: its driver may not run that runtime.
-            kubernetes_version: the cluster's Kubernetes ``major.minor``, to pick or check the
-                release. Default None: read from the cluster when this app defines it; an
-                imported cluster needs this or ``release_version``.
-            health_check: every node starts with ``PENDING_TAINT`` (trainium_job/node_health.py),
-                which the node health check's DaemonSet lifts when the node passes
-                (:mod:`trainium_eks.nodes.health_checks`). Default False: no taint.
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
+        facts = options.facts
         check_node_sizes(min_size, desired_size, max_size)
         check_multi_node(facts, max_size)
-        release_version = resolve_release_version(cluster, release_version, kubernetes_version)
-        self.release_version = release_version
+        self.release_version = resolve_release_version(
+            cluster, options.release_version, options.kubernetes_version
+        )
         self.facts = facts
-        self.subnet = subnet
+        self.subnet = options.subnet
         self.launch_template = TrainiumLaunchTemplate(
             self,
             "LaunchTemplate",
             facts=facts,
             vpc=cluster.vpc,
             cluster_security_group_id=cluster.cluster_security_group_id,
-            root_volume_gib=root_volume_gib,
-            efa_layout=efa_layout,
-            fast_image_pull=fast_image_pull,
-            capacity_reservation_id=capacity_reservation_id,
-            capacity_block=capacity_block,
-            name_prefix=name_prefix,
+            root_volume_gib=options.root_volume_gib,
+            efa_layout=options.efa_layout,
+            fast_image_pull=options.fast_image_pull,
+            capacity_reservation_id=options.capacity_reservation_id,
+            capacity_block=options.capacity_block,
+            name_prefix=options.name_prefix,
         )
         lt = self.launch_template.launch_template
         self.node_role = node_role(self, "NodeRole")
@@ -232,20 +202,22 @@ class TrainiumNodegroup(Construct):
             "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
-            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
+            capacity_type=(
+                eks.CapacityType.CAPACITY_BLOCK if options.capacity_block else eks.CapacityType.ON_DEMAND
+            ),
             launch_template_spec=eks.LaunchTemplateSpec(id=lt.ref, version=lt.attr_latest_version_number),
             node_role=self.node_role,
-            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            subnets=ec2.SubnetSelection(subnets=[options.subnet]),
             min_size=min_size,
             desired_size=desired_size,
             max_size=max_size,
             labels=dict(TRAINIUM_NODE_LABEL),
             taints=[
                 eks.TaintSpec(key=t["key"], value=t["value"], effect=eks.TaintEffect.NO_SCHEDULE)
-                for t in (NEURON_TAINT, *([PENDING_TAINT] if health_check else []))
+                for t in (NEURON_TAINT, *([PENDING_TAINT] if options.health_check else []))
             ],
             enable_node_auto_repair=True,
-            release_version=release_version,
+            release_version=self.release_version,
         )
 
     @property

@@ -223,19 +223,7 @@ class TrainingFileSystem(Construct):
         )
         self.storage_gib = storage_gib
         self.security_group = self._security_group(vpc, client_security_group_ids)
-        # SCRATCH_2 always uses the FSx service key.
-        self.kms_key: kms.Key | None = (
-            kms.Key(
-                self,
-                "Key",
-                enable_key_rotation=True,
-                description="FSx for Lustre training data at rest",
-                # Without its key the file system's data is unreadable: keep it as long as the data.
-                removal_policy=RemovalPolicy.RETAIN,
-            )
-            if persistent
-            else None
-        )
+        self.kms_key = self._key() if persistent else None
         lustre = fsx.CfnFileSystem.LustreConfigurationProperty(
             deployment_type=deployment_type,
             per_unit_storage_throughput=throughput_per_tib if persistent else None,
@@ -249,6 +237,17 @@ class TrainingFileSystem(Construct):
         self.dns_name: str = self.file_system.attr_dns_name
         self.mount_name: str = self.file_system.attr_lustre_mount_name
         self.associations = self._associations(s3_import_uri, s3_export_uri)
+
+    def _key(self) -> kms.Key:
+        """The PERSISTENT_2 file system's key (SCRATCH_2 always uses the FSx service key)."""
+        return kms.Key(
+            self,
+            "Key",
+            enable_key_rotation=True,
+            description="FSx for Lustre training data at rest",
+            # Without its key the file system's data is unreadable: keep it as long as the data.
+            removal_policy=RemovalPolicy.RETAIN,
+        )
 
     def _security_group(self, vpc: ec2.IVpc, client_security_group_ids: Sequence[str]) -> ec2.SecurityGroup:
         """Lustre's ports between the file servers and to and from the clients, nothing else."""

@@ -16,11 +16,11 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from trainium_job.scheduling import SYSTEM_NODE_LABEL
-from trainium_job.scheduling import TRAINING_NAMESPACE as TRAINING_NAMESPACE  # re-exported by the package
+from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
+from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 from ..versions import ADDON_PINS
 from .fsx import TrainingFileSystem
 
@@ -90,10 +90,9 @@ class FsxCsiVolume(Construct):
         self.claim_name = claim_name
         self.volume_name = volume_name
 
-        self.controller_role = iam.Role(
+        self.controller_role = pod_identity_role(
             self,
             "ControllerRole",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
             description="FSx CSI controller (static volumes only: describe, nothing else)",
         )
         self.controller_role.add_to_principal_policy(
@@ -102,13 +101,13 @@ class FsxCsiVolume(Construct):
                 resources=["*"],
             )
         )
-        association = eks.CfnPodIdentityAssociation(
+        association = pod_identity_association(
             self,
             "ControllerPodIdentity",
-            cluster_name=cluster.cluster_name,
+            cluster=cluster,
             namespace=DRIVER_NAMESPACE,
             service_account=CONTROLLER_SERVICE_ACCOUNT,
-            role_arn=self.controller_role.role_arn,
+            role=self.controller_role,
         )
 
         self.driver = eks.HelmChart(

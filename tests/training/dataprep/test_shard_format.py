@@ -12,7 +12,6 @@ import pytest
 from tests.training.conftest import run_module
 from tests.training.trainer.test_data import make_shards
 from training.dataprep.shard_format import (
-    MANIFEST_NAME,
     ManifestError,
     ShardSetError,
     manifest_for_existing,
@@ -22,6 +21,7 @@ from training.dataprep.shard_format import (
     verify_checksums,
     write_manifest,
 )
+from trainium_job.paths import MANIFEST_NAME
 
 
 def shard_format_cli(*args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from training.node.efa_counters import bytes_moved, device_counters, devices, port_counters
 from training.node.efa_exporter import registry
-from trainium_job.efa_counters import BYTE_COUNTERS
+from trainium_job.efa_counter_names import BYTE_COUNTERS
 
 
 def fake_efa(

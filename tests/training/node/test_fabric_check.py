@@ -12,7 +12,7 @@ import pytest
 from tests.training.conftest import PYTHON, REPO, child_env, free_port
 from tests.training.node.test_efa_exporter import fake_efa
 from training.node.fabric_check import bus_bandwidth_gbps, judge, read_result, write_result
-from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, check_lines
+from trainium_job.fabric_check_steps import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, check_lines
 from trainium_job.launch import LaunchSpec
 
 RECORDED = Path(__file__).parent / "data" / "fabric_check"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from training.node.fabric_check import Verdict, build_parser, heal
-from trainium_job.fabric_check import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, verdict_args
+from trainium_job.fabric_check_steps import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, verdict_args
 from trainium_job.node_health import FABRIC
 
 BELOW = Verdict("fabric check failed on node n2: all-reduce bus bandwidth 1.0 GB/s (floor 10)", EXIT_CODE)

@@ -9,7 +9,7 @@ import pytest
 
 from training.node.fabric_check import judge
 from training.node.fabric_pairs import Localization, localize, pair_table, pairs_in_order, round_robin
-from trainium_job.fabric_check import EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE
 
 FLOOR = 10.0
 FAST, SLOW = 30.0, 3.0

@@ -25,7 +25,7 @@ from tests.rehearsal.substitutions import POD_NETWORK
 from tests.training.conftest import PYTHON, REPO, child_env
 from tests.training.node.test_efa_exporter import fake_efa
 from training.node.fabric_check import judge
-from trainium_job.fabric_check import EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE
 
 #: The slow node's rate each way: 1 MiB all-reduces between two workers move ~1 MiB each way, so
 #: ~0.2 s each on its pairs, against milliseconds between the other two.

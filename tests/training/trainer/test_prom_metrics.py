@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.training.conftest import PYTHON, REPO, child_env, free_port, tiny_args
 from training.trainer.cli import parse_args
-from training.trainer.prom_metrics import EVAL_NAMES, METRICS, TrainingMetrics, start_metrics
+from training.trainer.prom_metrics import EVAL_NAMES, TrainingMetrics, start_metrics
 from trainium_job.restarts import CAUSES, Totals
+from trainium_job.telemetry import TRAINING_METRICS
 
 
 def samples(metrics: TrainingMetrics) -> dict[str, float]:
@@ -35,7 +36,7 @@ def test_given_a_report_then_every_metric_is_exported_with_its_value():
     m.checkpointed(6, 1.25)
     m.restarts(Totals(dict.fromkeys(CAUSES, 0), dict.fromkeys(CAUSES, 0.0), {("n1", "hang"): 1}))
     got = samples(m)
-    assert {name for name in got} == set(METRICS)
+    assert {name for name in got} == set(TRAINING_METRICS)
     assert got["bert_train_step"] == 5
     assert got["bert_train_max_steps"] == 8
     assert got["bert_train_loss"] == 7.5
@@ -62,7 +63,7 @@ def test_given_a_node_whose_process_never_reports_then_only_the_progress_is_expo
     m.started(step=0, max_steps=8, checkpoint_every=3, resumed_from=None, labels={})
     got = samples(m)
     assert "bert_train_step" in got and got["bert_train_last_checkpoint_step"] == 0
-    rank0_only = {name for name, (_, rank0) in METRICS.items() if rank0}
+    rank0_only = {name for name, (_, rank0) in TRAINING_METRICS.items() if rank0}
     assert not rank0_only & set(got)
 
 
@@ -73,7 +74,7 @@ def test_given_an_unknown_peak_then_mfu_stays_absent():
 
 
 def test_given_metric_names_then_they_follow_the_prometheus_conventions():
-    for name in METRICS:
+    for name in TRAINING_METRICS:
         assert name.startswith("bert_train_")
         counters = (
             "bert_train_checkpoints_total",

@@ -24,8 +24,8 @@ from training.trainer import watchdog as watchdog_module
 from training.trainer.cli import build_parser, check_args, parse_args
 from training.trainer.prom_metrics import TrainingMetrics
 from training.trainer.watchdog import WINDOW, Expiry, HangBound, StepWatchdog, exit_hung
-from trainium_job.fabric_check import EXIT_CODE as FABRIC_EXIT_CODE
-from trainium_job.fabric_check import NOT_MEASURED_EXIT_CODE
+from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
+from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE
 from trainium_job.hang import HANG_EXIT_CODE, PHASES
 from trainium_job.paths import HANG_MARKERS
 from trainium_job.pod import ABORT_POLICY, RESTART_POLICIES

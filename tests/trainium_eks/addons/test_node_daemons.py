@@ -14,8 +14,8 @@ from trainium_eks.addons.node_daemons import (
     merge_values,
     tolerates_trainium_taint,
     total,
-    trainium_node_daemons,
 )
+from trainium_eks.addons.registry import trainium_node_daemons
 from trainium_eks.config import config_from_context
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.instances import INSTANCE_FACTS, instance_facts

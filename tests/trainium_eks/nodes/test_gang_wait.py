@@ -18,7 +18,7 @@ from trainium_eks.nodes.gang_wait import (
     gang_wait_floor,
 )
 from trainium_eks.report.review import platform_review
-from trainium_job.fabric_check import MODULE as FABRIC_CHECK_MODULE
+from trainium_job.fabric_check_steps import MODULE as FABRIC_CHECK_MODULE
 from trainium_job.instances import instance_facts
 from trainium_job.node_health import COMPUTE_PARALLEL
 from trainium_job.pod import GANG_WAIT_EVENT

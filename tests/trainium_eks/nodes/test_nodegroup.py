@@ -9,7 +9,8 @@ from aws_cdk.assertions import Match
 from tests.support import NODEGROUP, resources, synth_platform
 from tests.trainium_eks.jobs.training_support import bare_cluster
 from trainium_eks.config import config_from_context
-from trainium_eks.nodes.nodegroup import TrainiumNodegroup
+from trainium_eks.nodes.node_options import TrainiumNodeOptions
+from trainium_eks.nodes.nodegroup import SIZE_PROPS, TrainiumNodegroup
 from trainium_eks.versions import (
     DEFAULT_KUBERNETES_VERSION,
     KUBERNETES_RELEASES,
@@ -74,15 +75,13 @@ def test_given_the_nodegroup_mode_then_nodegroup_uses_only_the_trainium_az_subne
 
 
 def _nodegroup(instance_type: str = "trn1.32xlarge", **props: Any) -> TrainiumNodegroup:
+    """A nodegroup on a bare cluster: the sizes go to the construct, the rest to its options."""
     cluster = bare_cluster()
-    return TrainiumNodegroup(
-        cdk.Stack.of(cluster),
-        "Trn",
-        cluster=cluster,
-        facts=instance_facts(instance_type),
-        subnet=cluster.vpc.private_subnets[0],
-        **props,
+    sizes = {name: props.pop(name) for name in SIZE_PROPS if name in props}
+    options = TrainiumNodeOptions(
+        facts=instance_facts(instance_type), subnet=cluster.vpc.private_subnets[0], **props
     )
+    return TrainiumNodegroup(cdk.Stack.of(cluster), "Trn", cluster=cluster, options=options, **sizes)
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from tests.support import (
     validate_k8s,
 )
 from trainium_eks.nodes.karpenter import KARPENTER_SERVICE_ACCOUNT
-from trainium_eks.storage.fsx_csi import CLAIM_NAME, TRAINING_NAMESPACE
+from trainium_eks.storage.fsx_csi import CLAIM_NAME
 from trainium_eks.versions import ADDON_PINS
+from trainium_job.scheduling import TRAINING_NAMESPACE
 
 
 def _objects(template_json, kind):

@@ -7,7 +7,7 @@ import pytest
 from tests.contracts.volcano import action_for_failure, policies
 from tests.trainium_job.rendered import worker_container
 from trainium_job.errors import ConfigError
-from trainium_job.fabric_check import (
+from trainium_job.fabric_check_steps import (
     EXIT_CODE,
     NOT_MEASURED_EXIT_CODE,
     RESULT_FILE,

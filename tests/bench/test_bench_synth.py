@@ -1,0 +1,33 @@
+"""The synth benchmark's yardstick is the bare app its docs describe, and it times both synths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+from bench.bench_synth import BARE_APP, commands
+
+
+def test_given_the_bare_app_then_it_is_a_vpc_a_cluster_one_nodegroup_and_one_chart(tmp_path):
+    # Given the benchmark's bare aws-eks-v2 app, when it is synthesized
+    env = {**os.environ, "CDK_OUTDIR": str(tmp_path)}
+    subprocess.run([sys.executable, str(BARE_APP)], env=env, check=True, capture_output=True)
+    template = json.loads((tmp_path / "bare-eks.template.json").read_text())
+    # Then it holds what the docs say: one VPC, one cluster with its kubectl provider, one
+    # managed nodegroup, one Helm chart
+    types = Counter(r["Type"] for r in template["Resources"].values())
+    assert types["AWS::EC2::VPC"] == 1
+    assert types["AWS::EKS::Cluster"] == 1
+    assert types["AWS::EKS::Nodegroup"] == 1
+    assert types["Custom::AWSCDK-EKS-HelmChart"] == 1
+    assert types["AWS::Lambda::LayerVersion"] >= 1  # the kubectl layer
+
+
+def test_given_the_benchmark_then_both_synths_use_the_projects_cli(tmp_path):
+    runs = commands(tmp_path)
+    assert set(runs) == {"platform", "bare"}
+    assert runs["platform"][0] == runs["bare"][0] and runs["platform"][0].endswith("node_modules/.bin/cdk")
+    assert str(BARE_APP) in " ".join(runs["bare"]) and "--app" not in runs["platform"]
