@@ -13,6 +13,7 @@ from trainium_eks import (
     ConfigError,
     PlatformConfig,
     StaleAcknowledgement,
+    check_acknowledgements,
     config_from_context,
     nag_plugins,
     platform_review,
@@ -28,6 +29,9 @@ ASSEMBLY_PATTERNS = (
     "*.template.json",
     "*.assets.json",
     "*.metadata.json",
+    # aws-cdk-lib's validation report (validation-report.json; policy-validation-report.json
+    # with @aws-cdk/core:validationReportJson), written whenever the app has validation plugins
+    "*validation-report.json",
     "asset.*",
 )
 
@@ -73,10 +77,16 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         remove_stale_assembly(os.environ.get("CDK_OUTDIR") or app.outdir)
         return 2
-    # AwsSolutions and the platform's pack, each also checking the library's acknowledgements.
+    # AwsSolutions and the platform's pack; their report then settles every acknowledgement.
     cdk.Validations.of(app).add_plugins(*nag_plugins(app))
     print(platform_review(config), file=sys.stderr)
-    app.synth()
+    assembly = app.synth()
+    try:
+        check_acknowledgements(app, assembly.directory)
+    except StaleAcknowledgement as err:
+        print(f"error: {err}", file=sys.stderr)
+        remove_stale_assembly(assembly.directory)
+        return 2
     return 0
 
 

@@ -26,7 +26,6 @@ from .jobs.tensorboard import TensorBoard
 from .jobs.training_job import BertPretrainingJob
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .nag import (
-    AcknowledgedPack,
     PlatformChecks,
     StaleAcknowledgement,
     acknowledge_findings,
@@ -55,7 +54,6 @@ from .versions import (
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
-    "AcknowledgedPack",
     "acknowledge_findings",
     "check_acknowledgements",
     "AmpRemoteWrite",

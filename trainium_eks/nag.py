@@ -8,9 +8,12 @@ longer exists, or an entry that matches no finding, is an error, so a stale entr
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import jsii
@@ -18,8 +21,6 @@ from aws_cdk import (
     Acknowledgment,
     CfnElement,
     CfnResource,
-    IPolicyValidationContext,
-    IPolicyValidationPlugin,
     PolicyValidationPluginReport,
     Stack,
     Token,
@@ -207,7 +208,7 @@ def resolve_finding(root: IConstruct, finding: str) -> str:
     prints them: a literal (a stack whose ``env`` names it), or the pseudo parameter (an
     environment-agnostic stack or field, or partition literals off:
     ``@aws-cdk/core:enablePartitionLiterals``)."""
-    return _resolve(root, finding, _stack_fields(Stack.of(root)))
+    return _resolve(_Finder(root), finding, _stack_fields(Stack.of(root)))
 
 
 def _stack_fields(stack: Stack) -> dict[str, str]:
@@ -220,27 +221,36 @@ def _stack_fields(stack: Stack) -> dict[str, str]:
     }
 
 
-def _resolve(root: IConstruct, finding: str, fields: dict[str, str]) -> str:
+def _resolve(constructs: _Finder, finding: str, fields: dict[str, str]) -> str:
     for placeholder, value in fields.items():
         finding = finding.replace(placeholder, value)
 
     def logical_id(match: re.Match[str]) -> str:
-        element = _find(root, match.group(1))
+        element = constructs.construct_at(match.group(1))
         if not isinstance(element, CfnElement):
             raise LookupError(f"cdk-nag acknowledgement names {match.group(1)}, which has no logical ID")
-        return str(Stack.of(root).resolve(element.logical_id))
+        return str(Stack.of(constructs.root).resolve(element.logical_id))
 
     return _LOGICAL_ID.sub(logical_id, finding)
 
 
-def _find(root: IConstruct, path: str) -> IConstruct:
-    node: IConstruct = root
-    for part in path.split("/"):
-        child = node.node.try_find_child(part)
+class _Finder:
+    """The constructs at paths under ``root``, each path segment looked up once (acknowledgements
+    share their owners' subtrees, and each lookup is a call into the jsii kernel)."""
+
+    def __init__(self, root: IConstruct) -> None:
+        self.root = root
+        self._found: dict[str, IConstruct] = {"": root}
+
+    def construct_at(self, path: str) -> IConstruct:
+        if path in self._found:
+            return self._found[path]
+        parent, _, part = path.rpartition("/")
+        child = self.construct_at(parent).node.try_find_child(part)
         if child is None:
-            raise LookupError(f"cdk-nag acknowledgement for missing construct {root.node.path}/{path}")
-        node = child
-    return node
+            raise LookupError(f"cdk-nag acknowledgement for missing construct {self.root.node.path}/{path}")
+        self._found[path] = child
+        return child
 
 
 class StaleAcknowledgement(ValueError):
@@ -268,8 +278,8 @@ def _report_findings(report: PolicyValidationPluginReport) -> set[tuple[str, str
 class _Target:
     """One acknowledgement resolved on its construct: what must match a finding."""
 
-    construct: IConstruct
-    #: The entry's path under its owner, as the error names it.
+    #: The construct's path (``<owner's path>/<entry's path>``): where a finding must be, at it or
+    #: below, and how the error names the entry.
     where: str
     finding: str
     reason: str
@@ -279,13 +289,13 @@ class _Target:
         return self.finding.split("-", 1)[0]
 
     def matches(self, found: set[tuple[str, str]]) -> bool:
-        base = self.construct.node.path
         return any(
-            rule == self.finding and (path == base or path.startswith(base + "/")) for path, rule in found
+            rule == self.finding and (path == self.where or path.startswith(self.where + "/"))
+            for path, rule in found
         )
 
 
-#: Acknowledgements whose check waits for the synth-time pass of cdk-nag (:func:`nag_plugins`), per app.
+#: Acknowledgements whose check waits for the app's synth (:func:`check_acknowledgements`), per app.
 _DEFERRED: weakref.WeakKeyDictionary[IConstruct, list[_Target]] = weakref.WeakKeyDictionary()
 
 
@@ -307,71 +317,65 @@ def acknowledge_findings(
 
     Each entry must match a finding on its construct or below; :class:`StaleAcknowledgement`
     otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
-    The check runs cdk-nag over ``root`` now, or with ``check_at_synth`` in the pass the app's
-    :func:`nag_plugins` make at synth (or :func:`check_acknowledgements`): the platform's
-    constructs defer it, so the packs run once per synth, not once per construct as well.
+    The check runs cdk-nag over ``root`` now, or with ``check_at_synth`` once for the whole app
+    by :func:`check_acknowledgements` (after ``app.synth()``, from the validation report of the
+    :func:`nag_plugins`): the platform's constructs defer it, so the packs run once per synth.
     """
     fields = _stack_fields(Stack.of(root))
-    targets = [
-        _Target(_find(root, path), f"{root.node.path}/{path}", _resolve(root, finding, fields), reason)
-        for path, finding, reason in entries
-    ]
+    base = root.node.path
+    constructs = _Finder(root)
+    acknowledged: dict[str, tuple[IConstruct, list[Acknowledgment]]] = {}
+    targets = []
+    for path, finding, reason in entries:
+        target = _Target(f"{base}/{path}" if base else path, _resolve(constructs, finding, fields), reason)
+        targets.append(target)
+        # Findings of a validation plugin are acknowledged under the plugin's name.
+        ack = Acknowledgment(id=f"{target.pack}::{target.finding}", reason=reason)
+        acknowledged.setdefault(path, (constructs.construct_at(path), []))[1].append(ack)
     if check_at_synth:
         _DEFERRED.setdefault(root.node.root, []).extend(targets)
     else:
         _check(targets, findings(root))
-    for target in targets:
-        # Findings of a validation plugin are acknowledged under the plugin's name.
-        Validations.of(target.construct).acknowledge(
-            Acknowledgment(id=f"{target.pack}::{target.finding}", reason=target.reason)
-        )
+    for construct, acks in acknowledged.values():
+        Validations.of(construct).acknowledge(*acks)
 
 
-def check_acknowledgements(app: IConstruct) -> None:
-    """Check the acknowledgements deferred to synth in ``app`` now, in one cdk-nag pass over it:
-    for an app synthesized without :func:`nag_plugins`. :class:`StaleAcknowledgement` on the
-    first that matches no finding."""
-    _check(_DEFERRED.get(app.node.root, []), findings(app))
+#: The report aws-cdk-lib writes into the cloud assembly when the app has validation plugins:
+#: ``cxapi.VALIDATION_REPORT_FILE`` (aws-cdk-lib 2.275 core/lib/private/synthesis-validation.ts,
+#: ``validateTemplates``), every plugin's violations and the acknowledged ("suppressed") ones
+#: with the construct paths they were found at (core/lib/validation/private/report.ts, ``formatJson``).
+VALIDATION_REPORT = "validation-report.json"
 
 
-@jsii.implements(IPolicyValidationPlugin)
-class AcknowledgedPack:
-    """A cdk-nag pack as the app's validation plugin (what ``Validations.of(app).add_plugins``
-    takes), which also checks, on the findings of that same pass, the acknowledgements of the
-    pack's findings that the platform's constructs deferred to synth. A stale one fails the
-    synth: CDK reports "Validation plugin '<pack>' failed: <what is stale>". The pack's own
-    report is returned as it is, so the validation report is the pack's."""
-
-    def __init__(self, pack: NagPack, app: IConstruct) -> None:
-        self._pack, self._app = pack, app
-
-    @property
-    @jsii.member(jsii_name="name")
-    def name(self) -> str:
-        return self._pack.name
-
-    @property
-    @jsii.member(jsii_name="version")
-    def version(self) -> str | None:
-        return self._pack.version
-
-    @property
-    @jsii.member(jsii_name="ruleIds")
-    def rule_ids(self) -> list[str] | None:
-        return self._pack.rule_ids
-
-    @jsii.member(jsii_name="validate")
-    def validate(self, context: IPolicyValidationContext) -> PolicyValidationPluginReport:
-        report = self._pack.validate(context)
-        mine = [t for t in _DEFERRED.get(self._app.node.root, []) if t.pack == self._pack.name]
-        _check(mine, _report_findings(report))
-        return report
+def report_findings(report: dict) -> set[tuple[str, str]]:
+    """(construct path, finding id) of every violation in aws-cdk-lib's validation report
+    (:data:`VALIDATION_REPORT`, read as JSON), acknowledged or not."""
+    return {
+        (construct.get("constructPath") or "", violation["ruleName"])
+        for plugin in report.get("pluginReports", [])
+        for key in ("violations", "suppressedViolations")
+        for violation in plugin.get(key, [])
+        for construct in violation.get("violatingConstructs", [])
+    }
 
 
-def nag_plugins(app: IConstruct) -> tuple[AcknowledgedPack, AcknowledgedPack]:
-    """AwsSolutions and :class:`PlatformChecks` for ``Validations.of(app).add_plugins(*...)``,
-    each checking the library's deferred acknowledgements in its own pass (:class:`AcknowledgedPack`)."""
-    return AcknowledgedPack(AwsSolutionsChecks(app), app), AcknowledgedPack(PlatformChecks(app), app)
+def check_acknowledgements(app: IConstruct, assembly_dir: str | os.PathLike[str] | None = None) -> None:
+    """Check every acknowledgement ``app``'s constructs deferred to synth: after ``app.synth()``,
+    give the assembly's directory and the check reads the findings the :func:`nag_plugins` wrote
+    into its validation report; without one (or without a report there), the packs run over
+    ``app`` here. :class:`StaleAcknowledgement` on the first that matches no finding."""
+    report = Path(assembly_dir) / VALIDATION_REPORT if assembly_dir is not None else None
+    if report is not None and report.is_file():
+        found = report_findings(json.loads(report.read_text()))
+    else:
+        found = findings(app)
+    _check(_DEFERRED.get(app.node.root, []), found)
+
+
+def nag_plugins(app: IConstruct) -> tuple[AwsSolutionsChecks, PlatformChecks]:
+    """AwsSolutions and :class:`PlatformChecks` for ``Validations.of(app).add_plugins(*...)``; after
+    ``app.synth()``, :func:`check_acknowledgements` reads their report."""
+    return AwsSolutionsChecks(app), PlatformChecks(app)
 
 
 #: Entries for resources that exist only when a configuration option is on: option -> entries.

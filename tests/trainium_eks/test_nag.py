@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
@@ -19,6 +21,7 @@ from trainium_eks.nag import (
     ACKNOWLEDGEMENTS,
     CAPACITY_ACKNOWLEDGEMENTS,
     OPTIONAL_ACKNOWLEDGEMENTS,
+    VALIDATION_REPORT,
     WORKLOAD_ACKNOWLEDGEMENTS,
     PlatformChecks,
     StaleAcknowledgement,
@@ -27,6 +30,7 @@ from trainium_eks.nag import (
     eks_cluster_problems,
     findings,
     nag_plugins,
+    report_findings,
     resolve_finding,
 )
 
@@ -253,24 +257,40 @@ def test_given_platform_acknowledgements_then_the_synth_pass_finds_each_of_them(
     check_acknowledgements(public_platform)
 
 
-def test_given_nag_plugins_and_a_stale_acknowledgement_then_synth_fails_naming_it(tmp_path):
-    # Given an app with the library's cdk-nag plugins and a stale entry deferred to synth
+def _synthesized_with_nag_plugins(tmp_path, *entries) -> tuple[cdk.App, str]:
+    """A platform-only app with the library's nag plugins, ``entries`` deferred beside the
+    platform's own; (the app, its assembly directory) after ``app.synth()``."""
     app = cdk.App(outdir=str(tmp_path))
     stack = TrainiumPlatformStack(app, "N", config=config_from_context({"training_enabled": "false"}))
-    acknowledge_findings(stack.platform, (_STALE,), check_at_synth=True)
+    acknowledge_findings(stack.platform, entries, check_at_synth=True)
     cdk.Validations.of(app).add_plugins(*nag_plugins(app))
-    # When it is synthesized, then the validation fails, CDK naming the plugin and the stale entry
-    with pytest.raises(
-        RuntimeError,
-        match=r"Validation plugin 'AwsSolutions' failed: cdk-nag acknowledgement of "
-        r"AwsSolutions-IAM5\[Resource::\*\] on N/Default/Cluster/Cluster/Role matches no finding",
-    ):
-        app.synth()
+    return app, app.synth().directory
 
 
-def test_given_nag_plugins_then_each_reports_as_its_pack():
-    # Given the library's plugins, then each carries its pack's name and rules, so the
-    # validation report and the acknowledgement ids ("AwsSolutions::...") are the pack's own
+def test_given_the_synthesized_report_then_its_findings_are_the_packs_in_process(tmp_path, monkeypatch):
+    # Given an app synthesized with the library's plugins, whose validation report aws-cdk-lib
+    # wrote (its format: aws-cdk-lib core/lib/validation/private/report.ts, formatJson)
+    app, assembly = _synthesized_with_nag_plugins(tmp_path)
+    # When the report's findings are read, then they are those the packs find in process
+    reported = report_findings(json.loads((tmp_path / VALIDATION_REPORT).read_text()))
+    assert reported == findings(app)
+    assert any(rule.startswith("AwsSolutions-IAM4") for _, rule in reported)
+    # and the platform's acknowledgements are settled from the report alone (no pack runs again)
+    monkeypatch.setattr("trainium_eks.nag.findings", lambda scope: pytest.fail("the packs ran again"))
+    check_acknowledgements(app, assembly)
+
+
+def test_given_nag_plugins_and_a_stale_acknowledgement_then_the_check_after_synth_names_it(tmp_path):
+    # Given an app with the library's cdk-nag plugins and a stale entry deferred to synth
+    app, assembly = _synthesized_with_nag_plugins(tmp_path, _STALE)
+    # When its acknowledgements are checked against the synthesized report, then the stale one is named
+    with pytest.raises(StaleAcknowledgement, match=r"IAM5\[Resource::\*\] on N/Default/Cluster/Cluster/Role"):
+        check_acknowledgements(app, assembly)
+
+
+def test_given_nag_plugins_then_they_are_the_two_packs():
+    # Given the library's plugins, then they are the packs themselves, so the validation report
+    # and the acknowledgement ids ("AwsSolutions::...") are the packs' own
     aws, platform = nag_plugins(cdk.App())
     assert (aws.name, platform.name) == ("AwsSolutions", "TrainiumEks")
-    assert platform.rule_ids == PlatformChecks().rule_ids
+    assert isinstance(platform, PlatformChecks)

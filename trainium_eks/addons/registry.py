@@ -30,14 +30,6 @@ ADDONS: tuple[AddOn, ...] = (
 )
 
 
-def addon(name: str) -> AddOn:
-    """The add-on named ``name``; KeyError for none."""
-    for declared in ADDONS:
-        if declared.name == name:
-            return declared
-    raise KeyError(f"no add-on {name!r} in trainium_eks.addons.registry.ADDONS")
-
-
 @dataclass(frozen=True, kw_only=True)
 class NodeDaemonSettings:
     """:class:`~trainium_eks.addons.node_daemons.DaemonSettings` from keyword arguments (each

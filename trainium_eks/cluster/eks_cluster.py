@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
+from functools import cache
 
 from aws_cdk import CfnOutput, CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
@@ -70,11 +71,18 @@ MAX_PUBLIC_ENDPOINT_ADDRESSES = 2**24
 _ROLE_OR_USER_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::[0-9]{12}:(role|user)/[\w+=,.@/-]{1,512}$")
 
 
+@cache
 def region_partition(region: str) -> str | None:
-    """The partition of ``region`` from aws-cdk-lib's region facts, or None for an unknown region."""
-    if region not in {r.name for r in RegionInfo.regions}:
+    """The partition of ``region`` from aws-cdk-lib's region facts, or None for an unknown region
+    (cached: the facts are a constant of the pinned aws-cdk-lib, read through the jsii kernel)."""
+    if region not in _region_names():
         return None
     return RegionInfo.get(region).partition
+
+
+@cache
+def _region_names() -> frozenset[str]:
+    return frozenset(r.name for r in RegionInfo.regions)
 
 
 def check_kubernetes_version(version: str, *, field: str = "kubernetes_version") -> KubernetesRelease:

@@ -7,8 +7,6 @@ import dataclasses
 import importlib
 import pkgutil
 
-import pytest
-
 import trainium_eks.addons as addons_package
 from trainium_eks.addons import registry
 from trainium_eks.addons.addon import POD_IDENTITY_AGENT, SYSTEM_NODES, TRAINIUM_CAPACITY, AddOn
@@ -73,9 +71,3 @@ def test_given_the_order_then_each_addon_comes_after_only_nodes_or_earlier_addon
 def test_given_the_registry_then_each_name_is_a_trainium_addons_attribute():
     annotated = TrainiumAddons.__annotations__
     assert all(addon.name in annotated for addon in registry.ADDONS)
-
-
-def test_given_a_name_then_the_registry_finds_its_declaration():
-    assert registry.addon("volcano").pins == ("volcano",)
-    with pytest.raises(KeyError, match="no add-on"):
-        registry.addon("nope")
