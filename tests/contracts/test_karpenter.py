@@ -50,8 +50,8 @@ from tests.support import (
 )
 from trainium_eks.config import SUPPORTED_PARTITIONS, config_from_context
 from trainium_eks.jobs.node_fit import node_fit
+from trainium_eks.nodes import karpenter
 from trainium_eks.nodes.karpenter import LaunchResources, controller_statements
-from trainium_eks.versions import ADDON_PINS
 from trainium_job.instances import INSTANCE_FACTS, instance_facts
 
 #: A statement's actions, resources and conditions (operator -> key -> values).
@@ -326,7 +326,7 @@ def test_given_skip_crds_then_the_pinned_handler_ignores_it_and_both_charts_carr
     assert "skip_crds" not in install, install
     # So the controller chart's crds/ are applied too: harmless only while both charts are the
     # release whose CRDs were compared (CHART_CRDS).
-    assert ADDON_PINS["karpenter"].version == ADDON_PINS["karpenter-crd"].version == CHART_CRDS_VERSION
+    assert karpenter.CHART.version == karpenter.CRD_CHART.version == CHART_CRDS_VERSION
     template = _platform("karpenter")
     charts = {props["Chart"]: logical_id for logical_id, props in helm_charts(template).items()}
     assert charts["karpenter-crd"] in template["Resources"][charts["karpenter"]]["DependsOn"]

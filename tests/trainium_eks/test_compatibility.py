@@ -6,6 +6,7 @@ import pytest
 
 from trainium_eks.compatibility import (
     KUBERNETES_COMPATIBILITY,
+    PINS,
     components,
     declared,
     newest_compatible_version,
@@ -13,7 +14,7 @@ from trainium_eks.compatibility import (
 )
 from trainium_eks.config import config_from_context
 from trainium_eks.report.review import platform_review
-from trainium_eks.versions import ADDON_EVIDENCE, ADDON_PINS, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
 
 @pytest.mark.parametrize("component", sorted(KUBERNETES_COMPATIBILITY))
@@ -24,8 +25,10 @@ def test_given_a_component_then_every_kubernetes_version_has_a_cell_with_a_sourc
 
 
 def test_given_the_pins_then_every_chart_and_managed_add_on_has_a_row():
-    charts = {k for k, p in ADDON_PINS.items() if p.repository is not None}
-    assert charts | set(ADDON_EVIDENCE) | {"kubectl-layer", "neuron-ami"} == set(components())
+    charts = {k for k, p in PINS.items() if p.repository is not None}
+    managed = {k for k, p in PINS.items() if p.managed}
+    assert charts | managed | {"kubectl-layer", "neuron-ami"} == set(components())
+    assert charts | {"kubectl-layer", "neuron-ami"} == set(KUBERNETES_COMPATIBILITY)
 
 
 def test_given_the_table_then_the_default_is_the_newest_version_every_component_supports():

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from trainium_eks.versions import ADDON_PINS, AddonPin, ChartEvidence
+from trainium_eks.compatibility import PINS
+from trainium_eks.versions import AddonPin, ChartEvidence
 
 _SHA256 = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 #: ``<owner>/<repo>@<commit>:<path>``: the copy of an index that was read.
@@ -37,9 +38,9 @@ def evidence_problems(key: str, pin: AddonPin) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("key", sorted(k for k, p in ADDON_PINS.items() if p.repository is not None))
+@pytest.mark.parametrize("key", sorted(k for k, p in PINS.items() if p.repository is not None))
 def test_given_a_chart_pin_then_its_index_entry_is_recorded(key):
-    assert evidence_problems(key, ADDON_PINS[key]) == []
+    assert evidence_problems(key, PINS[key]) == []
 
 
 def test_given_a_chart_pin_without_evidence_or_for_another_version_then_the_check_fails():
@@ -47,13 +48,13 @@ def test_given_a_chart_pin_without_evidence_or_for_another_version_then_the_chec
     assert evidence_problems("volcano", bare) == [
         "volcano: chart volcano 1.15.2 has no index entry as evidence"
     ]
-    other = AddonPin(bare.name, bare.version, bare.repository, ADDON_PINS["volcano"].evidence)
+    other = AddonPin(bare.name, bare.version, bare.repository, PINS["volcano"].evidence)
     assert evidence_problems("volcano", other) == ["volcano: evidence is for 1.15.0, the pin is 1.15.2"]
 
 
 def test_given_the_charts_then_each_pin_is_the_one_its_index_confirms():
     # The newest chart each stored index confirms (research on the indexes, 2026).
-    assert {k: ADDON_PINS[k].version for k in ("efa", "volcano", "fsx-csi-driver", "neuron")} == {
+    assert {k: PINS[k].version for k in ("efa", "volcano", "fsx-csi-driver", "neuron")} == {
         "efa": "v0.5.30",
         "volcano": "1.15.0",
         "fsx-csi-driver": "1.17.0",
@@ -62,5 +63,5 @@ def test_given_the_charts_then_each_pin_is_the_one_its_index_confirms():
 
 
 def test_given_the_fsx_chart_then_its_index_says_which_driver_it_ships():
-    evidence = ADDON_PINS["fsx-csi-driver"].evidence
+    evidence = PINS["fsx-csi-driver"].evidence
     assert isinstance(evidence, ChartEvidence) and evidence.app_version == "1.9.0"

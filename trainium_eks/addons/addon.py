@@ -1,16 +1,17 @@
 """The one interface every cluster add-on declares itself behind (:class:`AddOn`), and what it is
 built from (:class:`AddonContext`).
 
-Each add-on module holds one ``ADDON`` declaration: its name (the attribute of
+Each add-on module holds everything about its add-on: its pins (each
+:class:`~trainium_eks.versions.AddonPin` with its evidence and the Kubernetes versions it declares),
+and one ``ADDON`` declaration of its name (the attribute of
 :class:`~trainium_eks.addons.trainium_addons.TrainiumAddons` it becomes), the platform setting
-that turns it on, its pins (keys of :data:`~trainium_eks.versions.ADDON_PINS`, whose evidence and
-Kubernetes compatibility are read from there and from :mod:`trainium_eks.compatibility`), what it
-must come after, and how it is built. :mod:`trainium_eks.addons.registry` lists them in order.
+that turns it on, those pins, what it must come after, its DaemonSets on a Trainium node and how
+it is built. :mod:`trainium_eks.addons.registry` lists them in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from constructs import Construct, IConstruct
 from ..monitoring.karpenter_capacity import KarpenterCapacity
 from ..nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
 from ..nodes.nodegroup import TrainiumNodegroup
+from ..versions import AddonPin
 from .node_daemons import DaemonSettings, NodeDaemon
 
 if TYPE_CHECKING:  # monitoring.py declares its add-on with this module: no import at run time
@@ -104,8 +106,8 @@ class AddOn:
         name: the attribute of TrainiumAddons it becomes (and how ``after`` names it).
         key: the :class:`~trainium_eks.config.PlatformSettings` field that turns it on, or None
             where it is always on (``enabled`` may still depend on the instance type).
-        pins: its keys of :data:`~trainium_eks.versions.ADDON_PINS` (pin, evidence) and of
-            :mod:`trainium_eks.compatibility` (Kubernetes versions).
+        pins: what it installs, by the key the review and the configuration checks name it by
+            (:data:`trainium_eks.compatibility.PINS` gathers every add-on's).
         after: what it is ordered after, in DependsOn order: :data:`SYSTEM_NODES`,
             :data:`TRAINIUM_CAPACITY`, :data:`POD_IDENTITY_AGENT` or an earlier add-on's name.
         enabled: whether it is installed for a context. Default None: ``key``'s setting, or
@@ -120,7 +122,7 @@ class AddOn:
 
     name: str
     key: str | None
-    pins: tuple[str, ...]
+    pins: Mapping[str, AddonPin] = field(hash=False)
     after: tuple[str, ...]
     build: Callable[[AddonContext], Any]
     enabled: Callable[[AddonContext], bool] | None = None

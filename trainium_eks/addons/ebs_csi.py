@@ -17,11 +17,38 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..cluster.managed_addons import managed_addon, pod_identity_role
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, Declared
 from .addon import POD_IDENTITY_AGENT, SYSTEM_NODES, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, addon_daemons
 
 CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+
+
+# EKS managed add-ons: EKS refuses a version it does not offer for the cluster's Kubernetes
+# version, so each pin lists, per Kubernetes version, where it was seen offered (checked
+# 2026-11: public configurations that pin the version next to that Kubernetes version's
+# kube-proxy or cluster version; ``aws eks describe-addon-versions --kubernetes-version 1.35
+# --addon-name <name>`` re-checks one).
+#: The EBS CSI driver add-on.
+ADDON_PIN = AddonPin(
+    "aws-ebs-csi-driver",
+    "v1.62.0-eksbuild.1",
+    compatibility={
+        "1.34": Declared(
+            True,
+            "public Terraform variable 'compatible with EKS 1.34' and the 2026-06-24 1.34 defaults",
+        ),
+        "1.35": Declared(
+            True,
+            "add-on validation (ACTIVE) of a public 1.35 cluster with kube-proxy v1.35.3-eksbuild.13",
+        ),
+        "1.36": Declared(
+            True,
+            "public Terraform configuration pinning it with kube-proxy v1.36.0-eksbuild.7",
+        ),
+    },
+    managed=True,
+)
 
 
 class EbsCsiDriver(Construct):
@@ -41,13 +68,13 @@ class EbsCsiDriver(Construct):
         *,
         cluster: eks.ICluster,
         storage_class_name: str = "gp3-encrypted",
-        pin: AddonPin = ADDON_PINS["ebs-csi-driver"],
+        pin: AddonPin = ADDON_PIN,
     ) -> None:
         """
         Args:
             cluster: the cluster (with a kubectl provider).
             storage_class_name: name of the StorageClass. Default "gp3-encrypted".
-            pin: add-on name and version. Default: ``ADDON_PINS["ebs-csi-driver"]``.
+            pin: add-on name and version. Default: :data:`ADDON_PIN`.
         """
         super().__init__(scope, id)
         self.storage_class_name = storage_class_name
@@ -86,14 +113,14 @@ def _build(context: AddonContext) -> EbsCsiDriver:
 def _daemons(settings: DaemonSettings) -> tuple[NodeDaemon, ...]:
     if not (settings.etcd_enabled or settings.monitoring_enabled):
         return ()
-    return addon_daemons(ADDON_PINS["ebs-csi-driver"])
+    return addon_daemons(ADDON_PIN)
 
 
 #: With etcd's or Prometheus's volume; on the system nodes, its credentials from Pod Identity.
 ADDON = AddOn(
     name="ebs_csi",
     key=None,
-    pins=("ebs-csi-driver",),
+    pins={"ebs-csi-driver": ADDON_PIN},
     after=(SYSTEM_NODES, POD_IDENTITY_AGENT),
     build=_build,
     enabled=lambda context: context.etcd_enabled or context.monitoring_enabled,

@@ -21,9 +21,35 @@ from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, INSTANCE_TYPE_LABE
 
 from ..cluster.helm import HELM_TIMEOUT
 from ..nodes.health_checks import PENDING_TOLERATION
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, ChartEvidence, Declared
 from .addon import TRAINIUM_CAPACITY, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
+
+_DECLARED = Declared(
+    True,
+    "aws/eks-charts@bfe91c4:stable/aws-efa-k8s-device-plugin/Chart.yaml declares no kubeVersion; EKS "
+    "User Guide, 'Manage EFA devices on Amazon EKS': the device plugin runs on all EKS-supported versions",
+)
+
+# aws/eks-charts, stable/aws-efa-k8s-device-plugin: chart v0.5.30 = image v0.5.20 (commit
+# bfe91c4, 2026-07-21, "add latest EFA instance types"), the newest chart in the index; its
+# instance list includes trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge. (The former pin
+# v0.5.32 appears in no index or tag of the repository.)
+#: The EFA device plugin's Helm chart.
+CHART = AddonPin(
+    "aws-efa-k8s-device-plugin",
+    "v0.5.30",
+    "https://aws.github.io/eks-charts",
+    ChartEvidence(
+        version="v0.5.30",
+        # The index was regenerated on 2026-08-03: every entry carries that time.
+        created="2026-08-03T22:57:26.17434684Z",
+        digest="43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a",
+        app_version="v0.5.20",
+        index="aws/eks-charts@c7f9ea5:index.yaml (branch gh-pages)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
 
 
 def efa_chart_values(facts: InstanceFacts, *, health_check: bool = False) -> dict:
@@ -54,7 +80,7 @@ class EfaDevicePlugin(Construct):
         cluster: eks.ICluster,
         facts: InstanceFacts,
         health_check: bool = False,
-        pin: AddonPin = ADDON_PINS["efa"],
+        pin: AddonPin = CHART,
     ) -> None:
         """
         Args:
@@ -62,7 +88,7 @@ class EfaDevicePlugin(Construct):
             facts: the Trainium instance type; it must have EFA interfaces.
             health_check: it tolerates the node health check's pending taint
                 (:mod:`trainium_eks.nodes.health_checks`). Default False.
-            pin: chart, repository and version. Default: ``ADDON_PINS["efa"]``.
+            pin: chart, repository and version. Default: :data:`CHART`.
         """
         super().__init__(scope, id)
         if not facts.multi_node:
@@ -97,14 +123,14 @@ def _build(context: AddonContext) -> EfaDevicePlugin:
 def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
     if not settings.facts.multi_node:
         return []
-    return pinned_chart_daemons(ADDON_PINS["efa"], efa_chart_values(settings.facts), settings.facts.name)
+    return pinned_chart_daemons(CHART, efa_chart_values(settings.facts), settings.facts.name)
 
 
 #: On instance types with EFA (no setting); after the Trainium nodes (it runs only there).
 ADDON = AddOn(
     name="efa",
     key=None,
-    pins=("efa",),
+    pins={"efa": CHART},
     after=(TRAINIUM_CAPACITY,),
     build=_build,
     enabled=lambda context: context.trainium.facts.multi_node,

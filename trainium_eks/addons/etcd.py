@@ -43,7 +43,7 @@ from trainium_job.security import (
     service_security_context,
 )
 
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin
 from .addon import SYSTEM_NODES, AddOn, AddonContext
 
 CLIENT_PORT = 2379
@@ -53,6 +53,13 @@ _LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "trainiu
 _SELECTOR = {"app.kubernetes.io/name": NAME}
 #: User and group etcd runs as, and owns its volume as: not root.
 _UID = 65532
+
+
+# etcd v3.5.32 (etcd-io/etcd #22016: released with v3.6.13, 2026-07-01), the newest 3.5
+# patch seen; 3.6 removed the v2 API the etcd rendezvous needs. The project's primary
+# registry; tag-pinned (no digest could be verified offline).
+#: The etcd image.
+IMAGE = AddonPin("gcr.io/etcd-development/etcd", "v3.5.32")
 
 
 def etcd_manifests(
@@ -215,7 +222,7 @@ class EtcdServer(Construct):
         client_namespaces: Sequence[str] = (TRAINING_NAMESPACE,),
         volume_gib: int = DEFAULT_VOLUME_GIB,
         quota_bytes: int = 1024**3,
-        pin: AddonPin = ADDON_PINS["etcd"],
+        pin: AddonPin = IMAGE,
     ) -> None:
         """
         Args:
@@ -225,7 +232,7 @@ class EtcdServer(Construct):
             client_namespaces: namespaces whose pods may connect. Default ``(TRAINING_NAMESPACE,)``.
             volume_gib: size of the data volume. Default 2.
             quota_bytes: etcd backend quota; keep it below the volume size. Default 1 GiB.
-            pin: image and tag (3.5.x). Default: ``ADDON_PINS["etcd"]``.
+            pin: image and tag (3.5.x). Default: :data:`IMAGE`.
         """
         super().__init__(scope, id)
         if not pin.version.startswith("v3.5."):
@@ -268,7 +275,7 @@ def _build(context: AddonContext) -> EtcdServer:
 ADDON = AddOn(
     name="etcd",
     key="etcd_enabled",
-    pins=("etcd",),
+    pins={"etcd": IMAGE},
     after=(SYSTEM_NODES, "ebs_csi"),
     build=_build,
 )

@@ -35,7 +35,7 @@ from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
 from ..cluster.helm import HELM_TIMEOUT
-from ..monitoring import scrape
+from ..monitoring import neuron_monitor, scrape
 from ..monitoring.amp import AmpRemoteWrite
 from ..monitoring.dashboard import dashboard_config_map
 from ..monitoring.exporters import efa_exporter_daemonset
@@ -44,7 +44,7 @@ from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, p
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
 from ..monitoring.rules import prometheus_rule
 from ..monitoring.stack_values import stack_values
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, ChartEvidence, Declared
 from .addon import POD_IDENTITY_AGENT, SYSTEM_NODES, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, manifest_daemons, pinned_chart_daemons
 
@@ -53,6 +53,37 @@ from .node_daemons import DaemonSettings, NodeDaemon, manifest_daemons, pinned_c
 MONITORING_POD_SECURITY = pod_security_labels("privileged", warn="baseline", audit="baseline")
 #: gp3 volumes from 1 GiB to 16 TiB (EBS user guide, "Amazon EBS volume types").
 MAX_VOLUME_GIB = 16384
+
+
+_DECLARED = Declared(
+    True,
+    "prometheus-community/helm-charts@ea930bae:charts/kube-prometheus-stack/Chart.yaml "
+    "(kube-prometheus-stack-88.5.3): kubeVersion '>=1.25.0-0'; its grafana 12.11.1 subchart "
+    "declares '^1.25.0-0'",
+)
+
+# prometheus-community/helm-charts tag kube-prometheus-stack-88.5.3 (ea930bae, 2026-08-21), the
+# newest in the snapshot read: Chart.yaml version 88.5.3, appVersion v0.93.1 (the operator),
+# kubeVersion ">=1.25.0-0"; it bundles Prometheus v3.14.0, Alertmanager v0.34.0, Grafana
+# 13.2.0 (grafana chart 12.11.1), node-exporter v1.12.1 (chart 4.56.1) and kube-state-metrics
+# v2.20.0 (chart 8.4.0). The index's digest could not be read offline.
+#: The kube-prometheus-stack Helm chart.
+CHART = AddonPin(
+    "kube-prometheus-stack",
+    "88.5.3",
+    "https://prometheus-community.github.io/helm-charts",
+    ChartEvidence(
+        version="88.5.3",
+        created="2026-08-21 (commit date of the release tag kube-prometheus-stack-88.5.3)",
+        # The repository's gh-pages index.yaml is larger than the stored copies keep, so the
+        # chart archive's digest could not be read; the release tag's Chart.yaml is the evidence.
+        digest=None,
+        app_version="v0.93.1",
+        index="prometheus-community/helm-charts@ea930bae:charts/kube-prometheus-stack/Chart.yaml "
+        "(release tag kube-prometheus-stack-88.5.3)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +148,7 @@ class PlatformMonitoring(Construct):
         options: MonitoringOptions | None = None,
         training_namespace: str = TRAINING_NAMESPACE,
         amp_alias: str = "trainium-eks",
-        pin: AddonPin = ADDON_PINS["kube-prometheus-stack"],
+        pin: AddonPin = CHART,
         karpenter_capacity: KarpenterCapacity | None = None,
     ) -> None:
         """
@@ -127,7 +158,7 @@ class PlatformMonitoring(Construct):
             options: what to install (:class:`MonitoringOptions`). Default None: its defaults.
             training_namespace: where the training pods run. Default ``TRAINING_NAMESPACE``.
             amp_alias: alias of the AMP workspace, with ``amp_remote_write``. Default "trainium-eks".
-            pin: the chart. Default: ``ADDON_PINS["kube-prometheus-stack"]``.
+            pin: the chart. Default: :data:`CHART`.
             karpenter_capacity: with ``trainium_capacity=karpenter``, the NodePool, instance type
                 and AZ ID Karpenter launches: adds the TrainiumCapacityMissing alert (Karpenter's
                 chart must then scrape itself: ``karpenter_chart_monitoring_values``). Default None.
@@ -246,7 +277,7 @@ def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
     # Only node-exporter's part of the values decides its DaemonSet; the volume and retention
     # given here are placeholders of the Prometheus StatefulSet's settings.
     values = stack_values(storage_class_name="gp3", volume_gib=1, retention_days=1)
-    daemons = pinned_chart_daemons(ADDON_PINS["kube-prometheus-stack"], values, facts.name)
+    daemons = pinned_chart_daemons(CHART, values, facts.name)
     if settings.monitoring_neuron_monitor:
         daemons += manifest_daemons([neuron_monitor_daemonset()], facts.name)
     if settings.training_enabled and settings.monitoring_exporters and facts.multi_node:
@@ -261,7 +292,7 @@ def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
 ADDON = AddOn(
     name="monitoring",
     key="monitoring_enabled",
-    pins=("kube-prometheus-stack", "neuron-monitor"),
+    pins={"kube-prometheus-stack": CHART, "neuron-monitor": neuron_monitor.IMAGE},
     after=(SYSTEM_NODES, "ebs_csi", POD_IDENTITY_AGENT),
     build=_build,
     dependents=lambda monitoring: (monitoring.chart,),

@@ -29,9 +29,35 @@ from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, SYSTEM_NODE_LABEL,
 
 from ..cluster.helm import HELM_TIMEOUT
 from ..nodes.health_checks import PENDING_TOLERATION
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, ChartEvidence, Declared
 from .addon import TRAINIUM_CAPACITY, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
+
+_DECLARED = Declared(
+    True,
+    "neuron-helm-chart 1.10.0 declares no kubeVersion; EKS User Guide, 'Manage Neuron devices on Amazon "
+    "EKS': the device plugin remains supported (its optional scheduler extension bundles kube-scheduler "
+    "v1.31.12 and stays off)",
+)
+
+# aws-neuron/neuron-helm-charts release 1.10.0 (2026-08-19): device plugin 2.32.0.0. The
+# chart follows Neuron SDK releases (1.9.0 = SDK 2.31); the device plugin talks to the
+# node's driver, not to the container's Neuron runtime.
+#: The Neuron Helm chart.
+CHART = AddonPin(
+    "neuron-helm-chart",
+    "1.10.0",
+    "oci://public.ecr.aws/neuron/neuron-helm-chart",
+    ChartEvidence(
+        version="1.10.0",
+        created="2026-08-19 (GitHub release 1.10.0 of aws-neuron/neuron-helm-charts, commit 8ca1e5c)",
+        digest="sha256:ed5d8f73b7a05d3a1edf17b2bfaf277ea995ad1c65b115fa8ba2c7b4dc649346",
+        app_version=None,
+        index="`helm show values oci://public.ecr.aws/neuron/neuron-helm-chart --version 1.10.0` "
+        "output with its digest, recorded in a public Trainium workshop (2026-09)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
 
 
 def neuron_chart_values(
@@ -86,7 +112,7 @@ class NeuronDevicePlugin(Construct):
         scheduler_extension: bool = False,
         node_problem_detector: bool = False,
         health_check: bool = False,
-        pin: AddonPin = ADDON_PINS["neuron"],
+        pin: AddonPin = CHART,
     ) -> None:
         """
         Args:
@@ -96,7 +122,7 @@ class NeuronDevicePlugin(Construct):
                 Default False.
             health_check: the device plugin tolerates the node health check's pending taint
                 (:mod:`trainium_eks.nodes.health_checks`). Default False.
-            pin: chart and version. Default: ``ADDON_PINS["neuron"]``.
+            pin: chart and version. Default: :data:`CHART`.
         """
         super().__init__(scope, id)
         self.chart = eks.HelmChart(
@@ -132,14 +158,14 @@ def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
     values = neuron_chart_values(
         scheduler_extension=False, node_problem_detector=settings.neuron_node_problem_detector
     )
-    return pinned_chart_daemons(ADDON_PINS["neuron"], values, settings.facts.name)
+    return pinned_chart_daemons(CHART, values, settings.facts.name)
 
 
 #: Always on; after the Trainium nodes (it runs only there).
 ADDON = AddOn(
     name="neuron",
     key=None,
-    pins=("neuron",),
+    pins={"neuron": CHART},
     after=(TRAINIUM_CAPACITY,),
     build=_build,
     dependents=lambda plugin: (plugin.chart,),

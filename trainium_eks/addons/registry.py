@@ -2,9 +2,10 @@
 builds them (an add-on comes after those its ``after`` names; the order is also the templates'
 resource order, so a new add-on goes last).
 
-Adding an add-on: its module with an ``ADDON`` declaration (:class:`~trainium_eks.addons.addon.AddOn`),
-its line here, its test and its row in docs/architecture.md; tests/trainium_eks/addons/
-test_registry.py fails for a module left out.
+Adding an add-on: its module with its pins and an ``ADDON`` declaration
+(:class:`~trainium_eks.addons.addon.AddOn`), its line here and its test;
+tests/trainium_eks/addons/test_registry.py fails for a module left out, and the configuration
+reference's add-on table (``make docs``) lists it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 from trainium_job.instances import InstanceFacts
 
-from ..storage.fsx_csi import driver_values
-from ..versions import ADDON_PINS
+from ..cluster.eks_cluster import VPC_CNI
+from ..storage import fsx_csi
 from . import ebs_csi, efa, etcd, monitoring, neuron, observability, volcano
 from .addon import AddOn
 from .node_daemons import KUBE_PROXY, DaemonSettings, NodeDaemon, addon_daemons, pinned_chart_daemons
@@ -80,8 +81,8 @@ def configured_node_daemons(c: DaemonSettings) -> tuple[NodeDaemon, ...]:
     """The DaemonSets on a Trainium node for the platform settings ``c``: the cluster's own
     (kube-proxy, the VPC CNI), the FSx CSI driver's (the storage volume, not an add-on here),
     then each add-on's in the registry's order."""
-    daemons: list[NodeDaemon] = [KUBE_PROXY, *addon_daemons(ADDON_PINS["vpc-cni"])]
-    daemons += pinned_chart_daemons(ADDON_PINS["fsx-csi-driver"], driver_values(c.region), c.facts.name)
+    daemons: list[NodeDaemon] = [KUBE_PROXY, *addon_daemons(VPC_CNI)]
+    daemons += pinned_chart_daemons(fsx_csi.CHART, fsx_csi.driver_values(c.region), c.facts.name)
     for declared in ADDONS:
         daemons += declared.daemons(c)
     return tuple(daemons)

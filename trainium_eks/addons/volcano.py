@@ -29,7 +29,7 @@ from trainium_job.scheduling import (
 from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..cluster.helm import HELM_TIMEOUT
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, ChartEvidence, Declared
 from .addon import SYSTEM_NODES, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, pinned_chart_daemons
 
@@ -41,6 +41,39 @@ VOLCANO_NAMESPACE = "volcano-system"
 #: not all set the ``restricted`` fields (seccomp, runAsNonRoot), so that level warns and audits.
 #: The chart's node agent (colocation, off by default) would not meet baseline.
 VOLCANO_POD_SECURITY = pod_security_labels("baseline", warn="restricted", audit="restricted")
+
+
+_VOLCANO_1_15 = Declared(
+    True,
+    "volcano-sh/volcano@v1.15.0:README.md:186 (Kubernetes compatibility: 'Volcano v1.15' row, ✓ down to 1.24)",
+)
+
+# volcano-sh/helm-charts: 1.15.0 is the newest chart its index lists (source: volcano-sh/volcano
+# tag v1.15.0, installer/helm/chart/volcano). volcano-sh/volcano has a v1.15.1 tag
+# (2026-07-30), but no index entry for chart 1.15.1 could be read; the former pin 1.15.2 has
+# no tag in either repository.
+#: The Volcano Helm chart.
+CHART = AddonPin(
+    "volcano",
+    "1.15.0",
+    "https://volcano-sh.github.io/helm-charts",
+    ChartEvidence(
+        version="1.15.0",
+        created="2026-06-01T01:50:51.684557227Z",
+        digest="2dd37565917a9b9929385ab4d1f6561cb04d104a993285dab266df1d6644bb3b",
+        app_version="1.15.0",
+        index="volcano-sh/helm-charts@be34e95:index.yaml",
+    ),
+    compatibility={
+        "1.34": _VOLCANO_1_15,
+        "1.35": _VOLCANO_1_15,
+        "1.36": Declared(
+            False,
+            "volcano-sh/volcano@ed72c7c81:README.md:191 ('Volcano v1.15' row: '-' for Kubernetes 1.36, "
+            '"the Kubernetes version has features or API objects that Volcano can\'t use"; only master is ✓)',
+        ),
+    },
+)
 
 
 #: The chart's scheduler configuration at 1.15.0 (installer/helm/chart/volcano/config/
@@ -140,7 +173,7 @@ class VolcanoScheduler(Construct):
         max_nodes: int,
         queue_name: str = TRAINING_QUEUE,
         nodes_on_demand: bool = False,
-        pin: AddonPin = ADDON_PINS["volcano"],
+        pin: AddonPin = CHART,
     ) -> None:
         """
         Args:
@@ -150,7 +183,7 @@ class VolcanoScheduler(Construct):
             queue_name: name of the training Queue. Default ``TRAINING_QUEUE`` ("training").
             nodes_on_demand: Karpenter launches the Trainium nodes for waiting pods
                 (:func:`scheduler_config`). Default False.
-            pin: chart, repository and version. Default: ``ADDON_PINS["volcano"]``.
+            pin: chart, repository and version. Default: :data:`CHART`.
         """
         super().__init__(scope, id)
         self.queue_name = queue_name
@@ -199,14 +232,14 @@ def _build(context: AddonContext) -> VolcanoScheduler:
 
 def _daemons(settings: DaemonSettings) -> list[NodeDaemon]:
     # None (node_daemons.CHARTS_OFF_TRAINIUM), but an error if our values turn its agent on.
-    return pinned_chart_daemons(ADDON_PINS["volcano"], volcano_chart_values(), settings.facts.name)
+    return pinned_chart_daemons(CHART, volcano_chart_values(), settings.facts.name)
 
 
 #: Always on; its pods run on the system nodes (the Queue comes after its CRDs and webhook).
 ADDON = AddOn(
     name="volcano",
     key=None,
-    pins=("volcano",),
+    pins={"volcano": CHART},
     after=(SYSTEM_NODES,),
     build=_build,
     dependents=lambda scheduler: (scheduler.chart,),

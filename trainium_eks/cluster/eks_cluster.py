@@ -25,7 +25,7 @@ from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 from ..arguments import require_vpc
 from ..escape_hatch import as_icluster, descendant, l1
-from ..versions import ADDON_PINS, KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE, KubernetesRelease
+from ..versions import KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE, AddonPin, Declared, KubernetesRelease
 from .managed_addons import managed_addon, pod_identity_role
 
 __all__ = [
@@ -39,6 +39,38 @@ __all__ = [
     "node_role",
     "region_partition",
 ]
+
+
+# EKS managed add-ons: EKS refuses a version it does not offer for the cluster's Kubernetes
+# version, so each pin lists, per Kubernetes version, where it was seen offered (checked
+# 2026-11: public configurations that pin the version next to that Kubernetes version's
+# kube-proxy or cluster version; ``aws eks describe-addon-versions --kubernetes-version 1.35
+# --addon-name <name>`` re-checks one).
+# Amazon VPC CNI: v1.23.1-eksbuild.1 as installed on an EKS 1.36 cluster (inventory of
+# 2026-09-24 in a public EKS 1.36 lab's architecture notes). EKS offers one VPC CNI build for
+# every supported Kubernetes version at a time (EKS user guide, "Amazon VPC CNI versions":
+# v1.20.1-eksbuild.3 for 1.27-1.33; earlier tables likewise), so it serves 1.34 and 1.35 too.
+#: The Amazon VPC CNI add-on.
+VPC_CNI = AddonPin(
+    "vpc-cni",
+    "v1.23.1-eksbuild.1",
+    compatibility={
+        "1.34": Declared(
+            True,
+            "EKS offers one VPC CNI build for all supported versions (EKS user guide version table; "
+            "a 2026 survey found v1.22.3-eksbuild.1 common to 1.30-1.36)",
+        ),
+        "1.35": Declared(
+            True,
+            "as for 1.34",
+        ),
+        "1.36": Declared(
+            True,
+            "installed on an EKS 1.36 cluster (public inventory, 2026-09-24)",
+        ),
+    },
+    managed=True,
+)
 
 
 _ALL_LOG_TYPES = [
@@ -295,7 +327,7 @@ class TrainiumCluster(Construct):
             self,
             "VpcCni",
             cluster=as_icluster(self.cluster),
-            pin=ADDON_PINS["vpc-cni"],
+            pin=VPC_CNI,
             pod_identity=(VPC_CNI_SERVICE_ACCOUNT, role),
             configuration=dict(VPC_CNI_CONFIGURATION),
         )

@@ -34,6 +34,7 @@ from ..cluster.eks_cluster import (
     check_system_nodes,
     region_partition,
 )
+from ..compatibility import PINS
 from ..images.repository import check_keep_images
 from ..network.vpc import SUBNET_LAYOUT, check_existing_vpc, check_nat_gateways, check_vpc_cidr
 from ..nodes.gang_wait import check_gang_wait
@@ -51,7 +52,6 @@ from ..storage.fsx import s3_uri_problem as fsx_s3_uri_problem
 from ..storage.fsx import s3_uris_overlap as fsx_s3_uris_overlap
 from ..storage.fsx import storage_capacity_problem as fsx_storage_capacity_problem
 from ..storage.fsx import throughput_problem as fsx_throughput_problem
-from ..versions import ADDON_EVIDENCE, ADDON_PINS
 from .job_checks import validate_training
 from .schema import PlatformSettings
 
@@ -67,9 +67,9 @@ ALWAYS_ON_ADDONS = ("pod-identity-agent", "node-monitoring-agent", "vpc-cni")
 def unverified_addons(kubernetes_version: str) -> list[str]:
     """Always-on managed add-on pins with no published evidence for ``kubernetes_version``."""
     return [
-        f"{ADDON_PINS[k].name} {ADDON_PINS[k].version}"
+        f"{PINS[k].name} {PINS[k].version}"
         for k in ALWAYS_ON_ADDONS
-        if kubernetes_version not in ADDON_EVIDENCE[k]
+        if kubernetes_version not in PINS[k].compatibility
     ]
 
 
@@ -331,13 +331,14 @@ def _validate_addons(c: PlatformSettings) -> None:
                 raise ConfigError(
                     name, True, "it is part of the monitoring stack: set monitoring_enabled=true"
                 )
-    for option, pin in OPTIONAL_ADDONS.items():
-        if getattr(c, option) and c.kubernetes_version not in ADDON_EVIDENCE[pin]:
-            verified = ", ".join(ADDON_EVIDENCE[pin]) or "none"
+    for option, key in OPTIONAL_ADDONS.items():
+        pin = PINS[key]
+        if getattr(c, option) and c.kubernetes_version not in pin.compatibility:
+            verified = ", ".join(pin.compatibility) or "none"
             raise ConfigError(
                 option,
                 True,
-                f"{ADDON_PINS[pin].name} {ADDON_PINS[pin].version} is not verified for "
+                f"{pin.name} {pin.version} is not verified for "
                 f"Kubernetes {c.kubernetes_version} (verified: {verified}); set {option}=false "
                 "or use a verified kubernetes_version",
             )

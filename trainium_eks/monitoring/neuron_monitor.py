@@ -21,7 +21,7 @@ from typing import Any
 
 from trainium_job.scheduling import DEVICE_PLUGIN_TOLERATION, TRAINIUM_NODE_LABEL
 
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin
 from .names import NAMESPACE
 from .scrape import pod_monitor
 
@@ -32,7 +32,14 @@ _LABELS = {"app.kubernetes.io/name": NAME}
 RESOURCES = {"requests": {"cpu": "256m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
 
 
-def neuron_monitor_daemonset(pin: AddonPin = ADDON_PINS["neuron-monitor"]) -> dict[str, Any]:
+# Neuron's own DaemonSet pins this tag (aws-neuron/aws-neuron-sdk
+# src/k8/k8s-neuron-monitor-daemonset.yml L43 at 81ce03ae, 2026-08-21; unchanged since SDK
+# 2.22.0). Tag-pinned (no digest could be verified offline).
+#: The neuron-monitor image.
+IMAGE = AddonPin("public.ecr.aws/neuron/neuron-monitor", "1.3.0")
+
+
+def neuron_monitor_daemonset(pin: AddonPin = IMAGE) -> dict[str, Any]:
     """The DaemonSet on the Trainium nodes."""
     container = {
         "name": NAME,

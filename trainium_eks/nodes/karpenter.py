@@ -37,7 +37,7 @@ from ..arguments import AnyCluster, require_cluster
 from ..cluster.helm import HELM_TIMEOUT
 from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 from ..monitoring.karpenter_capacity import karpenter_chart_monitoring_values
-from ..versions import ADDON_PINS, AddonPin
+from ..versions import AddonPin, ChartEvidence, Declared
 
 #: Namespace and service account of the controller (the getting-started guide's).
 KARPENTER_NAMESPACE = "kube-system"
@@ -64,6 +64,59 @@ INTERRUPTION_RETENTION_S = 300
 #: nodegroup's auto-repair does (alpha in v1.14.1: cloudprovider.go L305-346); reserved capacity
 #: (beta, on by default) targets a capacity reservation or Capacity Block.
 FEATURE_GATES = {"nodeRepair": True, "reservedCapacity": True}
+
+
+# Karpenter (aws/karpenter-provider-aws v1.14.1, 2026-08-20), only with
+# trainium_capacity=karpenter. Chart version = app version: the release script stamps both
+# before `helm push` (hack/release/common.sh L100-101, L114-115); Kubernetes 1.35 needs >= 1.9
+# and 1.36 >= 1.13 (website/content/en/v1.14/upgrading/compatibility.md L18-20). The CRDs come
+# from their own chart, as the upgrade guide recommends (its templates are upgraded with it;
+# the main chart's crds/ folder is installed once and never upgraded).
+# The CRDs come from the same release as the controller: one declaration for both charts.
+_DECLARED = Declared(
+    True,
+    "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/upgrading/compatibility.md:18-20 "
+    "(1.34: >= 1.6, 1.35: >= 1.9, 1.36: >= 1.13)",
+)
+
+#: The CRD chart.
+CRD_CHART = AddonPin(
+    "karpenter-crd",
+    "1.14.1",
+    "oci://public.ecr.aws/karpenter/karpenter-crd",
+    ChartEvidence(
+        version="1.14.1",
+        created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
+        digest=None,
+        app_version="1.14.1",
+        # The chart is the tag's charts/karpenter-crd, whose Chart.yaml still reads 1.13.0 (L5-6):
+        # the release script writes 1.14.1 into it before packaging (hack/release/common.sh
+        # L100-101). Not main's later copy (1d927085 reads 1.14.1 but changed the CRDs).
+        index="aws/karpenter-provider-aws@bde00654:charts/karpenter-crd/Chart.yaml L5-6 (1.13.0, "
+        "stamped 1.14.1 at release: hack/release/common.sh L100-101)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
+
+#: The controller's chart.
+CHART = AddonPin(
+    "karpenter",
+    "1.14.1",
+    "oci://public.ecr.aws/karpenter/karpenter",
+    ChartEvidence(
+        version="1.14.1",
+        created="2026-08-20 (tag v1.14.1 of aws/karpenter-provider-aws, commit bde00654)",
+        digest=None,
+        app_version="1.14.1",
+        # As above; the controller image is stamped into values.yaml at release too
+        # (common.sh L80-82), and the release's docs commit records what was pushed.
+        index="aws/karpenter-provider-aws@bde00654:charts/karpenter/Chart.yaml L5-6 (1.13.0, "
+        "stamped 1.14.1 at release: hack/release/common.sh L100-101); controller image digest "
+        "sha256:723130949e4cab989461ff07d1be4cd781d63515432494641b33c235f300ae23 "
+        "(1d927085:charts/karpenter/values.yaml L129-131, stamped by common.sh L80-82)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
 
 
 @dataclass(frozen=True)
@@ -327,8 +380,8 @@ class KarpenterController(Construct):
         launch: LaunchResources,
         system_nodes: int = 2,
         monitored: bool = False,
-        crd_pin: AddonPin = ADDON_PINS["karpenter-crd"],
-        pin: AddonPin = ADDON_PINS["karpenter"],
+        crd_pin: AddonPin = CRD_CHART,
+        pin: AddonPin = CHART,
     ) -> None:
         """
         Args:
@@ -340,8 +393,7 @@ class KarpenterController(Construct):
             monitored: the platform's Prometheus scrapes the controller (its chart's
                 ServiceMonitor; the chart must then be installed after kube-prometheus-stack's
                 CRDs, or it renders none). Default False.
-            crd_pin, pin: the two charts. Default ``ADDON_PINS["karpenter-crd"]``,
-                ``ADDON_PINS["karpenter"]``.
+            crd_pin, pin: the two charts. Default :data:`CRD_CHART`, :data:`CHART`.
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)

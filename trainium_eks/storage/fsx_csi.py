@@ -21,7 +21,7 @@ from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
 from ..cluster.managed_addons import pod_identity_association, pod_identity_role
-from ..versions import ADDON_PINS
+from ..versions import AddonPin, ChartEvidence, Declared
 from .fsx import TrainingFileSystem
 
 #: Pod Security Admission labels of the training namespace. Enforced level: privileged, because
@@ -40,6 +40,35 @@ DRIVER_NAMESPACE = "kube-system"
 CLAIM_REQUEST = "1200Gi"
 #: Lustre mount options: flock gives the cluster-coherent POSIX locks HDF5 and checkpoints rely on.
 MOUNT_OPTIONS = ("flock",)
+
+
+_DECLARED = Declared(
+    True,
+    "kubernetes-sigs/aws-fsx-csi-driver index.yaml entry of chart 1.17.0: kubeVersion '>=1.20.0-0'; "
+    "docs/README.md compatibility matrix: driver v1.9.0 on 'v1.20+'",
+)
+
+# FSx for Lustre CSI driver, Helm chart of kubernetes-sigs/aws-fsx-csi-driver. Chart 1.17.0
+# ships driver v1.9.0 (chart 1.16.0 ships v1.8.0). 1.17.0 over 1.16.0: the two charts differ
+# only in the image tag, and the driver's v1.8.0..v1.9.0 changes are a newer Go toolchain and
+# dependencies (CHANGELOG "v1.9.0"): pkg/driver/node.go and controller.go are unchanged, so
+# the volume attributes and mount handling we rely on are the same. Both charts declare
+# kubeVersion >=1.20.0-0. The chart, not the EKS add-on: no `aws-fsx-csi-driver` add-on
+# version for Kubernetes 1.35/1.36 could be verified offline.
+#: The FSx for Lustre CSI driver's Helm chart.
+CHART = AddonPin(
+    "aws-fsx-csi-driver",
+    "1.17.0",
+    "https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
+    ChartEvidence(
+        version="1.17.0",
+        created="2026-04-21T14:58:08.993300967Z",
+        digest="dedcc71b5efc7f93fed6c0feaf73eacab4de869a6d07228c6df4c48373b0d315",
+        app_version="1.9.0",
+        index="kubernetes-sigs/aws-fsx-csi-driver@ea637587:index.yaml (branch gh-pages)",
+    ),
+    compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
+)
 
 
 class FsxCsiVolume(Construct):
@@ -114,7 +143,7 @@ class FsxCsiVolume(Construct):
             self,
             "Driver",
             cluster=cluster,
-            **ADDON_PINS["fsx-csi-driver"].chart_props(),
+            **CHART.chart_props(),
             release="aws-fsx-csi-driver",
             namespace=DRIVER_NAMESPACE,
             values=driver_values(Stack.of(self).region),

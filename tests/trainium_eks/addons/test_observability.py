@@ -11,8 +11,8 @@ from cdk_nag import AwsSolutionsChecks
 from stacks import TrainiumPlatformStack
 from tests.support import REPO, VENV_BIN, resources, synth_platform
 from tests.trainium_eks.addons import ALL_OPTIONS, depends_on, nodegroup_id
+from trainium_eks.compatibility import PINS
 from trainium_eks.config import config_from_context
-from trainium_eks.versions import ADDON_PINS
 
 _EKSBUILD = r"^v\d+\.\d+\.\d+-eksbuild\.\d+$"
 
@@ -54,7 +54,7 @@ def test_given_every_managed_pin_then_versions_have_the_eksbuild_format():
         "cloudwatch-observability",
         "vpc-cni",
     ):
-        assert re.match(_EKSBUILD, ADDON_PINS[key].version), key
+        assert re.match(_EKSBUILD, PINS[key].version), key
 
 
 def test_given_container_insights_on_then_agent_gets_its_policy_through_pod_identity():

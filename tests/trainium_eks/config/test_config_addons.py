@@ -1,5 +1,7 @@
 """Add-on configuration: defaults, boolean coercion from context, and errors for bad inputs."""
 
+import dataclasses
+
 import pytest
 
 from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
@@ -46,10 +48,11 @@ def test_given_a_typo_of_an_add_on_flag_then_the_closest_field_is_suggested():
 
 
 def test_given_container_insights_on_a_version_without_evidence_then_refused(monkeypatch):
-    from trainium_eks.versions import ADDON_EVIDENCE
+    from trainium_eks.compatibility import PINS
 
-    evidence = {v: e for v, e in ADDON_EVIDENCE["cloudwatch-observability"].items() if v != "1.34"}
-    monkeypatch.setitem(ADDON_EVIDENCE, "cloudwatch-observability", evidence)
+    pin = PINS["cloudwatch-observability"]
+    rows = {version: row for version, row in pin.compatibility.items() if version != "1.34"}
+    monkeypatch.setitem(PINS, "cloudwatch-observability", dataclasses.replace(pin, compatibility=rows))
     with pytest.raises(ConfigError) as err:
         config_from_context({"container_insights": "true", "kubernetes_version": "1.34"})
     assert err.value.field_name == "container_insights"
@@ -63,9 +66,18 @@ def test_given_container_insights_on_a_version_with_evidence_then_accepted(versi
 
 
 def test_given_every_managed_pin_then_evidence_covers_the_default_kubernetes_version():
-    from trainium_eks.versions import ADDON_EVIDENCE, DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
+    from trainium_eks.compatibility import PINS
+    from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 
-    for key, versions in ADDON_EVIDENCE.items():
+    managed = {key: pin.compatibility for key, pin in PINS.items() if pin.managed}
+    assert set(managed) == {
+        "vpc-cni",
+        "pod-identity-agent",
+        "node-monitoring-agent",
+        "cloudwatch-observability",
+        "ebs-csi-driver",
+    }
+    for key, versions in managed.items():
         assert DEFAULT_KUBERNETES_VERSION in versions, key
         assert set(versions) <= set(KUBERNETES_RELEASES), key
 

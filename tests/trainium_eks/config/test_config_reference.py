@@ -120,3 +120,18 @@ def test_given_a_page_without_markers_then_it_is_left_alone_and_main_exits_2(tmp
     assert main([str(page)]) == 2
     assert "has no generated block" in capsys.readouterr().err
     assert page.read_text(encoding="utf-8") == "# configuration\n"
+
+
+def test_given_the_registry_then_the_add_ons_block_has_each_add_on_once_in_its_order():
+    # When the page's add-on block is written, then its rows are the registry's add-ons, in order,
+    # each with every pin its declaration lists
+    import re
+
+    from trainium_eks.addons.registry import ADDONS
+    from trainium_eks.config.reference import render_addons
+
+    block = render_addons()
+    assert re.findall(r"^\| \[`(\w+)`\]", block, re.M) == [addon.name for addon in ADDONS]
+    for addon in ADDONS:
+        row = next(line for line in block.splitlines() if line.startswith(f"| [`{addon.name}`]"))
+        assert all(f"`{pin.name}` {pin.version}" in row for pin in addon.pins.values()), addon.name

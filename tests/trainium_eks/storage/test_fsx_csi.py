@@ -10,8 +10,8 @@ from tests.support import (
     validate_k8s,
 )
 from trainium_eks.nodes.karpenter import KARPENTER_SERVICE_ACCOUNT
+from trainium_eks.storage import fsx_csi
 from trainium_eks.storage.fsx_csi import CLAIM_NAME
-from trainium_eks.versions import ADDON_PINS
 from trainium_job.scheduling import TRAINING_NAMESPACE
 
 
@@ -34,9 +34,9 @@ def _file_system_id(template_json):
 def test_given_default_config_then_the_driver_chart_is_the_pinned_one(platform_json):
     _, chart = _driver(platform_json)
     assert (chart["Repository"], chart["Chart"], chart["Version"]) == (
-        ADDON_PINS["fsx-csi-driver"].repository,
-        ADDON_PINS["fsx-csi-driver"].name,
-        ADDON_PINS["fsx-csi-driver"].version,
+        fsx_csi.CHART.repository,
+        fsx_csi.CHART.name,
+        fsx_csi.CHART.version,
     )
     assert chart["Version"] == "1.17.0"
     assert chart["Namespace"] == "kube-system"
