@@ -1,5 +1,5 @@
 """The tree's shape, from the code's own imports: modules, packages, import edges, circles between
-``trainium_eks``'s packages, and the functions over 80 lines.
+``trainium_eks``'s packages, edges up the layers, and the functions over 80 lines.
 
     python3 tools/structure.py            # the counts, the circles, the long functions
     python3 tools/structure.py --edges    # every edge too
@@ -19,6 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = ("app.py", "stacks", "trainium_eks", "trainium_job", "training")
 LONG = 80
+#: The layers, top first: a module may import its own layer and those below it, never one above
+#: (the app composes stacks of the library's constructs, which ship the training code, which
+#: shares the job contract).
+LAYERS = ("app", "stacks", "trainium_eks", "training", "trainium_job")
 
 
 def _module(path: Path) -> str:
@@ -89,6 +93,12 @@ def circles(found: set[tuple[str, str]]) -> list[str]:
     return sorted(u for u in list(graph) if u in reaches(u))
 
 
+def upward(found: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The edges from a layer to one above it (:data:`LAYERS`)."""
+    rank = {layer: n for n, layer in enumerate(LAYERS)}
+    return sorted((a, b) for a, b in found if rank[b.split(".")[0]] < rank[a.split(".")[0]])
+
+
 def long_functions(mods: dict[str, Path]) -> list[tuple[int, str]]:
     out = []
     for path in mods.values():
@@ -106,6 +116,7 @@ if __name__ == "__main__":
     packages = sum(1 for p in mods.values() if p.name == "__init__.py")
     print(f"modules {len(mods)}  packages {packages}  import edges {len(found)}")
     print(f"circles between packages: {circles(found) or 'none'}")
+    print(f"upward edges between layers: {upward(found) or 'none'}")
     for lines, where in long_functions(mods):
         print(f"{lines:4d} lines  {where}")
     if "--edges" in sys.argv:

@@ -36,7 +36,7 @@ from trainium_job.launch import launch_env
 from trainium_job.paths import COMPLETE_MARKER
 
 from . import checkpoint as ckpt
-from . import restarts
+from . import restart_totals
 from .cli import PretrainArgs, parse_args
 from .data import (
     DataPosition,
@@ -231,7 +231,7 @@ def _run(run: Run, stop: GracefulStop) -> dict[str, Any] | None:
     args = run.args
     run.metrics = serve_metrics(run)
     if run.writes:  # rank 0, not precompiling: this start into the restart ledger, its totals exported
-        restarts.started(
+        restart_totals.started(
             Path(args.checkpoint.output_dir),
             checkpoint=run.step if run.loaded is not None else None,
             torchrun_restart=run.restart,
@@ -598,7 +598,7 @@ def finish(
     if run.step >= run.args.optim.max_steps:
         mark_complete(run)
     log.info("done: %s", json.dumps(result))
-    log.info("%s", restarts.summary(Path(run.args.checkpoint.output_dir)))
+    log.info("%s", restart_totals.summary(Path(run.args.checkpoint.output_dir)))
     return result
 
 

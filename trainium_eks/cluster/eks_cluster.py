@@ -30,7 +30,6 @@ from .managed_addons import managed_addon, pod_identity_role
 
 __all__ = [
     "MAX_PUBLIC_ENDPOINT_ADDRESSES",
-    "SYSTEM_NODE_LABEL",
     "TrainiumCluster",
     "check_admin_principal_arns",
     "check_endpoint_public_cidrs",

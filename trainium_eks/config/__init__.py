@@ -2,16 +2,13 @@
 
 - :mod:`.schema`: the fields and their defaults (:class:`PlatformSettings`; the job's in
   :class:`~trainium_job.spec.BertJobSpec`);
-- :mod:`.checks`: the deployment checks (the `training_*` keys: :mod:`.job_checks`);
+- :mod:`.platform_checks`: the deployment checks (the `training_*` keys: :mod:`.job_checks`);
 - :mod:`.validated`: :class:`PlatformConfig`, the settings checked when built;
 - :mod:`.context`: :func:`config_from_context`, CDK context values coerced to the fields' types.
 
-Every check raises :class:`ConfigError` whose message names the key, the value and the fix, so a
+Every check raises :class:`~trainium_job.errors.ConfigError` whose message names the key, the value and the fix, so a
 bad input stops synth with one line and no stack is built.
 """
-
-from trainium_job.errors import ConfigError
-from trainium_job.spec import BertJobSpec
 
 from ..cluster.eks_cluster import MAX_PUBLIC_ENDPOINT_ADDRESSES, region_partition
 from ..nodes.launch_template import EFA_LAYOUTS
@@ -42,8 +39,6 @@ __all__ = [
     "OPTIONAL_ADDONS",
     "PLATFORM_TAG_KEYS",
     "SUPPORTED_PARTITIONS",
-    "BertJobSpec",
-    "ConfigError",
     "PlatformConfig",
     "PlatformSettings",
     "az_id_prefix",

@@ -29,7 +29,7 @@ _JOB_FIELDS = ("training", "phase2")
 #: The spec's fields a context key sets (their declarations say so, ``JobKey.set_by``): not where
 #: a phase starts or which vocabulary its export reads, which the workload derives
 #: (``training_phases``, ``phase2_init_from``, ``vocab_source``).
-_KEYED_SPEC_FIELDS = CONTEXT_FIELDS
+
 #: Context key -> the annotation of what it sets: the platform's own fields, and the job spec's
 #: fields under ``training_<field>``.
 CONTEXT_KEYS = {
@@ -37,7 +37,7 @@ CONTEXT_KEYS = {
     **{
         context_key(name): annotation
         for name, annotation in _SPEC_ANNOTATIONS.items()
-        if name in _KEYED_SPEC_FIELDS
+        if name in CONTEXT_FIELDS
     },
     **{PHASE2_PREFIX + name: _SPEC_ANNOTATIONS[name] for name in PHASE2_FIELDS},
 }

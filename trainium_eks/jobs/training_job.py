@@ -17,19 +17,16 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
 from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.paths import JobPaths
 from trainium_job.phases import TrainingPhases, as_phases
-from trainium_job.plan import TrainingPlan, plan_training
+from trainium_job.plan import plan_training
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
 
 from ..arguments import AnyCluster, require_cluster
 
 __all__ = [
-    "BertJobSpec",
     "BertPretrainingJob",
-    "TrainingPlan",
     "add_job_outputs",
     "job_commands",
-    "plan_training",
 ]
 
 
@@ -48,7 +45,7 @@ class BertPretrainingJob(Construct):
 
     Attributes:
         phases (:class:`~trainium_job.phases.TrainingPhases`), spec (the first phase's), job_name,
-        plan (:class:`TrainingPlan`, the first phase's), plans (each phase's), launch_spec, paths
+        plan (:class:`~trainium_job.plan.TrainingPlan`, the first phase's), plans (each phase's), launch_spec, paths
         (the first phase's), service_account,
         manifest (the job's ``KubernetesManifest``), job (the Volcano Job as a dict).
 

@@ -18,7 +18,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
 from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.node_health import PENDING_TAINT
-from trainium_job.scheduling import NEURON_TAINT, NEURON_TAINT_KEY, TRAINIUM_NODE_LABEL
+from trainium_job.scheduling import NEURON_TAINT, TRAINIUM_NODE_LABEL
 
 from ..arguments import AnyCluster, kubernetes_version_of, require_cluster
 from ..cluster.eks_cluster import node_role
@@ -27,11 +27,8 @@ from .launch_template import TrainiumLaunchTemplate
 from .node_options import TrainiumNodeOptions
 
 __all__ = [
-    "NEURON_TAINT",
     "RELEASE_VERSION",
-    "NEURON_TAINT_KEY",
     "SIZE_PROPS",
-    "TRAINIUM_NODE_LABEL",
     "TrainiumNodegroup",
     "check_multi_node",
     "check_node_sizes",

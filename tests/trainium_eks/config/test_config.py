@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from trainium_eks.config import ConfigError, PlatformConfig, az_id_prefix, config_from_context
+from trainium_eks.config import PlatformConfig, az_id_prefix, config_from_context
+from trainium_job.errors import ConfigError
 
 
 def test_given_no_context_when_loaded_then_defaults_are_the_reference_platform():

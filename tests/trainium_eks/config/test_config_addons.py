@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
+from trainium_eks.config import PlatformConfig, config_from_context
+from trainium_job.errors import ConfigError
 
 FLAGS = ("neuron_scheduler_extension", "neuron_node_problem_detector", "etcd_enabled", "container_insights")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.trainium_eks.jobs.training_support import manifests_of
-from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.config import config_from_context
 from trainium_eks.jobs.dataset_staging import (
     NEURON_PHASE1_CHECKPOINT,
     PUBLIC_BERT_SHARDS,
@@ -18,6 +18,7 @@ from trainium_eks.jobs.dataset_staging import (
     PUBLIC_BERT_VOCAB,
 )
 from trainium_eks.report.review import training_review
+from trainium_job.errors import ConfigError
 
 
 def test_given_defaults_then_both_phases_in_order_the_second_from_the_first_each_exported():

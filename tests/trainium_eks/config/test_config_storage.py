@@ -2,7 +2,8 @@
 
 import pytest
 
-from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
+from trainium_eks.config import PlatformConfig, config_from_context
+from trainium_job.errors import ConfigError
 
 
 def test_given_no_context_then_storage_defaults_are_persistent_2_cheapest_tier_and_lz4():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from training.trainer.cli import build_parser
-from trainium_eks.config import ConfigError, PlatformConfig, config_from_context
+from trainium_eks.config import PlatformConfig, config_from_context
 from trainium_eks.report.review import training_review
+from trainium_job.errors import ConfigError
 from trainium_job.job import script_args
 
 

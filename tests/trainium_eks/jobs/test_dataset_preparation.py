@@ -21,8 +21,9 @@ from tests.support import PREPARATION_ON, k8s_manifests, synth_training, validat
 from tests.trainium_eks.jobs.training_support import bare_cluster
 from training.dataprep.prepare_data import build_parser
 from training.dataprep.synthetic import build_vocab, write_corpus
-from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.config import config_from_context
 from trainium_eks.jobs.dataset_preparation import SETTING_FLAGS, DatasetPreparation
+from trainium_job.errors import ConfigError
 from trainium_job.paths import job_paths
 
 REPO = Path(__file__).resolve().parents[3]

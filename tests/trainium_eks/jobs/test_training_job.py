@@ -16,7 +16,7 @@ from tests.trainium_eks.jobs.training_support import (
     job_stack,
     manifests_of,
 )
-from trainium_eks.config import ConfigError
+from trainium_job.errors import ConfigError
 from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.pid1 import STOP_ON_SIGTERM
 

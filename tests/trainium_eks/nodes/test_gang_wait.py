@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tests.trainium_eks.jobs.training_support import job_stack
-from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.config import config_from_context
 from trainium_eks.images import image_build
 from trainium_eks.nodes.gang_wait import (
     HEALTH_CHECK_BASE_MINUTES,
@@ -18,6 +18,7 @@ from trainium_eks.nodes.gang_wait import (
     gang_wait_floor,
 )
 from trainium_eks.report.review import platform_review
+from trainium_job.errors import ConfigError
 from trainium_job.fabric_check_steps import MODULE as FABRIC_CHECK_MODULE
 from trainium_job.instances import instance_facts
 from trainium_job.node_health import COMPUTE_PARALLEL

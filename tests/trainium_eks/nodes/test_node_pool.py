@@ -8,7 +8,7 @@ import math
 import pytest
 
 from trainium_eks.addons.volcano import scheduler_config
-from trainium_eks.config import ConfigError, config_from_context
+from trainium_eks.config import config_from_context
 from trainium_eks.nodes.gang_wait import MIN_GANG_WAIT_MINUTES, gang_wait_floor
 from trainium_eks.nodes.node_pool import (
     ami_alias,
@@ -18,6 +18,7 @@ from trainium_eks.nodes.node_pool import (
     node_pool,
     nodes_in_subnet,
 )
+from trainium_job.errors import ConfigError
 from trainium_job.instances import instance_facts
 from trainium_job.pod import gang_wait_policy
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.training.conftest import REPO, child_env
 from training.trainer import checkpoint as ckpt
-from training.trainer import restarts
+from training.trainer import restart_totals
 from training.trainer.prom_metrics import TrainingMetrics
 from trainium_job import restarts as ledger
 from trainium_job.hang import HANG_EXIT_CODE
@@ -49,7 +49,7 @@ def test_given_a_ledger_then_rank_0_exports_restarts_and_lost_time_by_cause_and_
         ledger.Entry(event="end", time=T0 + 900, host="n1", cause="fabric", exit_code=75),
     )
     m = TrainingMetrics()
-    totals = restarts.started(tmp_path, checkpoint=400, torchrun_restart=0, metrics=m)
+    totals = restart_totals.started(tmp_path, checkpoint=400, torchrun_restart=0, metrics=m)
     assert totals is not None and totals.total == 2
     got = labelled(m)
     assert got[("bert_train_restarts_total", (("cause", "hang"),))] == 1
@@ -67,27 +67,29 @@ def test_given_a_ledger_then_rank_0_exports_restarts_and_lost_time_by_cause_and_
 
 def test_given_an_empty_run_dir_then_every_cause_is_exported_at_0_and_the_summary_says_none(tmp_path):
     m = TrainingMetrics()
-    restarts.started(tmp_path, checkpoint=None, torchrun_restart=0, metrics=m)
+    restart_totals.started(tmp_path, checkpoint=None, torchrun_restart=0, metrics=m)
     got = labelled(m)
     assert [got[("bert_train_restarts_total", (("cause", c),))] for c in ledger.CAUSES] == [0] * len(
         ledger.CAUSES
     )
     assert got[("bert_train_suspect_nodes", ())] == 0
-    assert restarts.summary(tmp_path) == "restarts: none"
+    assert restart_totals.summary(tmp_path) == "restarts: none"
 
 
 def test_given_a_torchrun_restart_then_the_start_records_a_failure_and_counts_it(tmp_path):
-    restarts.started(tmp_path, checkpoint=None, torchrun_restart=0, metrics=None)
-    totals = restarts.started(tmp_path, checkpoint=None, torchrun_restart=1, metrics=None)
+    restart_totals.started(tmp_path, checkpoint=None, torchrun_restart=0, metrics=None)
+    totals = restart_totals.started(tmp_path, checkpoint=None, torchrun_restart=1, metrics=None)
     assert totals is not None and totals.count["failure"] == 1
-    assert restarts.summary(tmp_path).startswith("restarts: 1 (failure 1); lost ")
+    assert restart_totals.summary(tmp_path).startswith("restarts: 1 (failure 1); lost ")
 
 
 def test_given_a_ledger_that_cannot_be_written_then_a_warning_and_the_run_goes_on(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with caplog.at_level(logging.WARNING):
-        assert restarts.started(blocker / "run", checkpoint=None, torchrun_restart=0, metrics=None) is None
+        assert (
+            restart_totals.started(blocker / "run", checkpoint=None, torchrun_restart=0, metrics=None) is None
+        )
     assert "restarts are not counted" in caplog.text
 
 
@@ -137,8 +139,8 @@ def test_given_a_hung_rank_then_it_leaves_a_marker_that_the_next_start_records_a
     (marker,) = (tmp_path / HANG_MARKERS).iterdir()
     assert marker.name == "ip-10-0-1-5.rank00003.json"
     assert json.loads(marker.read_text())["waiting_for"] == "step 8's loss all-reduce and report"
-    restarts.started(tmp_path, checkpoint=4, torchrun_restart=1, metrics=None)
+    restart_totals.started(tmp_path, checkpoint=4, torchrun_restart=1, metrics=None)
     hang, resume = ledger.read(tmp_path / RESTART_LEDGER)
     assert (hang.cause, hang.host, hang.step, hang.by) == ("hang", "ip-10-0-1-5", 7, "trainer")
     assert resume.event == "resume"
-    assert "nodes named: ip-10-0-1-5 (hang 1)" in restarts.summary(tmp_path)
+    assert "nodes named: ip-10-0-1-5 (hang 1)" in restart_totals.summary(tmp_path)
