@@ -28,6 +28,16 @@ def test_given_the_bare_app_then_it_is_a_vpc_a_cluster_one_nodegroup_and_one_cha
 
 def test_given_the_benchmark_then_both_synths_use_the_projects_cli(tmp_path):
     runs = commands(tmp_path)
-    assert set(runs) == {"platform", "bare"}
-    assert runs["platform"][0] == runs["bare"][0] and runs["platform"][0].endswith("node_modules/.bin/cdk")
-    assert str(BARE_APP) in " ".join(runs["bare"]) and "--app" not in runs["platform"]
+    assert list(runs) == ["platform", "bare"]
+    (platform, here), (bare, there) = runs["platform"], runs["bare"]
+    assert platform[0] == bare[0] and platform[0].endswith("node_modules/.bin/cdk") and here == there
+    assert str(BARE_APP) in " ".join(bare) and "--app" not in platform
+
+
+def test_given_another_checkout_then_its_synth_runs_there_in_each_round(tmp_path):
+    # Given an earlier commit's worktree, then its synth reads its own cdk.json (runs in it),
+    # between the platform's and the bare app's, into a folder of its own
+    runs = commands(tmp_path / "out", [tmp_path / "before"])
+    assert list(runs) == ["platform", "tree 1", "bare"]
+    argv, cwd = runs["tree 1"]
+    assert cwd == tmp_path / "before" and "--app" not in argv and argv[-1] == str(tmp_path / "out" / "tree-1")

@@ -48,7 +48,8 @@ class TrainiumAddons(Construct):
         etcd_endpoint: ``host:port`` of etcd for ``--rdzv_endpoint``, or None.
         monitoring: :class:`PlatformMonitoring`, or None when monitoring is off.
 
-    Each add-on is the attribute of its ``name`` in :data:`~trainium_eks.addons.registry.ADDONS`.
+    Each add-on is the attribute of its ``name`` in :data:`~trainium_eks.addons.registry.ADDONS`
+    (typed here for the platform's own; a newly registered one is set all the same).
     """
 
     observability: ObservabilityAddons
