@@ -88,8 +88,8 @@ class ScrapedRun:
 
 @contextmanager
 def scraped_training_run(tmp: Path, shards: SyntheticShards, *, steps: int = 60) -> Iterator[ScrapedRun]:
-    """A CPU run with ``--metrics_port``, scraped until ``steps`` optimizer steps were seen, then
-    stopped; the Prometheus stays up for queries over the run's time range."""
+    """A CPU run with ``--metrics_port``, scraped until Prometheus saw it advance ``steps`` optimizer
+    steps, then stopped; the Prometheus stays up for queries over the run's time range."""
     port = free_port()
     # --peak_tflops: the CPU has no known peak, and MFU is only exported with one.
     args = tiny_args(
@@ -107,10 +107,16 @@ def scraped_training_run(tmp: Path, shards: SyntheticShards, *, steps: int = 60)
         )
         try:
             deadline = time.monotonic() + 300
+            first: float | None = None
             while True:
                 seen = prometheus.query("max(bert_train_step)")
-                if seen and float(seen[0]["value"][1]) >= steps:
-                    break
+                # Counted from the first scrape that saw a step: an idle machine's tiny run can
+                # pass `steps` before Prometheus's first scrape, leaving one sample in the range.
+                if seen:
+                    step = float(seen[0]["value"][1])
+                    first = step if first is None else first
+                    if step - first >= steps:
+                        break
                 if run.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the run stopped or stalled: {(tmp / 'run.log').read_text()[-2000:]}")
                 time.sleep(1)
