@@ -1,5 +1,5 @@
 """The tree's shape, from the code's own imports: modules, packages, import edges, circles between
-``trainium_eks``'s packages, edges up the layers, and the functions over 80 lines.
+``trainium_eks``'s packages and between modules, edges up the layers, and the functions over 80 lines.
 
     python3 tools/structure.py            # the counts, the circles, the long functions
     python3 tools/structure.py --edges    # every edge too
@@ -74,11 +74,8 @@ def unit(name: str) -> str:
     return name if parts[0] == "trainium_eks" else parts[0]
 
 
-def circles(found: set[tuple[str, str]]) -> list[str]:
-    graph: dict[str, set[str]] = defaultdict(set)
-    for a, b in found:
-        if unit(a) != unit(b):
-            graph[unit(a)].add(unit(b))
+def _in_circles(graph: dict[str, set[str]]) -> list[str]:
+    """The nodes of ``graph`` that reach themselves."""
 
     def reaches(start: str) -> set[str]:
         seen: set[str] = set()
@@ -91,6 +88,23 @@ def circles(found: set[tuple[str, str]]) -> list[str]:
         return seen
 
     return sorted(u for u in list(graph) if u in reaches(u))
+
+
+def circles(found: set[tuple[str, str]]) -> list[str]:
+    """The ``trainium_eks`` packages (and top-level units) on a circle of package-level edges."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for a, b in found:
+        if unit(a) != unit(b):
+            graph[unit(a)].add(unit(b))
+    return _in_circles(graph)
+
+
+def module_circles(found: set[tuple[str, str]]) -> list[str]:
+    """The modules on a circle of imports, those under ``if TYPE_CHECKING:`` included."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for a, b in found:
+        graph[a].add(b)
+    return _in_circles(graph)
 
 
 def upward(found: set[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -116,6 +130,7 @@ if __name__ == "__main__":
     packages = sum(1 for p in mods.values() if p.name == "__init__.py")
     print(f"modules {len(mods)}  packages {packages}  import edges {len(found)}")
     print(f"circles between packages: {circles(found) or 'none'}")
+    print(f"modules on a circle of imports: {module_circles(found) or 'none'}")
     print(f"upward edges between layers: {upward(found) or 'none'}")
     for lines, where in long_functions(mods):
         print(f"{lines:4d} lines  {where}")

@@ -10,7 +10,7 @@ from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.scheduling import NEURON_TAINT, SYSTEM_NODE_LABEL, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
 from trainium_job.spec import BertJobSpec
 
-from .addons.monitoring import MonitoringOptions, PlatformMonitoring
+from .addons.monitoring import PlatformMonitoring
 from .addons.node_daemons import NodeDaemon
 from .addons.registry import trainium_node_daemons
 from .addons.trainium_addons import TrainiumAddons
@@ -25,6 +25,7 @@ from .jobs.node_fit import NodeFit, node_fit
 from .jobs.tensorboard import TensorBoard
 from .jobs.training_job import BertPretrainingJob
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
+from .monitoring.options import MonitoringOptions
 from .nag import (
     PlatformChecks,
     StaleAcknowledgement,

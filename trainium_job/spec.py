@@ -11,16 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, TypeVar
+from typing import Final, Literal, Protocol, TypeVar
 
 from . import checks
 from .errors import ConfigError, register_fields
 from .fabric_check_steps import DEFAULT_MIN_BUSBW_GBPS
 from .launch import RDZV_BACKENDS
 from .paths import DATA_MOUNT, JobPaths, job_paths
-
-if TYPE_CHECKING:  # the plan is built from a spec: only its type is needed here
-    from .plan import TrainingPlan
 
 #: Model configs of ``training/trainer/model_configs``.
 MODELS: Final = ("large", "base", "tiny")
@@ -48,8 +45,18 @@ def context_key(name: str) -> str:
 #: ``volcano``, a launcher option; ``worker``, the worker script or the pod's environment (paths,
 #: the fabric check, the export).
 Route = Literal["flag", "script_args", "torchrun", "volcano", "worker"]
+
+
+class Planned(Protocol):
+    """What a rendered flag reads of the job's plan (:class:`trainium_job.plan.TrainingPlan`,
+    which is built from a spec, so the spec names only what it reads)."""
+
+    @property
+    def grad_accum_usteps(self) -> int: ...
+
+
 #: A rendered flag's value from the spec and the job's plan (None or False: left out).
-FlagValue = Callable[["BertJobSpec", "TrainingPlan"], "ScriptArg | None"]
+FlagValue = Callable[["BertJobSpec", Planned], "ScriptArg | None"]
 T = TypeVar("T")
 #: The key of a spec field's :class:`JobKey` in its ``dataclasses.field`` metadata.
 JOB_KEY: Final = "job_key"
@@ -198,7 +205,7 @@ JOB_SET_FLAGS: Final = {
 }
 
 
-def flag_values(spec: BertJobSpec, plan: TrainingPlan) -> dict[str, ScriptArg | None]:
+def flag_values(spec: BertJobSpec, plan: Planned) -> dict[str, ScriptArg | None]:
     """The flags the job renders from ``spec``'s fields -> their values (None: left out)."""
     values: dict[str, ScriptArg | None] = {}
     for flag, name in FLAG_FIELDS.items():

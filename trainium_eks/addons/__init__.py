@@ -8,7 +8,7 @@ composes them on a cluster in the order they need.
 from .ebs_csi import EbsCsiDriver
 from .efa import EfaDevicePlugin
 from .etcd import EtcdServer
-from .monitoring import MonitoringOptions, PlatformMonitoring
+from .monitoring import PlatformMonitoring
 from .neuron import NeuronDevicePlugin
 from .observability import ObservabilityAddons
 from .volcano import VolcanoScheduler
@@ -17,7 +17,6 @@ __all__ = [
     "EbsCsiDriver",
     "EfaDevicePlugin",
     "EtcdServer",
-    "MonitoringOptions",
     "NeuronDevicePlugin",
     "ObservabilityAddons",
     "PlatformMonitoring",

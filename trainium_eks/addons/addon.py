@@ -13,19 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from ..monitoring.karpenter_capacity import KarpenterCapacity
+from ..monitoring.options import MonitoringOptions
 from ..nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
 from ..nodes.nodegroup import TrainiumNodegroup
 from ..versions import AddonPin
 from .node_daemons import DaemonSettings, NodeDaemon
-
-if TYPE_CHECKING:  # monitoring.py declares its add-on with this module: no import at run time
-    from .monitoring import MonitoringOptions
 
 #: What an add-on can be ordered after, besides another add-on (named by its ``name``):
 #: the nodes its pods run on.

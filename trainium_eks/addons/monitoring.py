@@ -23,12 +23,9 @@ The EFA and FSx exporters run the workload's tools image and come with the workl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.scheduling import TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
@@ -42,6 +39,7 @@ from ..monitoring.exporters import efa_exporter_daemonset
 from ..monitoring.karpenter_capacity import KarpenterCapacity
 from ..monitoring.names import NAMESPACE, PROMETHEUS_SERVICE_ACCOUNT, RELEASE, port_forward_commands
 from ..monitoring.neuron_monitor import neuron_monitor_daemonset, neuron_monitor_pod_monitor
+from ..monitoring.options import MonitoringOptions, check_monitoring_options
 from ..monitoring.rules import prometheus_rule
 from ..monitoring.stack_values import stack_values
 from ..versions import AddonPin, ChartEvidence, Declared
@@ -51,8 +49,6 @@ from .node_daemons import DaemonSettings, NodeDaemon, manifest_daemons, pinned_c
 #: node-exporter shares the host's network, PID namespace and root file system, neuron-monitor is
 #: privileged: only the ``privileged`` level admits them ("Pod Security Standards", Baseline).
 MONITORING_POD_SECURITY = pod_security_labels("privileged", warn="baseline", audit="baseline")
-#: gp3 volumes from 1 GiB to 16 TiB (EBS user guide, "Amazon EBS volume types").
-MAX_VOLUME_GIB = 16384
 
 
 _DECLARED = Declared(
@@ -84,45 +80,6 @@ CHART = AddonPin(
     ),
     compatibility=dict.fromkeys(("1.34", "1.35", "1.36"), _DECLARED),
 )
-
-
-@dataclass(frozen=True)
-class MonitoringOptions:
-    """What the monitoring add-on installs. Each default is the platform's."""
-
-    #: Prometheus volume (GiB, gp3). Retention by size is 80% of it (see ``stack_values``).
-    volume_gib: int = 50
-    #: Days of metrics Prometheus keeps (whichever of time and size comes first).
-    retention_days: int = 30
-    #: Grafana with the training dashboard.
-    grafana: bool = True
-    #: Alertmanager (off: no receiver is configured; the alerts show in Prometheus and Grafana).
-    alertmanager: bool = False
-    #: neuron-monitor on the Trainium nodes.
-    neuron_monitor: bool = True
-    #: Remote write to an Amazon Managed Service for Prometheus workspace.
-    amp_remote_write: bool = False
-    #: FsxFreeCapacityLow fires below this share of FSx free (percent).
-    fsx_free_percent: int = 10
-    #: Minutes without an optimizer step before TrainingStalled fires.
-    stall_minutes: int = 15
-
-
-def check_monitoring_options(options: MonitoringOptions, *, keys: dict[str, str] | None = None) -> None:
-    """ConfigError for an option out of range; ``keys`` maps a field to the name the user typed."""
-    key = (keys or {}).get
-    checks.whole_number(
-        key("volume_gib", "volume_gib"), options.volume_gib, minimum=10, maximum=MAX_VOLUME_GIB
-    )
-    checks.whole_number(
-        key("retention_days", "retention_days"), options.retention_days, minimum=1, maximum=3650
-    )
-    checks.whole_number(
-        key("fsx_free_percent", "fsx_free_percent"), options.fsx_free_percent, minimum=1, maximum=99
-    )
-    checks.whole_number(key("stall_minutes", "stall_minutes"), options.stall_minutes, minimum=1)
-    for name in ("grafana", "alertmanager", "neuron_monitor", "amp_remote_write"):
-        checks.flag(key(name, name), getattr(options, name))
 
 
 class PlatformMonitoring(Construct):

@@ -16,13 +16,13 @@ from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.scheduling import TRAINING_QUEUE
 
 from ..arguments import AnyCluster, require_cluster
+from ..monitoring.options import MonitoringOptions
 from ..nodes.node_pool import TrainiumNodePool
 from ..nodes.nodegroup import TrainiumNodegroup
 from . import (
     EbsCsiDriver,
     EfaDevicePlugin,
     EtcdServer,
-    MonitoringOptions,
     NeuronDevicePlugin,
     ObservabilityAddons,
     PlatformMonitoring,

@@ -26,7 +26,6 @@ from trainium_job.naming import (
     training_stack_name,
 )
 
-from ..addons.monitoring import MonitoringOptions, check_monitoring_options
 from ..cluster.eks_cluster import (
     check_admin_principal_arns,
     check_endpoint_public_cidrs,
@@ -36,6 +35,7 @@ from ..cluster.eks_cluster import (
 )
 from ..compatibility import PINS
 from ..images.repository import check_keep_images
+from ..monitoring.options import MonitoringOptions, check_monitoring_options
 from ..network.vpc import SUBNET_LAYOUT, check_existing_vpc, check_nat_gateways, check_vpc_cidr
 from ..nodes.gang_wait import check_gang_wait
 from ..nodes.launch_template import (

@@ -18,7 +18,6 @@ from trainium_job.phases import TrainingPhases
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.spec import BertJobSpec, phase2_spec
 
-from ..addons.monitoring import MonitoringOptions
 from ..jobs.dataset_staging import (
     PUBLIC_BERT_SHARDS,
     PUBLIC_BERT_SHARDS_512,
@@ -26,6 +25,7 @@ from ..jobs.dataset_staging import (
     start_path,
     vocab_file,
 )
+from ..monitoring.options import MonitoringOptions
 from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 
 #: ``training_phases`` values: phase 1 and then phase 2, or one of them.

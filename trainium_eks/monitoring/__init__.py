@@ -8,7 +8,8 @@ One concept per module; the construct that installs them is
 - :mod:`.stack_values`: kube-prometheus-stack's values;
 - :mod:`.neuron_monitor`, :mod:`.exporters`: the node exporters beyond the chart's;
 - :mod:`.scrape`: PodMonitors and the training pods' NetworkPolicy;
-- :mod:`.karpenter`: Karpenter's metrics (its chart's ServiceMonitor) with ``trainium_capacity=karpenter``;
+- :mod:`.options`: what the monitoring add-on installs (:class:`~.options.MonitoringOptions`);
+- :mod:`.karpenter_capacity`: Karpenter's metrics (its chart's ServiceMonitor) with ``trainium_capacity=karpenter``;
 - :mod:`.rules`, :mod:`.dashboard`: the alerts and the Grafana dashboard;
 - :mod:`.catalog`: every metric they read, with the exporter that emits it;
 - :mod:`.amp`, :mod:`.fsx_alarm`: Amazon Managed Service for Prometheus, the CloudWatch alarm on FSx.

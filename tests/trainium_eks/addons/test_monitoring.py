@@ -7,8 +7,8 @@ import pytest
 
 from tests.support import PLATFORM_STACK, helm_charts, resources, synth_app, synth_platform
 from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, logical_ids, nodegroup_id, objects
-from trainium_eks.addons.monitoring import MonitoringOptions, check_monitoring_options
 from trainium_eks.config import PlatformConfig, config_from_context
+from trainium_eks.monitoring.options import MonitoringOptions, check_monitoring_options
 from trainium_job.errors import ConfigError
 
 TRAINIUM = {"trainium-eks/pool": "trainium"}
