@@ -25,7 +25,7 @@ from .versions import (
     neuron_ami_release,
 )
 
-__all__ = ["Declared", "KUBERNETES_COMPATIBILITY", "PINS"]
+__all__ = ["KUBERNETES_COMPATIBILITY", "PINS"]
 
 #: Every pinned component by key (how the review, the configuration checks and the compatibility
 #: rows name it): the platform's own parts', then each add-on's in the registry's order.
