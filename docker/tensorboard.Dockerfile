@@ -1,5 +1,6 @@
-# The tools image: TensorBoard for the runs on FSx, and the EFA and FSx exporters of the platform's
-# Prometheus (training/node/efa_exporter.py, training/node/fsx_exporter.py). Small and non-root: it
+# The tools image: TensorBoard for the runs on FSx, the EFA and FSx exporters of the platform's
+# Prometheus (training/node/efa_exporter.py, training/node/fsx_exporter.py), and the training job's
+# submitter (training/launch/submit.py, with the kubernetes client). Small and non-root: it
 # runs on the system nodes (which cannot hold the multi-GB Neuron training image) and, as the EFA
 # exporter, on every Trainium node within seconds of it joining. Same pins as
 # training/requirements.txt.
@@ -11,7 +12,7 @@ LABEL org.opencontainers.image.base.name="public.ecr.aws/docker/library/python:3
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY training/requirements.txt /tmp/requirements.txt
-RUN grep -E '^(tensorboard|prometheus-client)==' /tmp/requirements.txt > /tmp/tools.txt \
+RUN grep -E '^(tensorboard|prometheus-client|kubernetes)==' /tmp/requirements.txt > /tmp/tools.txt \
  && pip install --no-cache-dir -r /tmp/tools.txt \
  && rm -f /tmp/requirements.txt /tmp/tools.txt
 
@@ -21,6 +22,7 @@ COPY trainium_job/ trainium_job/
 COPY training/__init__.py training/
 COPY training/node/__init__.py training/node/efa_counters.py training/node/efa_exporter.py training/node/exporter.py \
      training/node/fsx_exporter.py training/node/
+COPY training/launch/ training/launch/
 ENV PYTHONPATH=/opt/trainium-bert \
     PYTHONUNBUFFERED=1
 

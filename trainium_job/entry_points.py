@@ -27,6 +27,9 @@ VOCAB: Final = "training.dataprep.vocab"
 DRIVER_CHECK: Final = "training.node.driver_check"
 #: The EFA all-reduce check across the gang before training (training image).
 FABRIC_CHECK: Final = "training.node.fabric_check"
+#: The training job's submitter: waits for the job's data, then creates its Volcano Job (tools
+#: image, a batch Job on the system nodes: ``trainium_job.submission``).
+SUBMIT: Final = "training.launch.submit"
 #: The deep health check of a new Trainium node, before it takes work (training image, a
 #: DaemonSet on the nodes not yet checked).
 NODE_HEALTH: Final = "training.node.health_check"
@@ -47,6 +50,7 @@ ENTRY_POINTS: Final[dict[str, str]] = {
     DRIVER_CHECK: "training",
     FABRIC_CHECK: "training",
     NODE_HEALTH: "training",
+    SUBMIT: "tools",
     EFA_EXPORTER: "tools",
     FSX_EXPORTER: "tools",
 }

@@ -1,6 +1,7 @@
-"""The fabric health check every training pod runs before the first training step, as shell lines.
+"""The fabric health check every training pod runs before the first training step: its two commands.
 
-Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for a stand-in):
+Two steps, each runnable on its own (an offline rehearsal swaps ``torchrun`` for a stand-in); the
+pod program (:mod:`trainium_job.pod_program`) runs them from the job's description:
 
 1. ``torchrun ... -m training.node.fabric_check measure``: the job's own launch (same nodes, workers,
    rendezvous endpoint and environment) times an all-reduce across every worker and reads the
@@ -27,14 +28,12 @@ launch path training uses, which is what a missing EFA allocation breaks.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, replace
 from typing import Final
 
 from .entry_points import FABRIC_CHECK
-from .launch import LaunchSpec, render, torchrun_args
+from .launch import LaunchSpec, torchrun_args
 from .node_health import HEAL_MODES
-from .pid1 import background
 
 #: Exit code of a failed check: EX_UNAVAILABLE of sysexits(3) ("a service is unavailable"),
 #: used by nothing else in the worker script (pretrain: 0, 2, 143; torchrun: 1; bash: 126/127;
@@ -141,15 +140,9 @@ def measure_args(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RES
     return torchrun_args(trial)
 
 
-def verdict_args(
-    check: FabricCheck,
-    *,
-    nodes: int,
-    result_file: str = RESULT_FILE,
-    seconds: str = "$(( $(date +%s) - fabric_start ))",
-) -> str:
-    """The verdict command line (shell: ``seconds`` is an expression of the check's start)."""
-    argv = [
+def verdict_args(check: FabricCheck, *, nodes: int, result_file: str = RESULT_FILE) -> list[str]:
+    """The verdict's command; the pod program appends ``--seconds <the check's seconds>``."""
+    return [
         "python",
         "-m",
         MODULE,
@@ -162,17 +155,8 @@ def verdict_args(
         *(["--heal", check.heal] if check.heal != "off" else []),
         *(["--no-recheck"] if check.heal != "off" and not check.recheck else []),
     ]
-    return f"{render(argv)} --seconds {seconds}"
 
 
-def check_lines(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RESULT_FILE) -> list[str]:
-    """Shell lines of the check: measure (its failure is the verdict's to report), then judge."""
-    start = f"fabric check: all-reduce across {spec.nnodes} nodes, floor {check.min_busbw_gbps} GB/s"
-    return [
-        f"echo {shlex.quote(start)}",
-        f"rm -f {shlex.quote(result_file)}",
-        "fabric_start=$(date +%s)",
-        # In the background (trainium_job.pid1): the script is still the container's PID 1.
-        f"{background(render(measure_args(spec, check, result_file=result_file)))} || true",
-        background(verdict_args(check, nodes=spec.nnodes, result_file=result_file)),
-    ]
+def title(spec: LaunchSpec, check: FabricCheck) -> str:
+    """The pod's line before the check."""
+    return f"fabric check: all-reduce across {spec.nnodes} nodes, floor {check.min_busbw_gbps} GB/s"

@@ -20,10 +20,13 @@ from .naming import content_named, max_name_prefix
 from .phases import TrainingPhases, as_phases
 from .plan import TrainingPlan, check_accumulation
 from .pod import pod_template, rank0_endpoint, volcano_job
+from .pod_program.description import Budget, JobDescription
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
 from .spec import BertJobSpec, context_key, flag_values
+from .stop_budget import termination_grace_period_s
 from .telemetry import METRICS_PORT
-from .worker import PhaseRun
+from .waits import Wait
+from .worker import PhaseRun, job_description
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
 SERVICE_ACCOUNT = "bert-trainer"
@@ -95,12 +98,14 @@ def check_rendezvous(spec: BertJobSpec, *, etcd_available: bool) -> None:
 
 @dataclass(frozen=True)
 class RenderedJob:
-    """A rendered job: its name, the digest of its spec, torchrun's spec and the manifest."""
+    """A rendered job: its name, the digest of its spec, torchrun's spec, the manifest and the
+    description its pods run (in the manifest's container command)."""
 
     name: str
     digest: str
     launch: LaunchSpec
     manifest: dict[str, Any]
+    description: JobDescription
 
 
 def phase_plan(plan: TrainingPlan, phase: BertJobSpec) -> TrainingPlan:
@@ -112,11 +117,20 @@ def phase_plan(plan: TrainingPlan, phase: BertJobSpec) -> TrainingPlan:
 
 
 def phase_runs(
-    phases: TrainingPhases, plans: Sequence[TrainingPlan], *, rdzv_endpoint: str, job_name: str
+    phases: TrainingPhases,
+    plans: Sequence[TrainingPlan],
+    *,
+    rdzv_endpoint: str,
+    job_name: str,
+    waits: Sequence[tuple[Wait, ...] | None] | None = None,
 ) -> list[PhaseRun]:
-    """Each phase's torchrun spec with its plan (``plans``, one per phase), paths and vocabulary."""
+    """Each phase's torchrun spec with its plan (``plans``, one per phase), paths, vocabulary and
+    waits (``waits``, one entry per phase; None: :func:`trainium_job.worker.dataset_wait`)."""
     # A later phase's rendezvous has an id of its own: an etcd rendezvous keeps its state
     # under the id after a run ends (as the precompile's own "-precompile" id avoids).
+    per_phase = list(waits) if waits is not None else [None] * len(phases.phases)
+    if len(per_phase) != len(phases.phases):
+        raise ValueError(f"waits: {len(per_phase)} entries for {len(phases.phases)} phases")
     return [
         PhaseRun(
             launch_spec(
@@ -127,8 +141,11 @@ def phase_runs(
             ),
             phase.paths,
             phase.vocab,
+            phase_waits,
         )
-        for number, (phase, phase_plan_) in enumerate(zip(phases.phases, plans, strict=True), start=1)
+        for number, (phase, phase_plan_, phase_waits) in enumerate(
+            zip(phases.phases, plans, per_phase, strict=True), start=1
+        )
     ]
 
 
@@ -149,6 +166,8 @@ def render_job(
     gang_wait_minutes: int | None = None,
     node_labels: Mapping[str, str] | None = None,
     fabric_heal: FabricHeal | None = None,
+    waits: Sequence[tuple[Wait, ...] | None] | None = None,
+    budget: Budget | None = None,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
@@ -161,10 +180,13 @@ def render_job(
     aborted so the nodes that came are released (:func:`~trainium_job.pod.gang_wait_policy`).
     ``node_labels``: labels the pods' nodes must also carry (the node health check's ``passed``).
     ``fabric_heal``: what the fabric check does to a node it names (:class:`FabricHeal`).
+    ``waits``: per phase, what its pods wait for before it trains, each bounded (None: the phase's
+    dataset marker, ``trainium_job.worker.dataset_wait``). ``budget``: the spend ceiling the pods
+    hold the job to (None: none).
 
     ``spec`` may be :class:`~trainium_job.phases.TrainingPhases`: the pods run each phase in turn
-    (:func:`~trainium_job.worker.phases_script`); ``plan`` is the first phase's, and each later
-    phase gets its own accumulation (:func:`phase_plan`). A single spec renders what it always did.
+    (:mod:`trainium_job.pod_program`); ``plan`` is the first phase's, and each later phase gets
+    its own accumulation (:func:`phase_plan`).
     """
     phases = as_phases(spec)
     spec = phases.first
@@ -178,18 +200,28 @@ def render_job(
     def launch(job_name: str) -> LaunchSpec:
         return launch_spec(spec, plan, rdzv_endpoint=endpoint(job_name), rdzv_id=job_name)
 
+    def describe(job_name: str) -> JobDescription:
+        return job_description(
+            job_name=job_name,
+            phases=phase_runs(
+                phases, plans, rdzv_endpoint=endpoint(job_name), job_name=job_name, waits=waits
+            ),
+            fabric_check=fabric_check(spec, plan, facts, fabric_heal),
+            budget=budget,
+            grace_s=termination_grace_period_s(),
+        )
+
     def build(job_name: str, image: str) -> dict[str, Any]:
         template = pod_template(
             job_name=job_name,
             image=image,
             facts=facts,
             spec=launch(job_name),
-            phases=phase_runs(phases, plans, rdzv_endpoint=endpoint(job_name), job_name=job_name),
             paths=spec.paths,
+            description=describe(job_name),
             claim_name=claim_name,
             service_account=service_account,
             node_reserved=node_reserved,
-            fabric_check=fabric_check(spec, plan, facts, fabric_heal),
             annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang_wait_minutes is not None else None,
             node_labels=node_labels,
         )
@@ -204,4 +236,6 @@ def render_job(
         )
 
     name, digest, manifest = content_named(name_prefix, build, image=image, image_key=image_key)
-    return RenderedJob(name=name, digest=digest, launch=launch(name), manifest=manifest)
+    return RenderedJob(
+        name=name, digest=digest, launch=launch(name), manifest=manifest, description=describe(name)
+    )

@@ -142,8 +142,8 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
 RDZV_CONF_ENV = "PET_RDZV_CONF"
 
 
-def c10d_host_lines(spec: LaunchSpec) -> list[str]:
-    """Shell lines that tell each pod's torchrun whether it hosts the c10d store (``is_host``).
+def c10d_store_host(spec: LaunchSpec) -> str | None:
+    """The host label of the pod whose torchrun hosts the c10d store (None: not c10d).
 
     Without ``is_host`` the c10d backend guesses, once per torchrun, by resolving the endpoint's
     host name and comparing the answer with its own host names and addresses
@@ -153,22 +153,18 @@ def c10d_host_lines(spec: LaunchSpec) -> list[str]:
     comparison can match: if the pod's DNS record is not yet served when rank 0's torchrun starts,
     the lookup fails, no pod hosts the store, and every pod fails after ``read_timeout``. Set, the
     flag decides: the pod whose host name is the endpoint's first label hosts, the others connect
-    (retrying the name until ``read_timeout``). All pods run one script, so the value is decided in
-    it, from bash's ``$HOSTNAME``, and reaches torchrun through :data:`RDZV_CONF_ENV` together with
-    ``spec.rdzv_conf``; the torchrun commands then carry no ``--rdzv_conf`` (:func:`without_conf`).
+    (retrying the name until ``read_timeout``). All pods run one description, so the value is
+    decided by each pod's program from its host name (``trainium_job.pod_program``) and reaches
+    torchrun through :data:`RDZV_CONF_ENV` together with ``spec.rdzv_conf``; the torchrun commands
+    then carry no ``--rdzv_conf`` (:func:`without_conf`).
     """
     if spec.rdzv_backend != "c10d":
-        return []
-    host = spec.rdzv_endpoint.rpartition(":")[0].split(".", 1)[0]
-    conf = "".join(f",{k}={v}" for k, v in spec.rdzv_conf)
-    return [
-        f'if [ "${{HOSTNAME%%.*}}" = {shlex.quote(host)} ]; then rdzv_is_host=1; else rdzv_is_host=0; fi',
-        f'export {RDZV_CONF_ENV}="is_host=${{rdzv_is_host}}"{shlex.quote(conf) if conf else ""}',
-    ]
+        return None
+    return spec.rdzv_endpoint.rpartition(":")[0].split(".", 1)[0]
 
 
 def without_conf(spec: LaunchSpec) -> LaunchSpec:
-    """``spec`` whose rendezvous settings come from :data:`RDZV_CONF_ENV` (see :func:`c10d_host_lines`)."""
+    """``spec`` whose rendezvous settings come from :data:`RDZV_CONF_ENV` (see :func:`c10d_store_host`)."""
     return replace(spec, rdzv_conf=()) if spec.rdzv_backend == "c10d" else spec
 
 

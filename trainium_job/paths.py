@@ -45,6 +45,13 @@ class JobPaths:
     output_dir: str
 
     @property
+    def dataset_failed(self) -> str:
+        """Written beside ``data_dir`` by the staging job that gave up on it, naming that job and
+        why (:func:`trainium_job.waits.write_failed`): its waiters end at once with the reason.
+        Beside, not in it: a staging attempt replaces the directory whole."""
+        return f"{self.data_dir}.staging-failed"
+
+    @property
     def cache_marker(self) -> str:
         """Written after a successful precompile pass: later runs skip it."""
         return f"{self.cache_dir}/.precompiled"

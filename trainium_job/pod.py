@@ -9,17 +9,18 @@ Kubernetes client), so it imports at synth time and inside the image alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources, training_resources
 from .environment import container_env
-from .fabric_check_steps import EXIT_CODE as FABRIC_CHECK_EXIT_CODE
-from .fabric_check_steps import FabricCheck
+from .exit_codes import aborting_codes
 from .instances import InstanceFacts
 from .launch import LaunchSpec
 from .naming import TASK_NAME, pod_host_name
 from .paths import DATA_MOUNT, JobPaths
+from .pod_program.description import JobDescription
+from .pod_program.metrics import PROGRAM_METRICS_PORT, PROGRAM_METRICS_PORT_NAME
 from .scheduling import (
     EFA_RESOURCE,
     INSTANCE_TYPE_LABEL,
@@ -30,11 +31,11 @@ from .scheduling import (
 from .security import pod_security_context, training_security_context
 from .stop_budget import termination_grace_period_s
 from .telemetry import JOB_LABEL, metrics_container_port
-from .worker import PhaseRun, container_command
+from .worker import container_command
 
 #: Port of the c10d rendezvous store on the pod of node 0.
 RDZV_PORT = 29400
-#: Volcano job-level policies: any failed or evicted pod restarts the whole gang (the script
+#: Volcano job-level policies: any failed or evicted pod restarts the whole gang (the program
 #: resumes from its newest checkpoint), as TorchX's APPLICATION retry policy does. A worker ended
 #: by the step watchdog (``trainium_job.hang``) arrives here as ``PodFailed`` with exit code 1:
 #: torchrun restarts its workers first, and exits 1 whatever their codes once it has no restart
@@ -43,13 +44,18 @@ RESTART_POLICIES = (
     {"event": "PodEvicted", "action": "RestartJob"},
     {"event": "PodFailed", "action": "RestartJob"},
 )
-#: A pod that ends with the fabric check's exit code aborts the job (a restart would meet the same
-#: fabric; resume it once the node is fixed). Volcano takes the first job policy that matches a
-#: pod's failure, event or exit code in order (volcano-sh/volcano v1.15.1
-#: pkg/controllers/job/job_controller_util.go L257-281), so it comes before ``PodFailed``; a
-#: policy has an event or an exit code, not both, and never 0
-#: (pkg/webhooks/admission/jobs/validate/util.go L68-106).
-ABORT_POLICY = {"exitCode": FABRIC_CHECK_EXIT_CODE, "action": "AbortJob"}
+
+
+def abort_policies() -> list[dict[str, object]]:
+    """A pod that ends with a code of :func:`trainium_job.exit_codes.aborting_codes` aborts the job
+    (the fabric check's failure: a restart would meet the same fabric; a wait past its deadline; the
+    spend ceiling). Volcano takes the first job policy that matches a pod's failure, event or exit
+    code in order (volcano-sh/volcano v1.15.1 pkg/controllers/job/job_controller_util.go
+    L257-281), so they come before ``PodFailed``; a policy has an event or an exit code, not both,
+    never 0 and no code twice (pkg/webhooks/admission/jobs/validate/util.go L68-123)."""
+    return [{"exitCode": code, "action": "AbortJob"} for code in aborting_codes()]
+
+
 #: Volcano's pending-pod policy: ``timeout`` after a pod of the job was created and has not run,
 #: the action is taken; a pod that starts running cancels its timer (volcano-sh/volcano v1.15.0
 #: pkg/controllers/job/job_controller.go L374-383, L411-452, L461-509: PodPending is honoured only
@@ -129,6 +135,11 @@ def node_selector(facts: InstanceFacts) -> dict[str, str]:
     return {INSTANCE_TYPE_LABEL: facts.name, **TRAINIUM_NODE_LABEL}
 
 
+def program_container_port() -> dict[str, Any]:
+    """The training container's port entry for the pod program's own metrics."""
+    return {"name": PROGRAM_METRICS_PORT_NAME, "containerPort": PROGRAM_METRICS_PORT, "protocol": "TCP"}
+
+
 def pod_template(
     *,
     job_name: str,
@@ -136,21 +147,19 @@ def pod_template(
     facts: InstanceFacts,
     spec: LaunchSpec,
     paths: JobPaths,
+    description: JobDescription,
     claim_name: str,
     service_account: str,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
-    fabric_check: FabricCheck | None = None,
     annotations: Mapping[str, str] | None = None,
     node_labels: Mapping[str, str] | None = None,
-    phases: Sequence[PhaseRun] = (),
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
-    the metrics port; CPU and memory are the node's less ``node_reserved`` (see
-    :func:`compute_resources`); ``fabric_check``: the collective test before training (multi-node
-    jobs); ``annotations``: the pod's, if any; ``node_labels``: labels its node must also carry
-    (the node health check's ``passed``); ``phases``: the phases its script runs in turn
-    (:func:`~trainium_job.worker.phases_script`; ``spec`` and ``paths`` are the first's, and the
-    container's environment is the first's until the script sets the next phase's cache)."""
+    the metrics ports; CPU and memory are the node's less ``node_reserved`` (see
+    :func:`compute_resources`); the container runs the pod program with ``description``
+    (:func:`~trainium_job.worker.job_description`; ``spec`` and ``paths`` are its first phase's,
+    for the container's environment); ``annotations``: the pod's, if any; ``node_labels``: labels
+    its node must also carry (the node health check's ``passed``)."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     metadata: dict[str, Any] = {"labels": {**APP_LABEL, JOB_LABEL: job_name}}
@@ -160,9 +169,9 @@ def pod_template(
         "metadata": metadata,
         "spec": {
             "serviceAccountName": service_account,
-            # The API token only for a fabric check that marks the node it names (``heal``);
+            # The API token only for a fabric check that marks the node it names (``--heal``);
             # otherwise training reads and writes FSx and needs none.
-            "automountServiceAccountToken": fabric_check is not None and fabric_check.heal != "off",
+            "automountServiceAccountToken": _heals(description),
             "restartPolicy": "Never",
             "nodeSelector": {**node_selector(facts), **(node_labels or {})},
             "tolerations": [dict(WORKLOAD_TOLERATION)],
@@ -173,12 +182,12 @@ def pod_template(
                 {
                     "name": CONTAINER_NAME,
                     "image": image,
-                    "command": container_command(spec, paths, fabric_check=fabric_check, phases=phases),
+                    "command": container_command(description),
                     "env": [
                         *({"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())),
                         node_name_env(),
                     ],
-                    "ports": [metrics_container_port()],
+                    "ports": [metrics_container_port(), program_container_port()],
                     "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
                     "volumeMounts": volume_mounts(),
                     "securityContext": training_security_context(),
@@ -188,6 +197,12 @@ def pod_template(
             "volumes": volumes(claim_name),
         },
     }
+
+
+def _heals(description: JobDescription) -> bool:
+    """Whether the fabric check marks a node it names (its verdict has ``--heal``)."""
+    check = description.fabric_check
+    return check is not None and "--heal" in check.verdict
 
 
 def volcano_job(
@@ -213,7 +228,7 @@ def volcano_job(
             "queue": queue,
             "minAvailable": nodes,
             "maxRetry": max_retry,
-            "policies": [dict(ABORT_POLICY), *gang_wait, *(dict(p) for p in RESTART_POLICIES)],
+            "policies": [*abort_policies(), *gang_wait, *(dict(p) for p in RESTART_POLICIES)],
             # svc: stable host names + headless Service (the c10d endpoint); env: VC_TASK_INDEX.
             "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
             "tasks": [

@@ -1,5 +1,5 @@
 """A run's restart ledger: why each attempt of a job ended, what that cost, which nodes were named.
-Standard library only (the worker script and the trainer both write it, the trainer reads it).
+Standard library only (the pod program and the trainer both write it, the trainer reads it).
 
 ``<output_dir>/restarts.jsonl`` (:data:`trainium_job.paths.RESTART_LEDGER`) holds one JSON object
 per line, of two kinds:
@@ -11,8 +11,8 @@ per line, of two kinds:
     (``NODE_NAME`` of the downward API, else ``HOSTNAME``); ``cause``: one of :data:`CAUSES`;
     ``exit_code``: the code that told the cause (None when unknown); ``step``: the last optimizer
     step done, when known (a hang marker says it); ``checkpoint`` and ``checkpoint_time``: the
-    newest complete checkpoint then (None before the first); ``by``: ``script`` (the worker script's
-    EXIT trap, :func:`main`) or ``trainer`` (rank 0 at the next start); ``detail``: what a hung rank
+    newest complete checkpoint then (None before the first); ``by``: ``script`` (the pod's
+    program, :mod:`trainium_job.pod_program`) or ``trainer`` (rank 0 at the next start); ``detail``: what a hung rank
     waited for.
 ``{"event": "resume", "time": ..., "host": ..., "checkpoint": 1200}``
     Rank 0 of the trainer started training (from that checkpoint; None: from step 0). These lines
@@ -20,12 +20,13 @@ per line, of two kinds:
 
 Who appends what:
 
-- the worker script, when it exits non-zero (``python -m trainium_job.restarts end``): the cause
-  follows its exit code (:func:`cause_of`): the driver check's 78 ``driver``, the fabric check's
-  69 and 75 ``fabric``, 143 ``preemption`` (the SIGTERM of a drain, an eviction, the end of a
-  Capacity Block, or Volcano restarting the gang), 86 ``hang``, any other ``failure``;
+- the pod program, when it ends non-zero (:func:`record_end`): the cause follows its exit code
+  (:func:`trainium_job.exit_codes.cause_of`): the driver check's 78 ``driver``, the fabric check's
+  69 and 75 ``fabric``, a wait past its deadline 66 ``data``, the spend ceiling 77 ``budget``, 143
+  ``preemption`` (the SIGTERM of a drain, an eviction, the end of a Capacity Block, or Volcano
+  restarting the gang), 86 ``hang``, any other ``failure``;
 - the step watchdog, before it ends a hung process: a marker per rank under
-  ``<output_dir>/hang/`` (:func:`write_hang_marker`); whoever appends next (the script, or rank 0
+  ``<output_dir>/hang/`` (:func:`write_hang_marker`); whoever appends next (the pod program, or rank 0
   of the workers torchrun starts again) turns the markers into one ``hang`` line per node
   (:func:`drain_hang_markers`), since torchrun itself exits 1 whatever its workers' codes;
 - rank 0 of the trainer at every start: the markers, then a ``failure`` line when torchrun
@@ -62,19 +63,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
-from .fabric_check_steps import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED_EXIT_CODE
+from .exit_codes import cause_of
 from .hang import HANG_EXIT_CODE
 from .paths import HANG_MARKERS, RESTART_LEDGER
 
-#: Why an attempt ended, most telling first: a restart takes the first cause among its lines.
-CAUSES: Final = ("hang", "device", "fabric", "driver", "failure", "preemption")
+#: Why an attempt ended, most telling first: a restart takes the first cause among its lines
+#: (``data``: a wait passed its deadline or its input will never come; ``budget``: the spend
+#: ceiling; both end the job rather than restart it: ``trainium_job.exit_codes``).
+CAUSES: Final = ("hang", "device", "fabric", "driver", "data", "budget", "failure", "preemption")
 #: Causes that name the node of their line as a suspect.
 NODE_CAUSES: Final = ("hang", "device", "fabric", "driver")
-#: Exit code of the driver check (``training.node.driver_check.MISMATCH_EXIT_CODE``).
-DRIVER_EXIT_CODE: Final = 78
-#: Exit code of a pod stopped by SIGTERM (``trainium_job.pid1``).
-SIGTERM_EXIT_CODE: Final = 143
 #: Seconds within which the ends of one incident's pods are recorded: the pods Volcano stops have
 #: the 45 s grace period (``trainium_job.stop_budget``) and the controller's reaction before it.
 GROUP_WINDOW_S: Final = 120.0
@@ -83,19 +81,6 @@ GROUP_WINDOW_S: Final = 120.0
 CHECKPOINT_DIR: Final = "checkpoints"
 _STEP_RE: Final = re.compile(r"^step_(\d{8})$")
 _META: Final = "meta.json"
-
-
-def cause_of(exit_code: int) -> str:
-    """The cause an exit code of the worker script (or of a worker) tells."""
-    if exit_code == HANG_EXIT_CODE:
-        return "hang"
-    if exit_code in (FABRIC_EXIT_CODE, FABRIC_NOT_MEASURED_EXIT_CODE):
-        return "fabric"
-    if exit_code == DRIVER_EXIT_CODE:
-        return "driver"
-    if exit_code == SIGTERM_EXIT_CODE:
-        return "preemption"
-    return "failure"
 
 
 def this_host() -> str:
@@ -264,10 +249,10 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def record_end(run_dir: Path, exit_code: int, *, now: float | None = None) -> list[Entry]:
-    """The worker script's lines when it exits ``exit_code`` (none for 0, or before the run's
+    """The pod program's lines when it exits ``exit_code`` (none for 0, or before the run's
     directory exists): the hang markers left, then its own end."""
     if exit_code == 0 or not run_dir.is_dir():
-        # No run directory: the pod ended before the dataset was there (the script creates the
+        # No run directory: the pod ended before the dataset was there (the program creates the
         # directory after that wait), so no attempt of the run began and nothing was lost; and a
         # pod that never got that far leaves FSx as it found it.
         return []
@@ -417,7 +402,7 @@ def ledger_summary(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``end --run-dir DIR --exit-code N``: the worker script's line when it exits non-zero;
+    """``end --run-dir DIR --exit-code N``: the pod program's line when it ends non-zero (by hand);
     ``summary --run-dir DIR``: print the summary line. Never fails the caller: an error is one
     line on stderr and exit 0."""
     parser = argparse.ArgumentParser(prog="python -m trainium_job.restarts")

@@ -28,6 +28,8 @@ from .plan import TrainingPlan, plan_training
 from .pod import RDZV_PORT, pod_template, rank0_endpoint
 from .scheduling import INSTANCE_TYPE_LABEL
 from .spec import BertJobSpec, ScriptArg, context_key
+from .stop_budget import termination_grace_period_s
+from .worker import PhaseRun, job_description
 
 _DEFAULT = BertJobSpec()
 #: TorchX's name of the job's app (and of its Volcano Job).
@@ -108,15 +110,21 @@ def trn_dist_ddp(
     # The id stays the default: a c10d store lives and dies with its job, and the id must be
     # known before TorchX fills in the app id.
     launch = launch_spec(spec, plan, rdzv_endpoint=rank0_endpoint(app_id, task_pod=f"{TASK_NAME}-0-0"))
+    description = job_description(
+        job_name=app_id,
+        phases=[PhaseRun(launch, spec.paths)],
+        fabric_check=fabric_check(spec, plan, facts),
+        grace_s=termination_grace_period_s(),
+    )
     pod = pod_template(
         job_name=app_id,
         image=image,
         facts=facts,
         spec=launch,
         paths=spec.paths,
+        description=description,
         claim_name=claim,
         service_account=SERVICE_ACCOUNT,
-        fabric_check=fabric_check(spec, plan, facts),
     )
     role = _role(pod, spec=spec, plan=plan, image=image, claim=claim, instance_type=instance_type)
     return specs.AppDef(name=APP_NAME, roles=[role])

@@ -12,15 +12,14 @@ from trainium_job.plan import plan_training
 from trainium_job.spec import BertJobSpec
 
 
-def worker_container(
+def rendered_job(
     spec: BertJobSpec | TrainingPhases | None = None, *, instance_type: str = "trn1.32xlarge", nodes: int = 2
 ) -> dict[str, Any]:
-    """The one container of the Job's worker task (of one phase, or of ``TrainingPhases``),
-    rendered with placeholder names."""
+    """The Volcano Job of one phase, or of ``TrainingPhases``, rendered with placeholder names."""
     spec = spec or BertJobSpec()
     first = spec.first if isinstance(spec, TrainingPhases) else spec
     facts = instance_facts(instance_type)
-    rendered = render_job(
+    return render_job(
         spec,
         plan=plan_training(first, facts=facts, nodes=nodes, max_nodes=nodes),
         facts=facts,
@@ -30,6 +29,14 @@ def worker_container(
         namespace="training",
         queue="training",
         claim_name="fsx-claim",
-    )
-    (container,) = rendered.manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    ).manifest
+
+
+def worker_container(
+    spec: BertJobSpec | TrainingPhases | None = None, *, instance_type: str = "trn1.32xlarge", nodes: int = 2
+) -> dict[str, Any]:
+    """The one container of the Job's worker task (of one phase, or of ``TrainingPhases``),
+    rendered with placeholder names."""
+    manifest = rendered_job(spec, instance_type=instance_type, nodes=nodes)
+    (container,) = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
     return dict(container)

@@ -4,7 +4,8 @@ Given two torchrun agents that each believe they run in a pod (``socket.gethostn
 own name's address replaced, as a Volcano pod's /etc/hosts gives them) whose addresses are not the
 endpoint's: torch 2.13's guess (``_matches_machine_hostname``) then says "not me" on both, as it
 does on EKS when rank 0's DNS record is not yet served, and no agent hosts the store. With the
-script's lines (:func:`trainium_job.launch.c10d_host_lines`) the pod named like the endpoint hosts.
+pod program's decision (:func:`trainium_job.pod_program.program.rendezvous_env`) the pod named
+like the endpoint hosts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from trainium_job.launch import LaunchSpec, c10d_host_lines, render, torchrun_args, without_conf
+from trainium_job.launch import LaunchSpec, c10d_store_host, torchrun_args, without_conf
+from trainium_job.pod_program.description import Rendezvous
+from trainium_job.pod_program.program import rendezvous_env
 
 pytest.importorskip("torch")
 
@@ -75,22 +78,25 @@ def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProces
         rdzv_conf={"read_timeout": "10"},
         torchrun=f"{sys.executable} {tmp_path / 'agent.py'}",
     )
-    lines = (
-        c10d_host_lines(spec)
-        if decide
-        else [f"export PET_RDZV_CONF={','.join('='.join(kv) for kv in spec.rdzv_conf)}"]
-    )
+    store_host = c10d_store_host(spec)
+    assert store_host is not None
+    rendezvous = Rendezvous(host=store_host, conf=spec.rdzv_conf)
     argv = torchrun_args(without_conf(spec))
     # The workers' store address: the patched host name does not resolve (torch uses getfqdn()).
     at = argv.index("-m")
     argv[at:at] = ["--local_addr", host]
-    command = " ".join([argv[0], render(argv[1:])])  # the launcher is two words here
-    script = "\n".join(["set -euo pipefail", *lines, f"exec {command}"])
+    argv[:1] = argv[0].split()  # the launcher is two words here
     pods = []
     for index in range(2):
         pod = host.split(".")[0] if index == 0 else "job-worker-1"
+        decided = (
+            rendezvous_env(rendezvous, pod)
+            if decide
+            else {"PET_RDZV_CONF": ",".join("=".join(kv) for kv in spec.rdzv_conf)}
+        )
         env = {
             **os.environ,
+            **decided,
             "HOSTNAME": pod,
             "POD_HOSTNAME": f"job-worker-{index}",
             "POD_ADDRESS": f"10.255.255.{index + 1}",
@@ -101,7 +107,7 @@ def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProces
         out, err = tmp_path / f"pod{index}.out", tmp_path / f"pod{index}.err"
         with out.open("w") as stdout, err.open("w") as stderr:
             process = subprocess.Popen(
-                ["bash", "-c", script],
+                argv,
                 env=env,
                 cwd=tmp_path,
                 text=True,
@@ -140,7 +146,7 @@ def run_gang(tmp_path: Path, *, decide: bool) -> list[subprocess.CompletedProces
 TEARDOWN_SIGNS = ("has failed to shutdown the rendezvous", "terminate called without an active exception")
 
 
-def test_given_the_script_s_decision_then_the_pod_named_like_the_endpoint_hosts_and_the_gang_meets(tmp_path):
+def test_given_the_program_s_decision_then_the_pod_named_like_the_endpoint_hosts_and_the_gang_meets(tmp_path):
     pods = run_gang(tmp_path, decide=True)
     # The gang met: both workers joined the store's group and all-reduced (what is under test).
     assert all(WORK_DONE in p.stdout for p in pods), [p.stderr[-2000:] for p in pods]
@@ -155,15 +161,15 @@ def test_given_torch_s_guess_alone_then_no_pod_hosts_and_the_gang_fails(tmp_path
     assert all("RendezvousConnectionError" in p.stderr for p in pods)
 
 
-def test_given_the_lines_then_is_host_is_1_only_on_the_endpoint_s_pod_and_the_conf_keeps_its_settings():
+def test_given_the_decision_then_is_host_is_1_only_on_the_endpoint_s_pod_and_the_conf_keeps_its_settings():
     spec = LaunchSpec(
         nnodes=2, nproc_per_node=32, rdzv_endpoint="j-worker-0.j:29400", rdzv_conf={"join_timeout": "900"}
     )
-    script = "\n".join([*c10d_host_lines(spec), 'echo "$PET_RDZV_CONF"'])
+    store_host = c10d_store_host(spec)
+    assert store_host == "j-worker-0"
+    rendezvous = Rendezvous(host=store_host, conf=spec.rdzv_conf)
     seen = {
-        host: subprocess.run(
-            ["bash", "-c", script], env={"HOSTNAME": host}, capture_output=True, text=True
-        ).stdout.strip()
+        host: rendezvous_env(rendezvous, host)["PET_RDZV_CONF"]
         for host in ("j-worker-0", "j-worker-1", "j-worker-0.j.ns.svc.cluster.local", "j-worker-00")
     }
     assert seen == {
@@ -174,4 +180,4 @@ def test_given_the_lines_then_is_host_is_1_only_on_the_endpoint_s_pod_and_the_co
     }
     assert "--rdzv_conf" not in torchrun_args(without_conf(spec))
     etcd = LaunchSpec(nnodes=2, nproc_per_node=32, rdzv_endpoint="etcd:2379", rdzv_backend="etcd")
-    assert c10d_host_lines(etcd) == [] and without_conf(etcd) == etcd
+    assert c10d_store_host(etcd) is None and without_conf(etcd) == etcd

@@ -28,12 +28,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainium_job.exit_codes import DRIVER_EXIT_CODE
 from trainium_job.neuron_stack import NEURON_STACK, NeuronStack, version_tuple
 
 DRIVER_VERSION_FILE = "/sys/module/neuron/version"
 RUNTIME_PACKAGE = "aws-neuronx-runtime-lib"
 #: Exit code of a known-bad driver/runtime pair (EX_CONFIG of sysexits.h: a configuration error).
-MISMATCH_EXIT_CODE = 78
+MISMATCH_EXIT_CODE = DRIVER_EXIT_CODE
 
 
 def read_driver_version(path: str | Path = DRIVER_VERSION_FILE) -> str | None:

@@ -104,12 +104,6 @@ def pull_minutes(size_gb: float = TRAINING_IMAGE_GB) -> float:
     return size_gb / PULL_GB_PER_MINUTE
 
 
-#: neuron_parallel_compile of BERT-large phase 1 into an empty cache set (the Neuron BERT pretraining
-#: tutorial's figure, "about 15 minutes"); a cache set that holds the graphs takes none of it.
-PRECOMPILE_MINUTES: Final = 15
-#: The driver check and the fabric check before training (the fabric check's all-reduce: seconds;
-#: its rendezvous and torch-xla start-up: under a minute on the offline rehearsal's CPU stand-ins).
-CHECKS_MINUTES: Final = 1
 
 
 def review_lines(*, context_bytes: int) -> list[str]:

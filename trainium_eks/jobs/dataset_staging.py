@@ -11,8 +11,11 @@ The shards are gathered in a temporary directory, given a manifest (``training.d
 counts, shapes, SHA-256; the trainer takes a directory only with one), and renamed into the
 dataset directory as a whole. Idempotent: a marker file (``<data_dir>/.staged``) is written last;
 a job that finds it exits at once, so a re-deploy or a second job on the same dataset downloads
-nothing. A failed download leaves no marker, and the Job's retries start over in a fresh
-temporary directory (replacing whatever an interrupted attempt left).
+nothing. A failed download leaves no marker; the pod's program
+(:mod:`trainium_job.dataset_runner`) tries again in a fresh temporary directory (replacing
+whatever an interrupted attempt left), and after its last attempt writes the shard set's failed
+marker (``JobPaths.dataset_failed``) naming this Job and why: the job's submitter and the training
+pods waiting for these shards end at once with that reason.
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ from typing import Any
 
 from constructs import Construct, IConstruct
 
+from trainium_job.dataset_runner import JOB_NAME_ENV, DatasetRun
+from trainium_job.dataset_runner import MODULE as RUNNER
 from trainium_job.entry_points import IMPORT_NEURON
 from trainium_job.errors import ConfigError
+from trainium_job.exit_codes import DEADLINE_EXIT_CODE
 from trainium_job.paths import DATA_MOUNT, SHARD_PATTERN, JobPaths
 from trainium_job.security import pod_security_context
+from trainium_job.submission import JOB_NAME_LABEL
+from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
 from .dataset_job import (
@@ -77,6 +85,24 @@ PUBLIC_BERT_VOCAB = (
 NEURON_PHASE1_CHECKPOINT = (
     "s3://neuron-s3/training_checkpoints/pytorch/dp_bert_large_hf_pretrain/ckpt_28125.pt"
 )
+#: Bytes of each public source synth knows, for the review's staging time and the deadlines derived
+#: from it (``trainium_eks.jobs.staging_eta``; ``make doctor`` reads the real ``ContentLength``
+#: with an unsigned HeadObject, as staging reads the objects, and warns when it is larger):
+#:
+#: * the seq-128 tar: "BERT phase1 pretraining uses a 50+ GB WikiCorpus dataset"
+#:   (aws-neuron/aws-neuron-eks-samples ``dp_bert_hf_pretrain/README.md`` L389 at cecff9e; the
+#:   only published figure, taken as its 50 GB);
+#: * the seq-512 tar: no published size. Taken as the seq-128 tar's: the same corpus at 4 times the
+#:   tokens per sample (512 against 128 ``int32`` ids, 80 against 20 predictions) and about a
+#:   quarter of the samples;
+#: * Neuron's phase-1 checkpoint: no published size. A ``torch.save`` of the model, its AdamW state
+#:   and the scheduler (aws-neuron-samples ``dp_bert_large_hf_pretrain_hdf5.py`` L582-593 at
+#:   2015d650): 336,226,108 float32 parameters and two float32 moments each, 12 bytes a parameter.
+PUBLIC_SOURCE_BYTES = {
+    PUBLIC_BERT_SHARDS: 50 * 10**9,
+    PUBLIC_BERT_SHARDS_512: 50 * 10**9,
+    NEURON_PHASE1_CHECKPOINT: 336_226_108 * 12,
+}
 #: The vocabulary's file name, beside the shards (the name ``BertTokenizer`` reads).
 VOCAB_NAME = "vocab.txt"
 #: Where the staging job puts an imported start checkpoint: ``/data/checkpoints/<name>``.
@@ -184,14 +210,21 @@ def start_lines(source: str, *, model: str) -> list[str]:
             "fi",
         ]
     done = shlex.quote(f"{dest}/.imported")
-    file = shlex.quote(posixpath.basename(source))
+    # Kept on FSx beside the import, with its digest once whole: a retry after a failed import
+    # reads it again instead of downloading the file again (4 GB for Neuron's).
+    download = shlex.quote(f"{dest}.download/{posixpath.basename(source)}")
+    digest = shlex.quote(f"{dest}.download/{posixpath.basename(source)}.sha256")
     return [
         f"if [ ! -f {done} ]; then",
-        f'  if ! aws s3 cp --no-sign-request --only-show-errors {shlex.quote(source)} "$tmp/"{file}; then',
-        f"    echo 'phase2_init_from {source}: could not download it' >&2; exit 1",
+        f"  mkdir -p {shlex.quote(dest + '.download')}",
+        f"  if [ ! -f {digest} ] || ! sha256sum --check --status {digest}; then",
+        f"    if ! aws s3 cp --no-sign-request --only-show-errors {shlex.quote(source)} {download}; then",
+        f"      echo 'phase2_init_from {source}: could not download it' >&2; exit 1",
+        "    fi",
+        f"    sha256sum {download} > {digest}",
         "  fi",
-        f'  python -m {IMPORT_NEURON} "$tmp/"{file} {shlex.quote(dest)} --model {shlex.quote(model)}',
-        f'  rm -f "$tmp/"{file}; touch {done}',
+        f"  python -m {IMPORT_NEURON} {download} {shlex.quote(dest)} --model {shlex.quote(model)}",
+        f"  rm -rf {shlex.quote(dest + '.download')}; touch {done}",
         "fi",
     ]
 
@@ -282,6 +315,50 @@ def _shard_lines(source: str, paths: JobPaths) -> list[str]:
     ]
 
 
+#: Tries of the staging script in one pod (:mod:`trainium_job.dataset_runner`), and seconds between.
+STAGING_ATTEMPTS = 3
+STAGING_BACKOFF_S = 60
+#: Pods the Job retries after a pod-level failure (an eviction, a node lost): the program's own
+#: attempts cover the download's failures, and its give-up is final (the failure policy below).
+STAGING_POD_RETRIES = 2
+
+
+def staging_run(
+    source: str,
+    paths: JobPaths,
+    *,
+    vocab: str = "",
+    start: str = "",
+    model: str = "large",
+    waits: Sequence[Wait] = (),
+) -> DatasetRun:
+    """What the staging container's program runs: ``waits`` first, then the staging script."""
+    return DatasetRun(
+        command=("bash", "-c", staging_script(source, paths, vocab=vocab, start=start, model=model)),
+        failed=paths.dataset_failed,
+        waits=tuple(waits),
+        attempts=STAGING_ATTEMPTS,
+        backoff_s=STAGING_BACKOFF_S,
+    )
+
+
+def dataset_job_env() -> list[dict[str, Any]]:
+    """The Job's name (``trainium_job.dataset_runner.JOB_NAME_ENV``), from the pod's label."""
+    return [
+        {
+            "name": JOB_NAME_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}},
+        }
+    ]
+
+
+def final_failure_policy() -> dict[str, Any]:
+    """The program's give-up (``DEADLINE_EXIT_CODE``) fails the Job: no pod retries it."""
+    return {
+        "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [DEADLINE_EXIT_CODE]}}]
+    }
+
+
 def staging_job(
     *,
     name: str,
@@ -295,9 +372,18 @@ def staging_job(
     start: str = "",
     model: str = "large",
     on_dataset_node: bool = False,
+    waits: Sequence[Wait] = (),
 ) -> dict[str, Any]:
     """The batch/v1 Job. It runs on a Trainium node, which pulls the training image anyway, or
-    with ``on_dataset_node`` on the small node Karpenter launches for it."""
+    with ``on_dataset_node`` on the small node Karpenter launches for it; ``waits`` first."""
+    run = staging_run(source, paths, vocab=vocab, start=start, model=model, waits=waits)
+    container = dataset_container(
+        name="stage",
+        image=image,
+        command=["python", "-m", RUNNER, run.dumps()],
+        resources=copy.deepcopy(STAGING_RESOURCES),
+    )
+    container["env"] = [*container["env"], *dataset_job_env()]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -307,24 +393,14 @@ def staging_job(
             "labels": {"app.kubernetes.io/name": "dataset-staging"},
         },
         "spec": {
-            "backoffLimit": 3,
+            "backoffLimit": STAGING_POD_RETRIES,
+            "podFailurePolicy": final_failure_policy(),
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "dataset-staging"}},
                 "spec": {
                     **pod_identity(service_account),
                     **(dataset_node_placement() if on_dataset_node else trainium_placement()),
-                    "containers": [
-                        dataset_container(
-                            name="stage",
-                            image=image,
-                            command=[
-                                "bash",
-                                "-c",
-                                staging_script(source, paths, vocab=vocab, start=start, model=model),
-                            ],
-                            resources=copy.deepcopy(STAGING_RESOURCES),
-                        )
-                    ],
+                    "containers": [container],
                     "securityContext": pod_security_context(),
                     "volumes": dataset_volumes(claim_name),
                 },
@@ -337,7 +413,7 @@ class DatasetStaging(DatasetJob):
     """Applies the staging Job (see :class:`~trainium_eks.jobs.dataset_job.DatasetJob` for the props it
     shares with :class:`~trainium_eks.jobs.dataset_preparation.DatasetPreparation`).
 
-    Attributes: job_name, manifest, job (the Job as a dict).
+    Attributes: job_name, manifest, job (the Job as a dict), paths (the shard set's).
     """
 
     def __init__(
@@ -357,6 +433,7 @@ class DatasetStaging(DatasetJob):
         start: str = "",
         model: str = "large",
         on_dataset_node: bool = False,
+        waits: Sequence[Wait] = (),
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -370,11 +447,14 @@ class DatasetStaging(DatasetJob):
             on_dataset_node: run on the ``dataset`` NodePool's small node
                 (``trainium_capacity=karpenter``: :class:`~trainium_eks.nodes.node_pool.TrainiumNodePool`),
                 not on a Trainium node. Default False.
+            waits: what must be there before it stages (phase 2's staging waits for phase 1's
+                shards), each bounded. Default ``()``.
 
         The other props: :class:`~trainium_eks.jobs.dataset_job.DatasetJobProps`.
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
+        self.paths = paths
         check_source(source)
         check_vocab_source("vocab_source", vocab)
         if start:
@@ -393,6 +473,7 @@ class DatasetStaging(DatasetJob):
                 claim_name=claim_name,
                 service_account=service_account,
                 on_dataset_node=on_dataset_node,
+                waits=waits,
             ),
             draft_name="stage",
             cluster=cluster,

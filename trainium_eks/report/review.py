@@ -13,7 +13,9 @@ from ..cluster.eks_cluster import SYSTEM_ROOT_VOLUME_GIB
 from ..compatibility import label as component_label
 from ..compatibility import not_compatible
 from ..config import PlatformConfig, unverified_addons
-from ..images.image_build import BUILD_MINUTES_ESTIMATE, CHECKS_MINUTES, PRECOMPILE_MINUTES, pull_minutes
+from trainium_job.estimates import CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
+
+from ..images.image_build import BUILD_MINUTES_ESTIMATE, pull_minutes
 from ..images.image_build import review_lines as image_review_lines
 from ..images.training_image import build_context, context_bytes
 from ..jobs.node_fit import node_fit
@@ -347,15 +349,6 @@ def stop_warning(c: PlatformConfig) -> str | None:
     return f"{problem}; {fix}"
 
 
-#: Published BERT-large phase-1 throughput per node (sequences/s): Neuron 2.28, trn1.32xlarge,
-#: BF16, AdamW, global batch 16,384 (Neuron performance page). Other types: not published.
-PUBLISHED_SEQ_PER_S_PER_NODE = {"trn1.32xlarge": 3826.6}
-#: Tokens per sequence of :data:`PUBLISHED_SEQ_PER_S_PER_NODE` (phase 1).
-PUBLISHED_SEQ_LEN = 128
-#: What the reference's 2-node EKS walkthrough logged.
-WALKTHROUGH_SEQ_PER_S_2_NODES = 6450.0
-
-
 def training_review(c: PlatformConfig) -> list[str]:
     """Review lines for ``cdk synth``: workers, each phase's batch, steps, time and cost, and
     where the model lands."""
@@ -425,28 +418,18 @@ def phase_shape(job: BertJobSpec) -> tuple[int, int]:
 
 
 def estimate_lines(c: PlatformConfig, sequences: int, seq_len: int) -> list[str]:
-    """Hours and on-demand cost of ``sequences`` at the published rates, which are for sequences
-    of :data:`PUBLISHED_SEQ_LEN` tokens: a longer sequence is counted at the same tokens per
-    second (attention grows faster than that, so the figure is a lower bound on the time)."""
+    """Hours and on-demand cost of ``sequences`` at the published rates
+    (:func:`trainium_job.estimates.rates`)."""
     facts = c.facts
-    per_node = PUBLISHED_SEQ_PER_S_PER_NODE.get(facts.name)
     price = facts.on_demand_usd_per_hour
-    scale = PUBLISHED_SEQ_LEN / seq_len
-    estimates = []
-    if per_node is not None:
-        estimates.append((f"published {per_node:,.1f} seq/s/node", per_node * c.desired_nodes))
-        if facts.name == "trn1.32xlarge" and c.desired_nodes == 2:
-            estimates.append(("walkthrough's 2-node EKS run", WALKTHROUGH_SEQ_PER_S_2_NODES))
-    if not estimates:
+    found = rates(facts.name, c.desired_nodes, seq_len)
+    if not found:
         return [f"  estimate:     no published throughput for {facts.name}"]
     lines = []
-    for label, rate in estimates:
-        rate *= scale
-        if scale != 1:
-            label += f", at its tokens/s for {seq_len} tokens: a lower bound on the time"
-        hours = sequences / rate / 3600
+    for rate in found:
+        hours = sequences / rate.seq_per_s / 3600
         cost = f", ${hours * price * c.desired_nodes:,.0f} on demand" if price is not None else ""
-        lines.append(f"  estimate:     {rate:,.0f} seq/s ({label}): {hours:,.1f} h{cost}")
+        lines.append(f"  estimate:     {rate.seq_per_s:,.0f} seq/s ({rate.label}): {hours:,.1f} h{cost}")
     return lines
 
 

@@ -21,6 +21,7 @@ from trainium_eks.report.review import (
 )
 from trainium_eks.storage.fsx import PERSISTENT_2_THROUGHPUT_TIERS
 from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
+from trainium_job import estimates
 
 KARPENTER = {"trainium_capacity": "karpenter"}
 NODEGROUP = {"trainium_capacity": "nodegroup"}
@@ -226,8 +227,8 @@ def test_given_an_existing_vpc_when_reviewed_then_no_nat_is_counted_and_the_line
             + NODE_LAUNCH_MINUTES
             + image_build.pull_minutes()
             + TRN1_32XL_HEALTH_CHECK_MINUTES
-            + image_build.CHECKS_MINUTES
-            + image_build.PRECOMPILE_MINUTES,
+            + estimates.CHECKS_MINUTES
+            + estimates.PRECOMPILE_MINUTES,
         ),
         (
             KARPENTER,
@@ -235,16 +236,16 @@ def test_given_an_existing_vpc_when_reviewed_then_no_nat_is_counted_and_the_line
             NODE_LAUNCH_MINUTES
             + image_build.pull_minutes()
             + TRN1_32XL_HEALTH_CHECK_MINUTES
-            + image_build.CHECKS_MINUTES
-            + image_build.PRECOMPILE_MINUTES,
+            + estimates.CHECKS_MINUTES
+            + estimates.PRECOMPILE_MINUTES,
         ),
         (
             {**KARPENTER, "trainium_health_check": "false"},
             "job submitted -> first step",
             NODE_LAUNCH_MINUTES
             + image_build.pull_minutes()
-            + image_build.CHECKS_MINUTES
-            + image_build.PRECOMPILE_MINUTES,
+            + estimates.CHECKS_MINUTES
+            + estimates.PRECOMPILE_MINUTES,
         ),
     ],
 )
@@ -257,7 +258,7 @@ def test_given_either_capacity_mode_when_reviewed_then_one_start_line_sums_the_p
     assert start[0].startswith(f"  start:        {begins} ~{minutes:.0f} min: ")
     assert f"~{NODE_LAUNCH_MINUTES} min node launch and join" in start[0]
     assert f"~{image_build.pull_minutes():.0f} min image pull" in start[0]
-    assert f"~{image_build.PRECOMPILE_MINUTES} min precompile into an empty cache set" in start[0]
+    assert f"~{estimates.PRECOMPILE_MINUTES} min precompile into an empty cache set" in start[0]
     assert "aws/containers-roadmap#1227" in start[-1] and "Neuron BERT pretraining tutorial" in start[-1]
     # The deep check holds a new node until it passes (with it on): its estimate is a phase too.
     checked = context.get("trainium_health_check") != "false"
@@ -271,7 +272,7 @@ def test_given_karpenter_when_reviewed_then_the_start_line_says_what_the_first_j
         NODE_LAUNCH_MINUTES
         + image_build.pull_minutes()
         + TRN1_32XL_HEALTH_CHECK_MINUTES
-        + image_build.CHECKS_MINUTES
+        + estimates.CHECKS_MINUTES
     )
     assert f"~{warm:.0f} min once the cache on FSx holds the graphs" in start[0]
     assert (

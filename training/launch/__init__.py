@@ -1,0 +1,1 @@
+"""Programs that start a training job on the cluster (the tools image runs them)."""
