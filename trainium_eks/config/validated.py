@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .field_docs import with_field_docs
 from .job_checks import resolve_switches
 from .platform_checks import validate
 from .schema import PlatformSettings
@@ -21,3 +22,7 @@ class PlatformConfig(PlatformSettings):
         # Resolve, then check: switches given as "true"/"false" become booleans first.
         object.__setattr__(self, "training", resolve_switches(self.training))
         validate(self)
+
+
+# help(PlatformConfig) lists the fields as PlatformSettings declares and documents them.
+PlatformConfig.__doc__ = with_field_docs(PlatformConfig, fields_of=PlatformSettings)
