@@ -229,6 +229,18 @@ def k8s_manifests(template: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, 
             yield logical_id, obj
 
 
+def submitted_jobs(template: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Volcano Jobs the stack's submitters create, each from a ConfigMap's ``job.json``
+    (trainium_eks.jobs.job_submission): the training jobs, which the stack does not apply itself."""
+    from trainium_job.submission import MANIFEST_KEY
+
+    return [
+        json.loads(obj["data"][MANIFEST_KEY])
+        for _, obj in k8s_manifests(template)
+        if obj["kind"] == "ConfigMap" and MANIFEST_KEY in obj.get("data", {})
+    ]
+
+
 def helm_charts(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Logical id -> properties of every Helm release, ``Values`` parsed from JSON."""
     charts = {}

@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct, IConstruct
 
-from trainium_job.job import FabricHeal
+from trainium_job.job import SERVICE_ACCOUNT, FabricHeal
+from trainium_job.pod_program.description import Budget
+from trainium_job.pod_program.spend import SPEND_DIR
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
+from trainium_job.waits import Wait
+from trainium_job.worker import DATA_ALREADY_STAGED_S
 
 from .arguments import AnyCluster, check_stack_region, require_cluster
 from .config import PlatformConfig
@@ -30,6 +34,13 @@ from .jobs.training_job import BertPretrainingJob, add_job_outputs
 from .monitoring.exporters import TrainingExporters
 from .nag import suppress_workload_findings
 from .nodes.health_checks import NodeHealthCheck
+from .report.job_estimate import (
+    Deadline,
+    first_data_deadline,
+    job_ceiling,
+    node_start_minutes,
+    phase2_data_deadline,
+)
 from .storage.fsx_csi import CLAIM_NAME
 
 
@@ -122,29 +133,32 @@ class TrainingWorkload(Construct):
         claim_ready = list(target.claim_dependencies)
         self.images = TrainingImages(self, "TrainingImages", repository=target.repository)
         builds = list(self.images.builds)
-        self.job = _pretraining_job(
-            self,
-            target=target,
-            config=config,
-            image=self.images.training_image,
-            image_key=self.images.training_tag,
-            depends_on=[*target.queue_dependencies, *claim_ready, *builds],
-        )
-        if config.training.rdzv_backend != "c10d":
-            for server in target.etcd_dependencies:
-                self.job.manifest.node.add_dependency(server)
         dataset: DatasetJobProps = {
             "cluster": cluster,
             "namespace": target.namespace,
             "image": self.images.training_image,
             "image_key": self.images.training_tag,
-            "paths": self.job.paths,
+            "paths": config.phase_jobs[0].paths,
             "claim_name": target.claim_name,
-            "service_account": self.job.service_account,
-            "depends_on": [*claim_ready, self.job.service_account_manifest, *builds],
+            "service_account": SERVICE_ACCOUNT,
+            "depends_on": [*claim_ready, *builds],
         }
         self.staging: DatasetStaging | DatasetPreparation
         self._stage_datasets(config, dataset)
+        self.job = _pretraining_job(
+            self,
+            target=target,
+            config=config,
+            images=self.images,
+            waits=_job_waits(config, self.staging, self.phase2_staging),
+            depends_on=[*target.queue_dependencies, *claim_ready, *builds],
+        )
+        for staging in (self.staging, self.phase2_staging):
+            if staging is not None:
+                staging.manifest.node.add_dependency(self.job.service_account_manifest)
+        if config.training.rdzv_backend != "c10d":
+            for server in target.etcd_dependencies:
+                self.job.manifest.node.add_dependency(server)
         self.tensorboard = TensorBoard(
             self,
             "TensorBoard",
@@ -184,7 +198,10 @@ class TrainingWorkload(Construct):
 
     def _stage_datasets(self, config: PlatformConfig, dataset: DatasetJobProps) -> None:
         """The first phase's shards (staged, or prepared from a corpus) and phase 2's, each a Job
-        of its own with ``dataset``'s props; sets :attr:`staging` and :attr:`phase2_staging`."""
+        of its own with ``dataset``'s props; sets :attr:`staging` and :attr:`phase2_staging`.
+        Phase 2's staging waits for phase 1's shards, so that the two never share the file
+        system's throughput: it runs during phase 1's training."""
+        on_dataset_node = config.trainium_capacity == "karpenter"
         if config.preparation_enabled:
             self.staging = DatasetPreparation(
                 self,
@@ -198,9 +215,6 @@ class TrainingWorkload(Construct):
                 facts=config.facts,
                 nodes=config.desired_nodes,
             )
-            # Applied first, its pods take their CPUs before the training gang (which waits for
-            # the marker anyway) holds whole nodes.
-            self.job.manifest.node.add_dependency(self.staging.manifest)
         elif config.training_phases != "2":
             self.staging = DatasetStaging(
                 self,
@@ -208,11 +222,13 @@ class TrainingWorkload(Construct):
                 **dataset,
                 source=config.training_dataset_source,
                 vocab=config.vocab_source,
-                on_dataset_node=config.trainium_capacity == "karpenter",
+                on_dataset_node=on_dataset_node,
             )
         self.phase2_staging = None
         if config.training_phases != "1":
-            # Its own Job: phase 2's shards (and its start, alone) while phase 1 trains.
+            after = (
+                () if config.training_phases == "2" else (_staged(self.staging, first_data_deadline(config)),)
+            )
             phase2_dataset: DatasetJobProps = {**dataset, "paths": config.phase2_job.paths}
             self.phase2_staging = DatasetStaging(
                 self,
@@ -222,10 +238,51 @@ class TrainingWorkload(Construct):
                 vocab="" if config.preparation_enabled else config.vocab_source,
                 start=config.phase2_init_from if config.training_phases == "2" else "",
                 model=config.training.model,
-                on_dataset_node=config.trainium_capacity == "karpenter",
+                on_dataset_node=on_dataset_node,
+                waits=after,
             )
             if config.training_phases == "2":
                 self.staging = self.phase2_staging
+
+
+@dataclass(frozen=True)
+class JobWaits:
+    """What the job waits for: its submitter, before it asks for nodes; its pods, per phase."""
+
+    submitter: tuple[Wait, ...]
+    phases: tuple[tuple[Wait, ...] | None, ...]
+
+
+def _staged(staging: DatasetStaging | DatasetPreparation, deadline: Deadline, what: str = "") -> Wait:
+    """The wait for ``staging``'s shard set: its marker, or its failed marker (a staging Job's)."""
+    paths = staging.paths
+    failed = isinstance(staging, DatasetStaging)
+    return Wait(
+        what=what or f"the shards of {paths.data_dir}",
+        ready=paths.dataset_marker,
+        deadline_s=deadline.seconds,
+        why=deadline.why,
+        failed=paths.dataset_failed if failed else None,
+        failed_by=staging.job_name if failed else None,
+    )
+
+
+def _job_waits(
+    config: PlatformConfig,
+    staging: DatasetStaging | DatasetPreparation,
+    phase2_staging: DatasetStaging | None,
+) -> JobWaits:
+    """The submitter waits for the first phase's shards (staged and verified; for phase 2 alone,
+    its start imported too); the pods then find them there, and with both phases wait for phase
+    2's shards, which their staging brings during phase 1."""
+    first = _staged(staging, first_data_deadline(config), "the first phase's shards")
+    there = Deadline(DATA_ALREADY_STAGED_S, "the job is submitted once its shards are staged")
+    pods: list[tuple[Wait, ...] | None] = [(_staged(staging, there, "phase 1's dataset"),)]
+    if config.training_phases == "2":
+        pods = [(_staged(staging, there, "phase 2's dataset and start"),)]
+    elif phase2_staging is not None:
+        pods.append((_staged(phase2_staging, phase2_data_deadline(config), "phase 2's dataset"),))
+    return JobWaits(submitter=(first,), phases=tuple(pods))
 
 
 def _pretraining_job(
@@ -233,8 +290,8 @@ def _pretraining_job(
     *,
     target: WorkloadTarget,
     config: PlatformConfig,
-    image: str,
-    image_key: str,
+    images: TrainingImages,
+    waits: JobWaits,
     depends_on: Sequence[IConstruct],
 ) -> BertPretrainingJob:
     """The one place where the job settings become the job construct's arguments."""
@@ -245,8 +302,8 @@ def _pretraining_job(
         facts=config.facts,
         nodes=config.desired_nodes,
         max_nodes=config.max_nodes,
-        image=image,
-        image_key=image_key,
+        image=images.training_image,
+        image_key=images.training_tag,
         namespace=target.namespace,
         claim_name=target.claim_name,
         queue=target.queue_name,
@@ -257,7 +314,25 @@ def _pretraining_job(
         gang_wait_minutes=config.gang_wait_minutes,
         health_gate=config.trainium_health_check and config.trainium_capacity == "nodegroup",
         fabric_heal=_fabric_heal(config),
+        phase_waits=waits.phases,
+        budget=_budget(config),
+        submit_image=images.tensorboard_image,
+        submit_waits=waits.submitter,
         depends_on=depends_on,
+    )
+
+
+def _budget(config: PlatformConfig) -> Budget | None:
+    """The pods' spend ceiling (none without a price or a derivable default)."""
+    ceiling = job_ceiling(config)
+    price = config.facts.on_demand_usd_per_hour
+    if ceiling.usd is None or price is None:
+        return None
+    return Budget(
+        usd=float(ceiling.usd),
+        usd_per_node_hour=price,
+        spend_dir=f"{config.phase_jobs[0].paths.output_dir}/{SPEND_DIR}",
+        node_start_s=int(node_start_minutes(config) * 60),
     )
 
 

@@ -52,7 +52,10 @@ def rates(instance_type: str, nodes: int, seq_len: int) -> list[Rate]:
     if instance_type == "trn1.32xlarge" and nodes == 2:
         found.append(Rate("walkthrough's 2-node EKS run", WALKTHROUGH_SEQ_PER_S_2_NODES * scale))
     if scale != 1:
-        found = [Rate(f"{r.label}, at its tokens/s for {seq_len} tokens: a lower bound on the time", r.seq_per_s) for r in found]
+        found = [
+            Rate(f"{r.label}, at its tokens/s for {seq_len} tokens: a lower bound on the time", r.seq_per_s)
+            for r in found
+        ]
     return found
 
 
@@ -64,7 +67,9 @@ class PhaseWork:
     seq_len: int
 
 
-def job_hours(instance_type: str, nodes: int, phases: Sequence[PhaseWork], *, start_minutes: float) -> float | None:
+def job_hours(
+    instance_type: str, nodes: int, phases: Sequence[PhaseWork], *, start_minutes: float
+) -> float | None:
     """Hours the job's nodes run: each phase at the slowest published rate, its precompile, and
     ``start_minutes`` once (the nodes' launch, image pull and checks); None without a rate."""
     hours = start_minutes / 60

@@ -148,17 +148,10 @@ def job_description(
         budget=budget,
         grace_s=grace_s,
         metrics_port=PROGRAM_METRICS_PORT,
-        start_bound_s=start_bound_s(described[0]),
+        checks_s=CHECKS_S,
     )
     d.check(description)
     return description
-
-
-def start_bound_s(first: d.Phase) -> int:
-    """Seconds a pod may take from its start to training: the first phase's waits and precompile
-    at their deadlines, and :data:`CHECKS_S` for the driver and fabric checks."""
-    waits = sum(w.deadline_s for w in first.waits)
-    return waits + (first.precompile.deadline_s if first.precompile else 0) + CHECKS_S
 
 
 def container_command(description: d.JobDescription) -> list[str]:

@@ -18,6 +18,7 @@ from tests.support import (
     k8s_manifests,
     make_cdk,
     resources,
+    submitted_jobs,
     synth_platform,
     synth_training,
 )
@@ -100,11 +101,7 @@ def test_given_a_workload_only_change_then_the_platform_template_is_unchanged(co
 
 def test_given_a_job_change_then_the_training_stack_gets_a_new_job():
     def job_names(template: dict[str, Any]) -> set[str]:
-        return {
-            obj["metadata"]["name"]
-            for _, obj in k8s_manifests(template)
-            if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh")
-        }
+        return {job["metadata"]["name"] for job in submitted_jobs(template)}
 
     (before,) = job_names(synth_training())
     (after,) = job_names(synth_training(training_max_steps="5000"))

@@ -69,7 +69,8 @@ def test_given_the_default_job_then_every_wait_is_bounded_and_the_start_bound_ad
     (wait,) = phase.waits
     assert wait.ready == "/data/datasets/bert-wikicorpus-seq128/.staged" and wait.deadline_s > 0
     assert phase.precompile is not None
-    assert job.start_bound_s >= wait.deadline_s + phase.precompile.deadline_s
+    assert job.bound_s(phase) == wait.deadline_s + phase.precompile.deadline_s + job.checks_s
+    assert job.checks_s > 0
 
 
 def test_given_two_phases_then_each_has_its_own_rendezvous_id_batch_cache_and_phase_2_its_start():

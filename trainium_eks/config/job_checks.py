@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import NoReturn, TypeVar
 
 from trainium_job import checks
 from trainium_job.errors import ConfigError
+from trainium_job.estimates import precompile_usd
+from trainium_job.instances import instance_facts
 from trainium_job.job import check_rendezvous, script_args
 from trainium_job.plan import TrainingPlan
 from trainium_job.spec import CONTEXT_PREFIX, JOB_SET_FLAGS, BertJobSpec, context_key
@@ -69,11 +72,40 @@ def validate_training(c: PlatformSettings) -> None:
                 own = flag.removeprefix(CONTEXT_PREFIX)
                 raise ConfigError(flag, getattr(spec, own, spec.extra_args), why)
             raise ConfigError(context_key("script_args"), {flag: spec.extra_args[flag]}, why)
+    check_spend_keys(c)
     validate_preparation_config(c)
     check_node_fit(c)
     if c.training_enabled:
         check_sequence_shape(c)
     validate_phases(c)
+
+
+def check_spend_keys(c: PlatformSettings) -> None:
+    """``training_budget_usd``: a whole number of dollars that buys at least one precompile on the
+    job's nodes, for a type with a list price; ``training_data_deadline_minutes``: at least 1."""
+    if c.training_data_deadline_minutes is not None:
+        checks.whole_number("training_data_deadline_minutes", c.training_data_deadline_minutes, minimum=1)
+    budget = c.training_budget_usd
+    if budget is None:
+        return
+    checks.whole_number("training_budget_usd", budget, minimum=1)
+    facts = instance_facts(c.instance_type)
+    price = facts.on_demand_usd_per_hour
+    if price is None:
+        raise ConfigError(
+            "training_budget_usd",
+            budget,
+            f"{facts.name} has no list price in the facts table (trainium_job/instances.py): a ceiling "
+            "cannot be counted; leave it unset",
+        )
+    least = precompile_usd(nodes=c.desired_nodes, usd_per_node_hour=price)
+    if budget < least:
+        raise ConfigError(
+            "training_budget_usd",
+            budget,
+            f"at least {math.ceil(least)}: one precompile into an empty cache set on {c.desired_nodes} x "
+            f"{facts.name} costs ${least:,.2f}",
+        )
 
 
 def validate_phases(c: PlatformSettings) -> None:

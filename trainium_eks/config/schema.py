@@ -237,6 +237,19 @@ class PlatformSettings:
     """
     training_dataset_source: str = PUBLIC_BERT_SHARDS
     """Where the shards come from: s3://...tar, s3://prefix/ or fsx:/path (see dataset_staging)."""
+    training_budget_usd: int | None = None
+    """The job's spend ceiling in USD: its pods count the node-hours of every attempt at the list
+    price, and at the ceiling the job stops as at a SIGTERM (a checkpoint), exports the model of
+    the phase in flight and ends, releasing its nodes; raise it and redeploy to resume from that
+    checkpoint. Unset: the estimate at the slower published rate for all phases, times 1.5,
+    rounded up to $100 (the review's ``budget:`` line; none without a published rate). At least
+    one precompile's cost on the job's nodes.
+    """
+    training_data_deadline_minutes: int | None = None
+    """Minutes the job waits for its first phase's shards (and an imported start) to be staged
+    before it gives up without asking for a Trainium node. Unset: twice the staging estimate
+    (the review's ``staging:`` line; four hours for a source of unknown size).
+    """
     training_phases: str = "both"
     """The pretraining phases the job runs, in order, in the same pods (:data:`PHASE_CHOICES`):
     "both" (phase 1 at sequence length 128, then phase 2 at 512 from phase 1's final

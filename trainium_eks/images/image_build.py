@@ -104,8 +104,6 @@ def pull_minutes(size_gb: float = TRAINING_IMAGE_GB) -> float:
     return size_gb / PULL_GB_PER_MINUTE
 
 
-
-
 def review_lines(*, context_bytes: int) -> list[str]:
     """The synth review's lines on the images."""
     return [

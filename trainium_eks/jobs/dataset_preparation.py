@@ -359,6 +359,7 @@ class DatasetPreparation(DatasetJob):
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
+        self.paths = paths
         args = dict(args or {})
         check_pods(pods, cpus_per_pod, facts, nodes)
         settings = {"corpus": corpus, "vocab": vocab, "pods": pods, "args": args, "data_dir": paths.data_dir}

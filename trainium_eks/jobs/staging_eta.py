@@ -71,7 +71,8 @@ class StagingEstimate:
         size = f"{(self.source_bytes or 0) / 1e9:,.0f} GB"
         start = f" + a {(self.start_bytes or 0) / 1e9:,.1f} GB start checkpoint" if self.start_bytes else ""
         node = f"~{self.node_minutes:.0f} min node start and image pull + " if self.node_minutes else ""
-        return f"{size}{start} at the file system's {rate}: {node}~{self.move_minutes:.0f} min moving it, ~{self.minutes:.0f} min"
+        moving = f"~{self.move_minutes:.0f} min moving it"
+        return f"{size}{start} at the file system's {rate}: {node}{moving} = ~{self.minutes:.0f} min"
 
 
 def fsx_bytes_per_s(storage_gib: int, mb_s_per_tib: int) -> float:
@@ -89,7 +90,7 @@ def staging_estimate(
     moved = None
     if not unknown:
         assert size is not None
-        total = SHARD_PASSES * size
+        total: float = SHARD_PASSES * size
         if start_size:
             total += START_PASSES * start_size + START_WEIGHTS_SHARE * start_size
         moved = total / bytes_per_s / 60

@@ -18,10 +18,13 @@ from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.paths import JobPaths
 from trainium_job.phases import TrainingPhases, as_phases
 from trainium_job.plan import plan_training
+from trainium_job.pod_program.description import Budget
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
+from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
+from .job_submission import JobSubmission
 
 __all__ = [
     "BertPretrainingJob",
@@ -81,8 +84,21 @@ class BertPretrainingJob(Construct):
             gate. Default False.
         fabric_heal: what the pre-training fabric check does to a node it names
             (:class:`trainium_job.job.FabricHeal`). Default None: nothing, the job aborts.
+        phase_waits: per phase, what its pods wait for before it trains, each bounded
+            (:class:`trainium_job.waits.Wait`). Default None: each phase's dataset marker, for
+            ``trainium_job.worker.DATA_ALREADY_STAGED_S``.
+        budget: the job's spend ceiling (:class:`trainium_job.pod_program.Budget`). Default
+            None: none.
+        submit_image: the tools image: the job is submitted by a batch Job on the system nodes
+            once ``submit_waits`` are over (:class:`~trainium_eks.jobs.job_submission.JobSubmission`),
+            so that no Trainium node is asked for before its data. Default None: the Volcano Job
+            is applied as it is, its pods waiting on their nodes.
+        submit_waits: what the submitter waits for, each bounded. Default ``()``.
         depends_on: constructs applied first (Volcano chart and queue, the claim). Default
             ``()``.
+
+    Attributes (also): submission (the :class:`JobSubmission`, or None), description (what
+    every pod runs, :class:`trainium_job.pod_program.JobDescription`).
     """
 
     def __init__(
@@ -107,6 +123,10 @@ class BertPretrainingJob(Construct):
         gang_wait_minutes: int | None = None,
         health_gate: bool = False,
         fabric_heal: FabricHeal | None = None,
+        phase_waits: Sequence[tuple[Wait, ...] | None] | None = None,
+        budget: Budget | None = None,
+        submit_image: str | None = None,
+        submit_waits: Sequence[Wait] = (),
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -142,11 +162,22 @@ class BertPretrainingJob(Construct):
             gang_wait_minutes=gang_wait_minutes,
             node_labels={HEALTH_LABEL: PASSED} if health_gate else None,
             fabric_heal=fabric_heal,
+            waits=phase_waits,
+            budget=budget,
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch
         self.job = rendered.manifest
-        self._apply(cluster, rendered, namespace=namespace, depends_on=depends_on)
+        self.description = rendered.description
+        self.submission: JobSubmission | None = None
+        self._apply(
+            cluster,
+            rendered,
+            namespace=namespace,
+            claim_name=claim_name,
+            submit=(submit_image, tuple(submit_waits)),
+            depends_on=depends_on,
+        )
 
     def _apply(
         self,
@@ -154,9 +185,12 @@ class BertPretrainingJob(Construct):
         rendered: RenderedJob,
         *,
         namespace: str,
+        claim_name: str,
+        submit: tuple[str | None, tuple[Wait, ...]],
         depends_on: Sequence[IConstruct],
     ) -> None:
-        """The service account, then the job (named after its digest), both after ``depends_on``."""
+        """The service account, then the job (its submitter, or the Volcano Job named after its
+        digest), both after ``depends_on``."""
         sa = eks.KubernetesManifest(
             self,
             "ServiceAccount",
@@ -172,17 +206,31 @@ class BertPretrainingJob(Construct):
                 }
             ],
         )
-        self.manifest = eks.KubernetesManifest(
-            self,
-            f"Job{rendered.digest}",
-            cluster=cluster,
-            manifest=[self.job],
-        )
-        self.manifest.node.add_dependency(sa)
         self.service_account_manifest = sa
         for dependency in depends_on:
             sa.node.add_dependency(dependency)
-            self.manifest.node.add_dependency(dependency)
+        image, waits = submit
+        if image is not None:
+            self.submission = JobSubmission(
+                self,
+                "Submission",
+                cluster=cluster,
+                namespace=namespace,
+                job_name=rendered.name,
+                digest=rendered.digest,
+                job=self.job,
+                image=image,
+                claim_name=claim_name,
+                waits=waits,
+                budget=rendered.description.budget,
+                depends_on=[sa, *depends_on],
+            )
+            self.manifest = self.submission.manifest
+            return
+        self.manifest = eks.KubernetesManifest(
+            self, f"Job{rendered.digest}", cluster=cluster, manifest=[self.job]
+        )
+        self.manifest.node.add_dependency(sa, *depends_on)
 
 
 def job_commands(*, job_name: str, namespace: str) -> dict[str, str]:

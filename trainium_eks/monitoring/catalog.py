@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainium_job.efa_counter_names import PORT_COUNTERS
+from trainium_job.pod_program.metrics import PROGRAM_METRICS
 from trainium_job.telemetry import TRAINING_METRICS
 
 from .karpenter_capacity import BUILD_INFO, NODECLAIMS_DISRUPTED
@@ -49,6 +50,10 @@ _TRAINING = Source(
     "training.trainer.pretrain --metrics_port (training/trainer/prom_metrics.py)",
     "trainium_job/telemetry.py TRAINING_METRICS",
 )
+_PROGRAM = Source(
+    "the training pods' program (python -m trainium_job.pod_program, its port 'program')",
+    "trainium_job/pod_program/metrics.py PROGRAM_METRICS",
+)
 _EFA = Source(
     "EFA exporter (training/node/efa_exporter.py)",
     "Linux drivers/infiniband/hw/efa/efa_verbs.c EFA_DEFINE_PORT_STATS (training/node/efa_counters.py)",
@@ -84,6 +89,7 @@ CATALOG: dict[str, Source] = {
     **dict.fromkeys(("kube_node_labels", "kube_node_status_condition", "kube_pod_info"), _KSM),
     "kube_node_spec_taint": _KSM_TAINT,
     **dict.fromkeys(TRAINING_METRICS, _TRAINING),
+    **dict.fromkeys(PROGRAM_METRICS, _PROGRAM),
     **dict.fromkeys((f"efa_{name}_total" for name in PORT_COUNTERS), _EFA),
     "efa_devices": _EFA,
     **dict.fromkeys(

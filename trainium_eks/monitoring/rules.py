@@ -42,6 +42,8 @@ EFA_SILENT_BYTES_PER_S = 1e6
 #: Karpenter tries an on-demand offering that failed for capacity again 3 minutes later (and counts
 #: again if it fails), so the alert stays on through a gang's wait and clears this long after it.
 CAPACITY_WINDOW_MINUTES = 15
+#: TrainingBudgetNearCeiling fires at this share of the job's spend ceiling (``training_budget_usd``).
+BUDGET_ALERT_SHARE = 0.8
 #: TrainingRestartingWithoutProgress: this many restarts within the window, and no newer checkpoint.
 RESTARTS_WITHOUT_PROGRESS = 3
 RESTART_WINDOW_HOURS = 2
@@ -120,6 +122,40 @@ def _restarting_without_progress() -> Alert:
         "cordon a node named for hangs or the fabric and delete the job's pods; preemptions in a row "
         "mean the capacity is going away; failures mean reading the log. vcctl job suspend stops the spending.",
     )
+
+
+def _program_alerts() -> list[Alert]:
+    """The alerts of the training pods' own program (trainium_job.pod_program.metrics): nodes held
+    without training past the bound the job's description derives, and the spend near its ceiling."""
+    held = "max by (training_job, node) (trainium_job_not_training_since_timestamp_seconds)"
+    bound = "max by (training_job, node) (trainium_job_start_bound_seconds)"
+    spend = "max by (training_job) (trainium_job_spend_usd)"
+    ceiling = "max by (training_job) (trainium_job_budget_usd)"
+    return [
+        Alert(
+            "TrainiumNodeHeldWithoutTraining",
+            f"(time() - {held}) > {bound}",
+            "5m",
+            "critical",
+            "A pod of job {{ $labels.training_job }} has held Trainium node {{ $labels.node }} without "
+            "training for longer than its bounded start",
+            "Every wait of the pod has a deadline (the review's staging lines) and ends the job when it "
+            "passes, so its own bound was not kept: kubectl logs of the pod says what it waits for "
+            "(its dataset, the precompile, the checks). Delete the job's submitter (kubectl delete job -n "
+            "training submit-<job>) to release the nodes; it is created again by the next deploy.",
+        ),
+        Alert(
+            "TrainingBudgetNearCeiling",
+            f"{spend} >= {BUDGET_ALERT_SHARE:g} * {ceiling}",
+            "0m",
+            "warning",
+            f"Job {{{{ $labels.training_job }}}} has spent {BUDGET_ALERT_SHARE:.0%} of its ceiling "
+            "(training_budget_usd)",
+            "At the ceiling the job checkpoints, exports the model of the phase in flight and ends. To go "
+            "on, raise training_budget_usd and redeploy the training stack: the job resumes from its "
+            "checkpoint. The review's estimate and budget lines say what a healthy run costs.",
+        ),
+    ]
 
 
 def _training_alerts(training_namespace: str, *, stall_minutes: int) -> list[Alert]:
@@ -233,6 +269,7 @@ def alerts(
     training_scrape = f"{training_job['namespace']}/{training_job['name']}"
     platform_alerts = [
         *_training_alerts(training_namespace, stall_minutes=stall_minutes),
+        *_program_alerts(),
         *_node_alerts(fsx_free_percent=fsx_free_percent),
         Alert(
             # The chart's TargetDown, less the training pods (their endpoint lives only while the

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainium_job.pod import APP_LABEL
+from trainium_job.pod_program.metrics import PROGRAM_METRICS_PORT, PROGRAM_METRICS_PORT_NAME
 from trainium_job.telemetry import JOB_LABEL, METRICS_PORT, METRICS_PORT_NAME
 
 from .names import NAMESPACE, RELEASE_LABEL, TRAINING_JOB_LABEL, node_relabeling
@@ -39,14 +40,18 @@ def pod_monitor(
     *,
     namespace: str,
     selector: dict[str, str],
-    endpoint: dict[str, Any],
+    endpoint: dict[str, Any] | list[dict[str, Any]],
     target_namespaces: list[str] | None = None,
     relabelings: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A PodMonitor of the pods matching ``selector`` (in ``namespace`` unless ``target_namespaces``)."""
+    """A PodMonitor of the pods matching ``selector`` (in ``namespace`` unless ``target_namespaces``),
+    scraping ``endpoint`` (one, or several ports of the same pods)."""
+    endpoints = endpoint if isinstance(endpoint, list) else [endpoint]
     spec: dict[str, Any] = {
         "selector": {"matchLabels": dict(selector)},
-        "podMetricsEndpoints": [{**endpoint, "relabelings": [node_relabeling(), *(relabelings or [])]}],
+        "podMetricsEndpoints": [
+            {**e, "relabelings": [node_relabeling(), *(relabelings or [])]} for e in endpoints
+        ],
     }
     if target_namespaces is not None:
         spec["namespaceSelector"] = {"matchNames": list(target_namespaces)}
@@ -59,13 +64,17 @@ def pod_monitor(
 
 
 def training_pod_monitor(training_namespace: str) -> dict[str, Any]:
-    """The training pods' metrics port, with the pod's job name as ``training_job``."""
+    """The training pods' metrics ports (the trainer's, the pod program's), with the pod's job name
+    as ``training_job``."""
     return pod_monitor(
         "bert-training",
         namespace=NAMESPACE,
         selector=APP_LABEL,
         target_namespaces=[training_namespace],
-        endpoint={"port": METRICS_PORT_NAME, "path": "/metrics"},
+        endpoint=[
+            {"port": METRICS_PORT_NAME, "path": "/metrics"},
+            {"port": PROGRAM_METRICS_PORT_NAME, "path": "/metrics"},
+        ],
         relabelings=[
             {"sourceLabels": [_meta_label(JOB_LABEL)], "targetLabel": TRAINING_JOB_LABEL, "action": "replace"}
         ],
@@ -73,7 +82,7 @@ def training_pod_monitor(training_namespace: str) -> dict[str, Any]:
 
 
 def training_ingress_policy(training_namespace: str) -> dict[str, Any]:
-    """Ingress of the training pods: from each other on any port, from monitoring on the metrics port."""
+    """Ingress of the training pods: from each other on any port, from monitoring on the metrics ports."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -87,7 +96,10 @@ def training_ingress_policy(training_namespace: str) -> dict[str, Any]:
                     "from": [
                         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}
                     ],
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                    "ports": [
+                        {"protocol": "TCP", "port": METRICS_PORT},
+                        {"protocol": "TCP", "port": PROGRAM_METRICS_PORT},
+                    ],
                 },
             ],
         },

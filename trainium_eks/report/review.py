@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainium_job.estimates import BUDGET_MARGIN, CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
 from trainium_job.spec import BertJobSpec
 from trainium_job.stop_budget import stop_problem
+from trainium_job.worker import CHECKS_S, PRECOMPILE_DEADLINE_S
 
-from .._training.trainer.cli import build_parser
 from ..addons.etcd import DEFAULT_VOLUME_GIB as ETCD_VOLUME_GIB
 from ..cluster.eks_cluster import SYSTEM_ROOT_VOLUME_GIB
 from ..compatibility import label as component_label
 from ..compatibility import not_compatible
 from ..config import PlatformConfig, unverified_addons
-from trainium_job.estimates import CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
-
 from ..images.image_build import BUILD_MINUTES_ESTIMATE, pull_minutes
 from ..images.image_build import review_lines as image_review_lines
 from ..images.training_image import build_context, context_bytes
 from ..jobs.node_fit import node_fit
+from ..monitoring.rules import BUDGET_ALERT_SHARE
 from ..monitoring.stack_values import retention_size_gib
 from ..nodes.gang_wait import (
     MIN_GANG_WAIT_MINUTES,
@@ -30,10 +30,15 @@ from ..nodes.node_pool import karpenter_warnings
 from ..storage.fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
 from ..versions import SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 from . import prices
-
-#: SCRATCH_2's fixed baseline throughput, MB/s per TiB (FSx for Lustre User Guide, "Deployment
-#: options": 200 MB/s/TiB).
-SCRATCH_2_MB_S_PER_TIB = 200
+from .job_estimate import (
+    SCRATCH_2_MB_S_PER_TIB,
+    first_data_deadline,
+    job_ceiling,
+    numbered_phases,
+    phase2_data_deadline,
+    phase_shape,
+    staging_estimates,
+)
 
 
 def platform_review(config: PlatformConfig) -> str:
@@ -365,10 +370,12 @@ def training_review(c: PlatformConfig) -> list[str]:
         f"  training:     BERT-{spec.model}, {plan.workers} workers ({c.desired_nodes} x {plan.nproc_per_node}), "
         f"{phases[c.training_phases]} (training_phases={c.training_phases}), rendezvous {spec.rdzv_backend}",
     ]
-    for number, job in _numbered_phases(c):
+    for number, job in numbered_phases(c):
         lines += phase_review(c, number, job)
     lines += image_review_lines(context_bytes=context_bytes(build_context()))
+    lines += staging_review(c)
     lines += start_review(c)
+    lines += budget_review(c)
     if c.preparation_enabled:
         lines.append(
             f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
@@ -376,12 +383,6 @@ def training_review(c: PlatformConfig) -> list[str]:
         )
     lines += model_review(c)
     return lines
-
-
-def _numbered_phases(c: PlatformConfig) -> list[tuple[int, BertJobSpec]]:
-    """(phase number, job) of each phase the job runs."""
-    numbers = {"both": (1, 2), "1": (1,), "2": (2,)}[c.training_phases]
-    return list(zip(numbers, c.phase_jobs, strict=True))
 
 
 def phase_review(c: PlatformConfig, number: int, job: BertJobSpec) -> list[str]:
@@ -407,16 +408,6 @@ def phase_review(c: PlatformConfig, number: int, job: BertJobSpec) -> list[str]:
     return lines + estimate_lines(c, sequences, seq_len)
 
 
-def phase_shape(job: BertJobSpec) -> tuple[int, int]:
-    """(--seq_len, --max_pred_len) the phase's trainer reads: its flags, else the script's defaults."""
-    parser = build_parser()
-    extra = job.extra_args
-    return (
-        int(extra.get("seq_len", parser.get_default("seq_len"))),
-        int(extra.get("max_pred_len", parser.get_default("max_pred_len"))),
-    )
-
-
 def estimate_lines(c: PlatformConfig, sequences: int, seq_len: int) -> list[str]:
     """Hours and on-demand cost of ``sequences`` at the published rates
     (:func:`trainium_job.estimates.rates`)."""
@@ -437,7 +428,7 @@ def model_review(c: PlatformConfig) -> list[str]:
     """Where each phase's Hugging Face model lands on FSx, and in S3 with ``fsx_s3_export_uri``."""
     if not c.vocab_source and not c.preparation_enabled:
         return ["  model:        not exported (vocab_source is empty): checkpoints only, in /data/runs/<run>"]
-    runs = [job.run_name for _, job in _numbered_phases(c)]
+    runs = [job.run_name for _, job in numbered_phases(c)]
     where = ", ".join(f"/data/runs/{run}/model" for run in runs)
     lines = [f"  model:        Hugging Face folder after each phase: {where}"]
     if c.fsx_s3_export_uri:
@@ -488,5 +479,59 @@ def start_review(c: PlatformConfig) -> list[str]:
         f"estimate, no published trn1 figure (Karpenter gives up on a node after {MIN_GANG_WAIT_MINUTES} min); "
         "build and pull: the image lines; "
         + ("node health check: estimate, not measured on hardware; " if c.trainium_health_check else "")
-        + "precompile: Neuron BERT pretraining tutorial; dataset staging not counted",
+        + "precompile: Neuron BERT pretraining tutorial; dataset staging: the staging lines",
+    ]
+
+
+def staging_review(c: PlatformConfig) -> list[str]:
+    """The ``staging:`` lines: each staging Job's size and time, the waits bounded by them, and
+    the Trainium node-minutes spent waiting for data before the first step (none: the job is
+    submitted once its first shards are staged)."""
+    first = first_data_deadline(c)
+    lines: list[str] = []
+    for number, estimate in sorted(staging_estimates(c).items()):
+        if number == 2 and c.training_phases == "both":
+            later = phase2_data_deadline(c)
+            when = (
+                f"during phase 1's training, after phase 1's shards; after phase 1 the pods wait at most "
+                f"{later.seconds // 60} min for them"
+            )
+        else:
+            when = f"before the job is submitted: its submitter waits at most {first.seconds // 60} min (twice that)"
+        head = "  staging:      " if not lines else "                "
+        lines.append(f"{head}phase {number}: {estimate.explain()}, {when}")
+    if c.preparation_enabled:
+        lines.insert(
+            0,
+            f"  staging:      phase 1: prepared on the cluster (the dataset line); its submitter waits at most "
+            f"{first.seconds // 60} min ({first.why})",
+        )
+    return [
+        *lines,
+        "                0 Trainium node-minutes wait for data: the gang is submitted once its first shards are "
+        "there; a staging that gave up ends the job at once (the finished phases' models exported)",
+        f"                other bounds: precompile {PRECOMPILE_DEADLINE_S // 60} min, checks {CHECKS_S // 60} min, "
+        "each wait above; a pod past one ends the job (AbortJob) and its nodes are released",
+    ]
+
+
+def budget_review(c: PlatformConfig) -> list[str]:
+    """The ``budget:`` line: the spend ceiling beside the estimate, and its alert."""
+    ceiling = job_ceiling(c)
+    if ceiling.usd is None:
+        return [
+            f"  budget:       no spend ceiling: no published rate or list price for {c.facts.name} to derive "
+            "one from; set training_budget_usd"
+        ]
+    estimate = f"${ceiling.estimate_usd:,.0f}" if ceiling.estimate_usd is not None else "unknown"
+    how = (
+        f"the estimate {estimate} ({ceiling.hours:,.1f} h at the slower rate, precompiles and node start) "
+        f"x {BUDGET_MARGIN}, rounded up"
+        if ceiling.derived
+        else f"training_budget_usd; the estimate: {estimate}"
+    )
+    return [
+        f"  budget:       ${ceiling.usd:,} spend ceiling ({how}): the pods count their node-hours; at it the "
+        "job checkpoints, exports the phase in flight and ends (raise it and redeploy to go on); "
+        f"alert at {BUDGET_ALERT_SHARE:.0%} (${ceiling.usd * BUDGET_ALERT_SHARE:,.0f})"
     ]

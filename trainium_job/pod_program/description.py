@@ -147,9 +147,15 @@ class JobDescription:
     ledger: bool = True
     #: Port of the program's own metrics (None: none).
     metrics_port: int | None = None
-    #: Seconds a pod may take from its start to its first training command: the first phase's
-    #: waits, its precompile and the checks, each bounded (an alert fires past it).
-    start_bound_s: int = 0
+    #: Seconds the driver and fabric checks may take together (a phase's bound before it trains is
+    #: its waits' deadlines, its precompile's and this: :meth:`bound_s`).
+    checks_s: int = 0
+
+    def bound_s(self, phase: Phase) -> int:
+        """Seconds a pod may hold its node before ``phase`` trains: an alert fires past it."""
+        waits = sum(w.deadline_s for w in phase.waits)
+        return waits + (phase.precompile.deadline_s if phase.precompile else 0) + self.checks_s
+
     version: int = VERSION
 
     def __post_init__(self) -> None:

@@ -21,9 +21,12 @@ STEPS: Final = ("starting", "waiting", "precompile", "fabric_check", "training",
 #: Exported name -> help.
 PROGRAM_METRICS: Final = {
     "trainium_job_program_start_timestamp_seconds": "Unix time the pod's program started",
+    "trainium_job_not_training_since_timestamp_seconds": (
+        "Unix time since which the pod has held its node without training (absent while it trains)"
+    ),
     "trainium_job_start_bound_seconds": (
-        "Seconds the pod may take from its start to training: its waits' deadlines, its precompile's "
-        "and the checks' bounds"
+        "Seconds the pod may hold its node before the next phase trains: its waits' deadlines, its "
+        "precompile's and the checks' bounds"
     ),
     "trainium_job_program_step": "1 for the step the pod's program is in (label step)",
     "trainium_job_spend_usd": "What the job's nodes have cost so far, at the list price (its own count)",
@@ -34,17 +37,18 @@ PROGRAM_METRICS: Final = {
 class ProgramMetrics:
     """The gauges, and the HTTP server that serves them (one thread, started by :meth:`serve`)."""
 
-    def __init__(self, *, start: float, start_bound_s: float, budget_usd: float | None) -> None:
+    def __init__(self, *, start: float, budget_usd: float | None) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, Any] = {
             "trainium_job_program_start_timestamp_seconds": start,
-            "trainium_job_start_bound_seconds": start_bound_s,
+            "trainium_job_not_training_since_timestamp_seconds": start,
+            "trainium_job_start_bound_seconds": None,
             "trainium_job_spend_usd": 0.0 if budget_usd is not None else None,
             "trainium_job_budget_usd": budget_usd,
         }
         self.step = "starting"
 
-    def set(self, name: str, value: float) -> None:
+    def set(self, name: str, value: float | None) -> None:
         with self._lock:
             self._values[name] = value
 

@@ -108,9 +108,7 @@ class Program:
         #: The spend ceiling's stop marker, once this pod saw it (:mod:`.spend`).
         self.budget_stop: dict[str, object] | None = None
         self.metrics = ProgramMetrics(
-            start=self.started,
-            start_bound_s=description.start_bound_s,
-            budget_usd=description.budget.usd if description.budget else None,
+            start=self.started, budget_usd=description.budget.usd if description.budget else None
         )
         self._record = (
             record_path(description.budget, node=pod.node, pod=pod.hostname, start=self.started)
@@ -166,6 +164,7 @@ class Program:
 
     def prepare(self, phase: Phase) -> int | None:
         """The phase's waits and precompile; an exit code when the pod must end, else None."""
+        self.metrics.set("trainium_job_start_bound_seconds", self.job.bound_s(phase))
         self.metrics.at("waiting")
         for wait in phase.waits:
             result = waits.wait_for(wait, stopped=self.children.pause, say=self.say)
@@ -213,7 +212,9 @@ class Program:
     def train(self, phase: Phase) -> int | None:
         """Training, the spend looked at meanwhile; an exit code when the pod must end, else None."""
         self.metrics.at("training")
+        self.metrics.set("trainium_job_not_training_since_timestamp_seconds", None)
         ended = self.children.run(phase.train, self.phase_env(phase), tick=self.look_at_spend)
+        self.metrics.set("trainium_job_not_training_since_timestamp_seconds", self.clock())
         self.look_at_spend()  # its workers may have ended at another pod's stop before this pod saw it
         if self.budget_stop is not None:
             return self.stop_at_budget(phase)

@@ -25,6 +25,7 @@ from trainium_eks.config import config_from_context
 from trainium_eks.jobs.dataset_preparation import SETTING_FLAGS, DatasetPreparation
 from trainium_job.errors import ConfigError
 from trainium_job.paths import job_paths
+from trainium_job.submission import Submission
 
 REPO = Path(__file__).resolve().parents[3]
 PATHS = job_paths(dataset_name="own-corpus", cache_set="c", run_name="r")
@@ -218,14 +219,14 @@ def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_
     ) in lines
 
 
-def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_training():
+def test_given_preparation_enabled_then_it_replaces_staging_and_the_job_is_submitted_after_it():
     template = synth_training(**PREPARATION_ON)
     jobs = {
         obj["metadata"]["name"].split("-")[0]: (logical_id, obj)
         for logical_id, obj in k8s_manifests(template)
         if obj["kind"] == "Job"
     }
-    assert set(jobs) == {"prepare", "trn"}  # no staging Job
+    assert set(jobs) == {"prepare", "submit"}  # no staging Job
     _, prep = jobs["prepare"]
     validate_k8s(prep, "1.36")
     command = prep["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -233,9 +234,12 @@ def test_given_preparation_enabled_then_it_replaces_staging_and_runs_before_trai
     assert command[command.index("--output_dir") + 1] == "/data/datasets/bert-wikicorpus-seq128"
     assert command[command.index("--input") + 1] == "/data/dataset/corpus"
     assert command[-2:] == ["--dupe_factor", "10"]
-    training_id, _ = jobs["trn"]
-    prep_id, _ = jobs["prepare"]
-    assert prep_id in template["Resources"][training_id].get("DependsOn", [])
+    # The training job is submitted once the prepared shards' marker is there (no staging Job writes
+    # a failed marker for them: the wait ends at its deadline).
+    _, submitter = jobs["submit"]
+    submission = Submission.loads(submitter["spec"]["template"]["spec"]["containers"][0]["command"][3])
+    (wait,) = submission.waits
+    assert wait.ready == "/data/datasets/bert-wikicorpus-seq128/.staged" and wait.failed is None
 
 
 def test_given_preparation_args_then_they_are_parsed_by_prepare_datas_own_parser():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import shlex
+import json
 
 import pytest
 
@@ -15,10 +15,12 @@ from tests.trainium_eks.jobs.training_support import (
     baseline_violations,
     job_stack,
     manifests_of,
+    submitted_jobs,
 )
 from trainium_job.errors import ConfigError
+from trainium_job.exit_codes import aborting_codes
 from trainium_job.naming import DEFAULT_NAME_PREFIX
-from trainium_job.pid1 import STOP_ON_SIGTERM
+from trainium_job.pod_program import MODULE, loads
 
 
 @pytest.fixture(scope="module")
@@ -67,16 +69,18 @@ def test_given_default_job_then_volcano_job_has_gang_retries_and_svc(default_job
     assert job["apiVersion"] == "batch.volcano.sh/v1alpha1" and job["kind"] == "Job"
     assert spec["schedulerName"] == "volcano" and spec["queue"] == "training"
     assert spec["minAvailable"] == 2 and spec["maxRetry"] == 3
-    # The fabric check's exit code aborts the job; Volcano matches the first policy, so it leads.
-    abort, *restarts = spec["policies"]
-    assert abort == {"exitCode": 69, "action": "AbortJob"}
+    # The fabric check's, a deadline's and the ceiling's exit codes abort the job; Volcano matches
+    # the first policy, so they lead.
+    aborts, restarts = spec["policies"][:3], spec["policies"][3:]
+    assert aborts == [{"exitCode": code, "action": "AbortJob"} for code in (69, 66, 77)]
+    assert [a["exitCode"] for a in aborts] == list(aborting_codes())
     assert {(p["event"], p["action"]) for p in restarts} == {
         ("PodEvicted", "RestartJob"),
         ("PodFailed", "RestartJob"),
     }
     for p in restarts:
         assert p["event"] in VOLCANO_EVENTS and p["action"] in VOLCANO_ACTIONS
-    assert abort["action"] in VOLCANO_ACTIONS
+    assert all(a["action"] in VOLCANO_ACTIONS for a in aborts)
     assert "svc" in spec["plugins"]
     (task,) = spec["tasks"]
     assert task["replicas"] == 2 and task["minAvailable"] == 2 and task["name"] == "worker"
@@ -106,7 +110,10 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert {m["mountPath"] for m in c["volumeMounts"]} == {"/data", "/dev/shm"}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # the fabric check names it
-    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert c["ports"] == [
+        {"name": "metrics", "containerPort": 9400, "protocol": "TCP"},
+        {"name": "program", "containerPort": 9401, "protocol": "TCP"},
+    ]
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # Read by no consumer of this image (AL2023 kernels; undocumented; the runtime default).
     assert not {"FI_EFA_FORK_SAFE", "CCOM_SOCKET_IFNAME", "NEURON_RT_RESET_CORES"} & set(env)
@@ -115,33 +122,30 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
-def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once_and_runs_torchrun(
-    default_job,
-):
+def test_given_default_job_then_the_container_runs_the_pod_program_with_its_description(default_job):
     pod = default_job.job["spec"]["tasks"][0]["template"]["spec"]
     command = pod["containers"][0]["command"]
-    assert command[:2] == ["bash", "-c"]
-    lines = command[2].splitlines()
+    assert command[:3] == ["python", "-m", MODULE] and len(command) == 4
+    described = loads(command[3])
+    assert described == default_job.description
     name = default_job.job_name
-    # Before anything else (set -e: a known-bad driver/runtime pair stops the pod there), once
-    # the SIGTERM trap (the script is the container's PID 1) and the restart ledger's EXIT trap are set.
-    assert lines[0] == "set -euo pipefail" and lines[1] == STOP_ON_SIGTERM
-    assert (
-        lines[2].startswith("trap ")
-        and lines[2].endswith(" EXIT")
-        and "trainium_job.restarts end" in lines[2]
-    )
+    assert described.job == name and described.nodes == 2
     # c10d: the pod named like the endpoint hosts the store (tests/contracts/test_torch_elastic.py)
-    assert lines[3] == (
-        f'if [ "${{HOSTNAME%%.*}}" = {name}-worker-0 ]; then rdzv_is_host=1; else rdzv_is_host=0; fi'
+    assert described.rendezvous is not None and described.rendezvous.host == f"{name}-worker-0"
+    assert described.driver_check == ("python", "-m", "training.node.driver_check")
+    (phase,) = described.phases
+    assert [w.ready for w in phase.waits] == ["/data/datasets/bert-wikicorpus-seq128/.staged"]
+    assert (
+        phase.precompile is not None
+        and phase.precompile.marker == "/data/neuron-cache/bert-large-seq128/.precompiled"
     )
-    assert lines[4] == 'export PET_RDZV_CONF="is_host=${rdzv_is_host}"'
-    assert lines[5].startswith("python -m training.node.driver_check")
-    assert lines[6].startswith("until [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]")
-    pre = next(line for line in lines if "neuron_parallel_compile" in line)
-    assert "--steps_this_run 3" in pre and "--precompile" in pre
-    assert "touch /data/neuron-cache/bert-large-seq128/.precompiled" in command[2]
-    argv = shlex.split(lines[-1])
+    pre = phase.precompile.argv
+    assert (
+        pre[0] == "neuron_parallel_compile"
+        and pre[pre.index("--steps_this_run") + 1] == "3"
+        and "--precompile" in pre
+    )
+    argv = phase.train
     assert argv[0] == "torchrun"
     assert argv[argv.index("--rdzv_endpoint") + 1] == f"{name}-worker-0.{name}:29400"
     assert argv[argv.index("--rdzv_backend") + 1] == "c10d"
@@ -156,6 +160,7 @@ def test_given_default_job_then_command_checks_the_driver_waits_precompiles_once
         ("--checkpoint_every", "200"),
     ):
         assert argv[argv.index(flag) + 1] == value
+    assert described.grace_s == pod["terminationGracePeriodSeconds"]
 
 
 def test_given_pod_template_then_valid_pod_and_baseline_pod_security(default_job):
@@ -193,22 +198,40 @@ def test_given_one_script_argument_changed_then_only_the_name_changes():
     assert (
         a.job_name.startswith(f"{DEFAULT_NAME_PREFIX}-") and len(a.job_name) == len(DEFAULT_NAME_PREFIX) + 9
     )
-    text_a = str(a.job).replace(a.job_name, "NAME")
-    text_b = str(b.job).replace(b.job_name, "NAME")
-    assert text_a != text_b and text_a.replace("'--lr', ", "") != text_b  # the argument itself differs
-    assert text_b.replace(" --lr 0.0003", "") == text_a
+    text_a = json.dumps(a.job).replace(a.job_name, "NAME")
+    text_b = json.dumps(b.job).replace(b.job_name, "NAME")
+    assert text_a != text_b
+    # the argument itself differs (in the description, JSON inside the pod's command)
+    assert text_b.replace('\\"--lr\\",\\"0.0003\\",', "") == text_a
 
 
 def test_given_etcd_backend_with_endpoint_then_torchrun_uses_it():
     job = job_stack(rdzv_backend="etcd-v2", etcd_endpoint="etcd.etcd.svc.cluster.local:2379")
-    cmd = job.job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][2]
-    assert "--rdzv_backend etcd-v2 --rdzv_endpoint etcd.etcd.svc.cluster.local:2379" in cmd
+    argv = job.description.phases[0].train
+    at = argv.index("--rdzv_backend")
+    assert argv[at : at + 4] == (
+        "--rdzv_backend",
+        "etcd-v2",
+        "--rdzv_endpoint",
+        "etcd.etcd.svc.cluster.local:2379",
+    )
+    assert job.description.rendezvous is None  # no c10d store to host
+
+
+def test_given_default_app_then_no_volcano_job_is_applied_but_its_submitter_holds_it(training_json):
+    # Given the synthesized training stack, then the stack applies no Volcano Job: the gang's pods,
+    # and the Trainium nodes they would ask for, come only from the submitter (trainium_job.submission)
+    objs = manifests_of(training_json)
+    assert not [o for o in objs if o["apiVersion"].startswith("batch.volcano.sh")]
+    (held,) = submitted_jobs(training_json)
+    assert held["apiVersion"] == "batch.volcano.sh/v1alpha1" and held["kind"] == "Job"
+    submitters = [o for o in objs if o["kind"] == "Job" and o["metadata"]["name"].startswith("submit-")]
+    (submitter,) = submitters
+    assert submitter["metadata"]["name"] == f"submit-{held['metadata']['name']}"
 
 
 def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_valid(training_json):
     objs = manifests_of(training_json)
-    kinds = {(o["apiVersion"], o["kind"]) for o in objs}
-    assert ("batch.volcano.sh/v1alpha1", "Job") in kinds
     for obj in objs:
         if obj["metadata"].get("namespace") == "training" and not obj["apiVersion"].startswith(
             ("batch.volcano.sh", "scheduling.volcano.sh", "monitoring.coreos.com")
@@ -219,8 +242,11 @@ def test_given_default_app_then_job_staging_and_tensorboard_are_applied_and_vali
     assert not any(o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer" for o in objs)
     deployment = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "tensorboard")
     assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"trainium-eks/pool": "system"}
-    staging = next(o for o in objs if o["kind"] == "Job" and o["apiVersion"] == "batch/v1")
-    script = staging["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    staging = next(
+        o for o in objs if o["kind"] == "Job" and o["metadata"]["name"].startswith("stage-dataset-")
+    )
+    run = json.loads(staging["spec"]["template"]["spec"]["containers"][0]["command"][3])
+    script = run["command"][2]
     assert "s3://neuron-s3/training_datasets/" in script and "--no-sign-request" in script
     assert "if [ -f /data/datasets/bert-wikicorpus-seq128/.staged ]; then" in script
     outputs = training_json["Outputs"]

@@ -45,18 +45,17 @@ def _dry_run(*script_args: str, **kwargs: Any) -> dict[str, Any]:
     return client.ApiClient().sanitize_for_serialization(info.request.resource)
 
 
-def _without_identity(pod_spec: dict[str, Any], *, endpoint: str, rdzv_id: str) -> dict[str, Any]:
-    """The pod spec with the only per-launcher values, rank 0's host name (in the endpoint and the
-    store-host decision) and the rendezvous id,
-    replaced by placeholders (TorchX makes one task per replica: node 0 is ``<app>-worker-0-0``;
-    its endpoint holds TorchX's ``${app_id}`` macro, which the shell script quotes)."""
-    text = json.dumps(pod_spec)
-    for form in (f"'{endpoint}'", endpoint):
-        text = text.replace(form, "RANK0:PORT")
-    host = endpoint.split(".")[0]  # the store-host decision names rank 0's pod (launch.c10d_host_lines)
-    for form in (f"'{host}'", host):
-        text = text.replace(f"= {form} ]", "= RANK0 ]")
-    return json.loads(re.sub(rf"--rdzv_id {re.escape(rdzv_id)}(?=[ -])", "--rdzv_id ID", text))
+def _without_identity(pod_spec: dict[str, Any], *, endpoint: str, job: str, rdzv_id: str) -> dict[str, Any]:
+    """The pod spec with the only per-launcher values replaced by placeholders: rank 0's host name
+    (in the endpoint and the store-host decision of the pod program's description), the job's name
+    and the rendezvous id (TorchX makes one task per replica: node 0 is ``<app>-worker-0-0``, and
+    the id stays the default, ``bert-pretrain``). The description is JSON inside the container's
+    command, so its strings appear here with escaped quotes."""
+    text = json.dumps(pod_spec).replace(endpoint, "RANK0:PORT")
+    host = endpoint.split(".")[0]  # the store-host decision names rank 0's pod (launch.c10d_store_host)
+    text = text.replace(f'\\"host\\":\\"{host}\\"', '\\"host\\":\\"RANK0\\"')
+    text = text.replace(f'\\"job\\":\\"{job}\\"', '\\"job\\":\\"JOB\\"')
+    return json.loads(re.sub(rf'\\"{re.escape(rdzv_id)}(?=\\"|-)', r'\\"ID', text))
 
 
 @pytest.mark.parametrize(
@@ -80,17 +79,20 @@ def test_given_same_spec_then_torchx_pod_equals_the_construct_pod_whole(spec):
     our_pod = _without_identity(
         ours["spec"]["tasks"][0]["template"]["spec"],
         endpoint=rank0_endpoint(job.job_name),
+        job=job.job_name,
         rdzv_id=job.job_name,
     )
     for task in tasks:
         tx_pod = _without_identity(
             task["template"]["spec"],
             endpoint=rank0_endpoint("${app_id}", task_pod=f"{TASK_NAME}-0-0").replace("${app_id}", app),
+            job=app,
             rdzv_id="bert-pretrain",
         )
         assert tx_pod == our_pod
-        # TorchX renders only its restart policies (per task); the fabric check's AbortJob on its
-        # exit code is the CDK job's: a TorchX job restarts on it until its retries run out.
+        # TorchX renders only its restart policies (per task); the AbortJob on the fabric check's, a
+        # deadline's and the ceiling's exit codes is the CDK job's: a TorchX job restarts on them
+        # until its retries run out.
         assert task["policies"] == [p for p in ours["spec"]["policies"] if "event" in p]
         assert ours["spec"]["policies"][0] == {"exitCode": 69, "action": "AbortJob"}
         labels = task["template"]["metadata"]["labels"]
@@ -100,7 +102,7 @@ def test_given_same_spec_then_torchx_pod_equals_the_construct_pod_whole(spec):
         )
     for key in ("schedulerName", "queue", "maxRetry", "plugins"):
         assert tx["spec"][key] == ours["spec"][key]
-    assert "RANK0:PORT" in our_pod["containers"][0]["command"][2]
+    assert "RANK0:PORT" in our_pod["containers"][0]["command"][3]
 
 
 def test_given_readme_command_then_it_names_the_component_torchx_finds():

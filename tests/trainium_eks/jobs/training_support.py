@@ -131,5 +131,11 @@ def manifests_of(template: dict[str, Any]) -> list[dict[str, Any]]:
     return [obj for _, obj in k8s_manifests(template)]
 
 
+def submitted_jobs(template: dict[str, Any]) -> list[dict[str, Any]]:
+    from tests.support import submitted_jobs as jobs
+
+    return jobs(template)
+
+
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)

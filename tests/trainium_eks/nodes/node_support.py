@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tests.support import helm_charts, k8s_manifests, resources
+from tests.support import helm_charts, k8s_manifests, resources, submitted_jobs
 from trainium_eks.addons.node_daemons import (
     ADDON_DAEMONS,
     KUBE_PROXY,
@@ -40,12 +40,16 @@ def pod_spec_requests(pod_spec: Mapping[str, Any]) -> Resources:
 
 
 def workload_pods(templates: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Mapping[str, Any], int]]:
-    """Kind of pod -> (its pod spec, how many run at once) for every workload object on the
-    Trainium nodes: the Volcano job's pods, the staging Job's and the preparation Job's."""
+    """Kind of pod -> (its pod spec, how many run at once) for every workload object that may run on
+    the Trainium nodes: the Volcano job's pods (which its submitter creates), the staging Job's and
+    the preparation Job's (not the submitter's, on the system nodes)."""
     pods: dict[str, tuple[Mapping[str, Any], int]] = {}
     for template in templates:
+        for job in submitted_jobs(template):
+            (task,) = job["spec"]["tasks"]
+            pods["training"] = (task["template"]["spec"], task["replicas"])
         for _, obj in k8s_manifests(template):
-            if obj["kind"] != "Job":
+            if obj["kind"] != "Job" or obj["metadata"]["name"].startswith("submit-"):
                 continue
             if obj["apiVersion"].startswith("batch.volcano.sh/"):
                 (task,) = obj["spec"]["tasks"]

@@ -438,3 +438,17 @@ def test_given_a_description_of_another_version_then_the_program_refuses_it_in_o
         "pod program: job description version 99: this program runs version 1 "
         "(the image is older or newer than the job: rebuild and redeploy both)"
     ]
+
+
+def test_given_a_pod_then_its_metrics_say_how_long_it_held_its_node_without_training_and_its_bound(s):
+    pod = Pod(hostname="job-worker-0", node="node-0", task_index=0, env=dict(os.environ))
+    first = phase(s, 1)
+    description = job(s, first, checks_s=300)
+    program = Program(description, pod, children=Children(kill_after_s=2, tick_s=0.05), say=lambda _: None)
+    before = program.metrics.text()
+    assert "trainium_job_not_training_since_timestamp_seconds" in before
+    assert program.run() == 0
+    after = program.metrics.text()
+    assert f"trainium_job_start_bound_seconds {float(description.bound_s(first))!r}" in after
+    assert description.bound_s(first) == first.waits[0].deadline_s + 30 + 300
+    assert "trainium_job_not_training_since_timestamp_seconds" in after  # training ended
