@@ -16,8 +16,8 @@ from aws_cdk import aws_ecr as ecr
 from constructs import Construct, IConstruct
 
 from trainium_job.job import SERVICE_ACCOUNT, FabricHeal
+from trainium_job.paths import spend_dir
 from trainium_job.pod_program.description import Budget
-from trainium_job.pod_program.spend import SPEND_DIR
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.waits import Wait
 from trainium_job.worker import DATA_ALREADY_STAGED_S
@@ -331,7 +331,7 @@ def _budget(config: PlatformConfig) -> Budget | None:
     return Budget(
         usd=float(ceiling.usd),
         usd_per_node_hour=price,
-        spend_dir=f"{config.phase_jobs[0].paths.output_dir}/{SPEND_DIR}",
+        spend_dir=spend_dir(config.phase_jobs[0].run_name),
         node_start_s=int(node_start_minutes(config) * 60),
     )
 

@@ -21,6 +21,10 @@ HANG_MARKERS = "hang"
 #: Written by the trainer, in the run's output directory, once the run reached its --max_steps
 #: (JSON: step, max_steps, the final checkpoint): the worker script then skips the phase.
 COMPLETE_MARKER = "COMPLETE"
+#: Where a job's pods count what its nodes cost (``trainium_job.pod_program.spend``): one folder
+#: per job, named after its first phase's run, beside the runs (not in one: a run directory that
+#: exists says an attempt of the run began, and the spend is counted from the pod's start).
+SPEND_ROOT = f"{DATA_MOUNT}/spend"
 #: The run's Hugging Face folder (``training.trainer.export``), in its output directory: under
 #: FSx's /runs, which the file system exports to ``fsx_s3_export_uri`` when one is set.
 MODEL_DIR = "model"
@@ -70,6 +74,11 @@ class JobPaths:
     def restart_ledger(self) -> str:
         """The run's restart ledger (:data:`RESTART_LEDGER`)."""
         return f"{self.output_dir}/{RESTART_LEDGER}"
+
+
+def spend_dir(run_name: str) -> str:
+    """The spend folder of the job whose first phase's run is ``run_name``."""
+    return f"{SPEND_ROOT}/{run_name}"
 
 
 def job_paths(*, dataset_name: str, cache_set: str, run_name: str) -> JobPaths:

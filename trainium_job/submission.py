@@ -36,7 +36,7 @@ from .waits import Wait
 VERSION: Final = 1
 #: Where the submitter finds the Volcano Job it creates: a ConfigMap's key, mounted as a file.
 MANIFEST_KEY: Final = "job.json"
-MANIFEST_DIR: Final = "/etc/trainium-job"
+MANIFEST_DIR: Final = "/run/trainium-job"
 #: The labels the batch Job controller puts on its pods, which the downward API passes to the
 #: submitter so that the Volcano Job it creates names its owner (Kubernetes docs, "Well-Known
 #: Labels, Annotations and Taints": ``batch.kubernetes.io/controller-uid`` and ``job-name``, set

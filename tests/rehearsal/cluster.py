@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from tests.rehearsal.substitutions import (
     rehearsed_command,
 )
 from tests.support import REPO
+from trainium_job.submission import JOB_NAME_LABEL, JOB_UID_LABEL
 
 POD_ROOT = Path(__file__).with_name("pod_root.sh")
 #: Neuron tool outputs recorded for the deep node health check (their README says whose each is).
@@ -406,6 +408,7 @@ class Cluster:
         self.driver_version = driver_version
         self.pods: list[Pod] = []
         self._started = 0
+        self._job_uids: dict[str, str] = {}
         self.fsx.mkdir(parents=True)
         self._install_standins(s3_objects, dpkg_versions)
         self.fabric = efa.FabricCounters()
@@ -453,6 +456,15 @@ class Cluster:
         path = self.state / standins.CONFIG
         path.with_suffix(".tmp").write_text(json.dumps(self._config))
         path.with_suffix(".tmp").replace(path)  # a stand-in never reads half a file
+
+    def s3_failure(self, url: str, message: str | None) -> None:
+        """``aws s3 cp`` of ``url`` fails with ``message`` (None: it works again)."""
+        failures = self._config.setdefault("s3_failures", {})
+        if message is None:
+            failures.pop(url, None)
+        else:
+            failures[url] = message
+        self._write_config()
 
     def device_fault(self, host: str, missing: int) -> None:
         """The pod with host name ``host`` sees ``missing`` Neuron devices fewer in ``neuron-ls``."""
@@ -553,6 +565,22 @@ class Cluster:
         folder = str(standins.MOUNT / XLA_STANDIN.parent.parent)
         return folder if not own else f"{folder}:{own}"
 
+    def job_uid(self, job_name: str) -> str:
+        """The UID the batch Job ``job_name`` has in the rehearsal (one per name)."""
+        return self._job_uids.setdefault(job_name, str(uuid.uuid4()))
+
+    def start_submitter(self, api: KubeApi) -> Pod:
+        """The job's submitter: the stand-in API server's address in its environment and the
+        ServiceAccount's files at their path, as the kubelet gives them."""
+        spec = self.workload.submitter
+        if spec is None:
+            raise ValueError("the template has no job submitter")
+        hostname = "submit-job"
+        account = api.service_account(self.root / "service-accounts" / f"{hostname}-{self._started}")
+        return self._start(
+            spec, hostname, self._other_address(), own=True, env=api.env(), service_account=account
+        )
+
     def _other_address(self) -> str:
         return f"{POD_NETWORK}.{OTHER_ADDRESS_BASE + self._started}"
 
@@ -567,6 +595,9 @@ class Cluster:
             return value.replace(workdir, str(REPO)) if workdir else value
 
         fields = {"spec.nodeName": node}
+        if spec.job_name is not None:  # a batch Job's pod: the Job controller's labels
+            fields[f"metadata.labels['{JOB_NAME_LABEL}']"] = spec.job_name
+            fields[f"metadata.labels['{JOB_UID_LABEL}']"] = self.job_uid(spec.job_name)
         unknown = sorted(set(spec.field_env.values()) - set(fields))
         if unknown:
             raise ValueError(f"pod {spec.container}: the rehearsal has no stand-in for the fields {unknown}")
@@ -665,6 +696,13 @@ class Cluster:
             mode = "ro" if mount.read_only else "rw"
             if mount.kind == "claim":
                 args += ["bind", str(self.fsx), mount.path, mode]
+            elif mount.kind == "configMap":
+                # The kubelet's projection of the ConfigMap: a file per key, read-only.
+                folder = pod_dir / f"config-{n}"
+                folder.mkdir()
+                for key, value in self.workload.config_maps[mount.config_map].items():
+                    (folder / key).write_text(value)
+                args += ["bind", str(folder), mount.path, "ro"]
             elif mount.kind == "hostPath":
                 if mount.host_path != "/sys" or node is None:
                     raise ValueError(

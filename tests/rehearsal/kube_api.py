@@ -5,7 +5,9 @@ The server holds the rehearsal's Node objects and answers what the node health c
 ``GET /api/v1/nodes/<name>``; ``PATCH`` of a Node as a strategic-merge patch (labels merged, a null
 deletes its key; ``spec.taints`` replaced, the field has no patch strategy: core/v1 ``NodeSpec``
 in kubernetes/api core/v1/types.go; ``metadata.resourceVersion`` compared, 409 Conflict on a
-mismatch as the API server's optimistic concurrency does); ``POST`` of an Event. EC2's query API on
+mismatch as the API server's optimistic concurrency does); ``POST`` of an Event; ``POST`` of a
+Volcano Job (``batch.volcano.sh/v1alpha1``, what the training job's submitter creates: kept, and
+409 AlreadyExists for a second one of the same name, as the API server answers). EC2's query API on
 ``POST /`` answers ``TerminateInstances`` (botocore reaches it through ``AWS_ENDPOINT_URL_EC2``).
 It speaks HTTPS with a self-signed certificate for its bridge address (made by ``openssl``), and
 wants the ServiceAccount token as a bearer token. Every request is recorded; the tests validate
@@ -41,6 +43,10 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PORT = 443
 REQUESTS = "requests.jsonl"
 NODES = "nodes.json"
+#: The Volcano Jobs created, as the server keeps them.
+VOLCANO_JOBS = "volcano-jobs.json"
+#: Volcano's Job API path: ``/apis/<group>/<version>/namespaces/<ns>/jobs``.
+VOLCANO_API = ["apis", "batch.volcano.sh", "v1alpha1", "namespaces"]
 
 
 # --- the server (runs in the network namespace; standard library only) --------------------------
@@ -74,6 +80,7 @@ class _Server:
         self.folder = folder
         self.token = token
         self.nodes: dict[str, dict[str, Any]] = json.loads((folder / NODES).read_text())
+        self.jobs: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
 
     def record(self, entry: dict[str, Any]) -> None:
@@ -81,9 +88,10 @@ class _Server:
             out.write(json.dumps({**entry, "time": time.time()}) + "\n")
 
     def save(self) -> None:
-        tmp = self.folder / (NODES + ".tmp")
-        tmp.write_text(json.dumps(self.nodes))
-        tmp.replace(self.folder / NODES)
+        for name, content in ((NODES, self.nodes), (VOLCANO_JOBS, self.jobs)):
+            tmp = self.folder / (name + ".tmp")
+            tmp.write_text(json.dumps(content))
+            tmp.replace(self.folder / name)
 
 
 def _handler(server: _Server) -> type[BaseHTTPRequestHandler]:
@@ -120,7 +128,7 @@ def _handler(server: _Server) -> type[BaseHTTPRequestHandler]:
                 return
             with server.lock:
                 code, answer = self._kube(method, body)
-                if method == "PATCH" and code == 200:
+                if (method, code) in (("PATCH", 200), ("POST", 201)):
                     server.save()
             self._reply(code, answer)
 
@@ -142,11 +150,27 @@ def _handler(server: _Server) -> type[BaseHTTPRequestHandler]:
                         return 409, _status(409, "Conflict", "the object has been modified")
                     server.nodes[parts[3]] = strategic_merge(node, body)
                     return 200, server.nodes[parts[3]]
+            if method == "POST" and parts[:4] == VOLCANO_API and parts[5:] == ["jobs"]:
+                return self._create_job(parts[4], body)
             if method == "POST" and parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["events"]:
                 created = json.loads(json.dumps(body))
                 created["metadata"].update(uid=str(uuid.uuid4()), resourceVersion="1")
                 return 201, created
             return 404, _status(404, "NotFound", f"{method} {self.path}: not served by the stand-in")
+
+        def _create_job(self, namespace: str, body: Any) -> tuple[int, Any]:
+            """A Volcano Job created in ``namespace``: 201 with its uid, or 409 for a name taken."""
+            name = body.get("metadata", {}).get("name", "")
+            if body.get("metadata", {}).get("namespace", namespace) != namespace:
+                return 400, _status(
+                    400, "BadRequest", "the namespace of the object does not match the request"
+                )
+            if name in server.jobs:
+                return 409, _status(409, "AlreadyExists", f'jobs.batch.volcano.sh "{name}" already exists')
+            created = json.loads(json.dumps(body))
+            created["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion="1")
+            server.jobs[name] = created
+            return 201, created
 
         def _ec2(self, form: Mapping[str, str]) -> None:
             """EC2's query API (form-encoded ``Action``; ``InstanceId.N``), answering in its XML."""
@@ -282,6 +306,11 @@ class KubeApi:
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return json.loads((self.folder / NODES).read_text())
+
+    def volcano_jobs(self) -> dict[str, dict[str, Any]]:
+        """Name -> the Volcano Jobs created so far."""
+        path = self.folder / VOLCANO_JOBS
+        return json.loads(path.read_text()) if path.exists() else {}
 
     def requests(self) -> list[dict[str, Any]]:
         path = self.folder / REQUESTS

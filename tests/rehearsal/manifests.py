@@ -1,9 +1,11 @@
 """What the rehearsal runs, read from the synthesized training template (not from the Python
-objects that built it): the staging Job's, the Volcano Job's and TensorBoard's pod specs, and
-the environment their images set (from the Dockerfiles)."""
+objects that built it): the staging Job's, the submitter's, the Volcano Job's (in the submitter's
+ConfigMap) and TensorBoard's pod specs, and the environment their images set (from the Dockerfiles)."""
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -12,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.contracts.volcano import Policy, action_for_failure, policies
-from tests.support import REPO, k8s_manifests
+from tests.support import REPO, k8s_manifests, submitted_jobs
+from trainium_job.dataset_runner import DatasetRun
+from trainium_job.pod_program import loads
 
 #: Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_S = 30
@@ -21,6 +25,7 @@ DOCKERFILES = {
     "stage": REPO / "docker" / "Dockerfile",
     "trainer": REPO / "docker" / "Dockerfile",
     "tensorboard": REPO / "docker" / "tensorboard.Dockerfile",
+    "submit": REPO / "docker" / "tensorboard.Dockerfile",
     "node-health-check": REPO / "docker" / "Dockerfile",
 }
 
@@ -30,10 +35,11 @@ class Mount:
     """A container's volumeMount with the kind of volume behind it."""
 
     path: str
-    kind: str  # "claim", "emptyDir" or "hostPath"
+    kind: str  # "claim", "emptyDir", "hostPath" or "configMap"
     read_only: bool = False
     memory: bool = False  # an emptyDir with medium Memory
     host_path: str = ""  # a hostPath volume's path on the node
+    config_map: str = ""  # a configMap volume's ConfigMap
 
 
 #: The capabilities containerd gives a container whose securityContext drops none of them
@@ -101,6 +107,8 @@ class PodSpec:
     #: Whether the kubelet mounts the ServiceAccount's token (``automountServiceAccountToken``).
     service_account_token: bool = False
     security: Security = Security()
+    #: The batch Job that owns the pod (its name: the ``batch.kubernetes.io/job-name`` label).
+    job_name: str | None = None
 
     def claim_path(self) -> str:
         """Where the pod mounts the (one) FSx claim."""
@@ -122,6 +130,12 @@ class Workload:
     tensorboard: PodSpec
     #: The node-health-check DaemonSet's pod (None in a template without it).
     health_check: PodSpec | None = None
+    #: The job's submitter's pod (None: the template applies the Volcano Job itself).
+    submitter: PodSpec | None = None
+    #: The Volcano Job as its submitter creates it (the ConfigMap's ``job.json``).
+    job: Mapping[str, Any] = field(default_factory=dict)
+    #: Every ConfigMap of the template: name -> its data (a configMap volume's files).
+    config_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: The Volcano Job's plugins (``spec.plugins``' names): what the job controller adds to its pods.
     plugins: tuple[str, ...] = ()
 
@@ -186,6 +200,9 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         elif "hostPath" in volume:
             host = volume["hostPath"]["path"]
             mounts.append(Mount(m["mountPath"], "hostPath", m.get("readOnly", False), host_path=host))
+        elif "configMap" in volume and set(volume["configMap"]) == {"name"}:
+            name = volume["configMap"]["name"]
+            mounts.append(Mount(m["mountPath"], "configMap", True, config_map=name))
         else:
             raise ValueError(f"volume {m['name']}: the rehearsal has no stand-in for {sorted(volume)}")
     env, field_env = {}, {}
@@ -238,7 +255,13 @@ def workload(template: Mapping[str, Any]) -> Workload:
         )
         return found
 
-    volcano = one("Job", "batch.volcano.sh/", "bert-pretrain")
+    (volcano,) = submitted_jobs(template)
+    submitters = [
+        o
+        for o in objects
+        if o["kind"] == "Job"
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "job-submitter"
+    ]
     daemon_sets = [
         o
         for o in objects
@@ -253,16 +276,19 @@ def workload(template: Mapping[str, Any]) -> Workload:
         replicas=task["replicas"],
         policies=policies(volcano["spec"].get("policies", [])),
         worker=pod_spec(task["template"]),
-        staging=pod_spec(first_staging(objects, volcano)["spec"]["template"]),
+        staging=job_pod(first_staging(objects, volcano)),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
         health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
         plugins=tuple(sorted(volcano["spec"].get("plugins", {}))),
+        submitter=job_pod(submitters[0]) if submitters else None,
+        job=volcano,
+        config_maps={o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"},
     )
 
 
 def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The staging Jobs in the order the gang trains their datasets: by where the worker script
-    waits for the dataset marker each one writes (a two-phase job has a staging Job per phase)."""
+    """The staging Jobs in the order the gang trains their datasets: by the phases of the pods'
+    description and the dataset marker each waits for (a two-phase job has a staging Job per phase)."""
     stagings = [
         o
         for o in objects
@@ -272,11 +298,14 @@ def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> l
     ]
     (task,) = volcano["spec"]["tasks"]
     (container,) = task["template"]["spec"]["containers"]
-    markers = re.findall(r"until \[ -f (\S+) \]", container["command"][-1])
-    assert markers, "the worker script waits for no dataset marker"
+    described = loads(container["command"][-1])
+    markers = [wait.ready for phase in described.phases for wait in phase.waits]
+    assert markers, "the pods' description waits for no dataset marker"
 
     def writes(job: Mapping[str, Any], marker: str) -> bool:
-        return marker in job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+        # Its program's failed marker is beside the set whose marker it writes (JobPaths).
+        run = DatasetRun.loads(job["spec"]["template"]["spec"]["containers"][0]["command"][-1])
+        return run.failed == f"{posixpath.dirname(marker)}.staging-failed"
 
     ordered = []
     for marker in markers:
@@ -293,10 +322,13 @@ def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> 
 def stagings(template: Mapping[str, Any]) -> tuple[PodSpec, ...]:
     """The pods of ``template``'s staging Jobs, one per training phase, in the phases' order."""
     objects = [obj for _, obj in k8s_manifests(template)]
-    (volcano,) = (
-        o for o in objects if o["kind"] == "Job" and o["apiVersion"].startswith("batch.volcano.sh/")
-    )
-    return tuple(pod_spec(job["spec"]["template"]) for job in staging_jobs(objects, volcano))
+    (volcano,) = submitted_jobs(template)
+    return tuple(job_pod(job) for job in staging_jobs(objects, volcano))
+
+
+def job_pod(job: Mapping[str, Any]) -> PodSpec:
+    """The pod of a batch Job, with the Job's name."""
+    return dataclasses.replace(pod_spec(job["spec"]["template"]), job_name=job["metadata"]["name"])
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """The rehearsal's story, played once: the gang on nodes with a driver the image refuses stops
-at once; on good nodes it waits for the dataset, staging publishes it, the gang precompiles,
-checks the fabric and trains (its metrics scraped), one pod is stopped as Kubernetes stops it,
+at once; a gang pod that waits for a dataset stops at once on SIGTERM; a staging that gives up
+(its source broken) ends the gang that waits for it and its submitter at once, no Volcano Job
+created; then the job's submitter waits while staging publishes the dataset, and only then creates
+the Volcano Job, whose gang precompiles, checks the fabric and trains (its metrics scraped), one pod
+is stopped as Kubernetes stops it,
 Volcano's policy ends the rest, the gang is started again and resumes, the staging Job runs
 again, TensorBoard serves the run; last, the gang meets nodes whose EFA counters stand still and
 the job is aborted. Then six fresh nodes come up: the node-health-check DaemonSet's pod checks
@@ -65,8 +68,11 @@ HUNG_LOCAL_RANK = 1
 STOP_ATTEMPTS = 6
 #: Seconds after a SIGSTOP for the other ranks to reach the collective that waits for the stopped one.
 PHASE_SETTLE_S = 2.0
-#: Polls of the dataset marker each gang pod makes before staging starts.
+#: Polls of the dataset marker the submitter makes before staging starts.
 POLLS_BEFORE_STAGING = 2
+#: What the aws stand-in answers for the source in the failed-staging scene (an S3 error as the
+#: AWS CLI prints one).
+SOURCE_ERROR = "An error occurred (AccessDenied) when calling the GetObject operation: Access Denied"
 #: Seconds a phase may take on 2 busy cores before the rehearsal gives up.
 PHASE_TIMEOUT_S = 240
 #: Seconds the deep-check scene's pods may take to label every node: their compute checks load
@@ -108,6 +114,14 @@ NO_VERDICT_DEADLINE_S = 20
 RESTART_BACKOFF_S = 1.0
 #: The gang's driver check line on a supported pair (training.node.driver_check ``verdict``).
 DRIVER_CHECK_OK = ": a supported pair"
+#: The pod program's (and the submitter's) line while it waits (trainium_job.waits ``wait_for``),
+#: at the start of a line (the step watchdog's line says "waiting for" too, later in its line).
+WAITING = "\nwaiting for "
+
+
+def waits(log: str) -> int:
+    """How many times a pod's log says it waited for something (a look at a marker)."""
+    return ("\n" + log).count(WAITING)
 
 
 def driver_version(ami_tag: str) -> str:
@@ -171,9 +185,8 @@ class RehearsalError(AssertionError):
 PHASES: Final = (
     "refuse_driver",
     "stop_while_waiting",
-    "start_gang",
-    "wait_until_polling",
-    "stage",
+    "failed_staging",
+    "submit_after_staging",
     "train_until_stopped",
     "relaunch",
     "restage",
@@ -256,8 +269,22 @@ class Observations:
     #: The gang on nodes whose Neuron driver the image's runtime does not run.
     refused_driver: Ended = field(default_factory=Ended)
     waiting_stop: Stop | None = None
-    polls_before_staging: dict[str, int] = field(default_factory=dict)
+    #: A staging that gave up: the gang that waited for its dataset, and the submitter.
+    failed_staging: Ended = field(default_factory=Ended)
+    failed_staging_code: int | None = None
+    failed_staging_log: str = ""
+    failed_submitter_code: int | None = None
+    failed_submitter_log: str = ""
+    failed_marker_time: float = 0.0
+    #: The submitter's polls before staging started, its exit code and log, what it created and when.
+    polls_before_staging: int = 0
     files_before_staging: list[str] = field(default_factory=list)
+    submitter_code: int | None = None
+    submitter_log: str = ""
+    submitted: dict[str, Any] = field(default_factory=dict)  # name -> the Volcano Job created
+    submit_time: float = 0.0
+    #: Requests to the stand-in API before the submission (none may create a Volcano Job).
+    requests_before_marker: list[dict[str, Any]] = field(default_factory=list)
     staging_code: int | None = None
     staging_log: str = ""
     marker_time: float = 0.0
@@ -360,34 +387,84 @@ class Rehearsal:
             self.cluster.driver_version = good
 
     def stop_while_waiting(self) -> None:
-        """A gang pod deleted before the dataset is there (``kubectl delete``, a re-deploy)."""
+        """A gang pod deleted before the dataset is there (``kubectl delete``, a re-deploy): a job
+        submitted before its data (by hand, through TorchX) waits on its node."""
         pod = self.cluster.start_worker(0)
         self.gang = [pod]
-        self._until(lambda: any(c["host"] == pod.hostname for c in self.cluster.calls("sleep")), "a poll")
+        self._until(lambda: waits(pod.output()) > 0, "a poll")
         t0 = time.monotonic()
         code = self.cluster.stop(pod, self.workload.worker.grace_period_s)
         self.seen.waiting_stop = Stop(
             code, "SIGTERM", time.monotonic() - t0, self.workload.worker.grace_period_s
         )
 
+    def failed_staging(self) -> None:
+        """A staging whose source fails (access denied) gives up after its attempts: the gang that
+        waits for its dataset (started before it, as a job submitted by hand would be) and the job's
+        submitter end at once with its reason; no Volcano Job is created."""
+        seen = self.seen
+        api = self._api("kube-api-failed-staging")
+        self.cluster.s3_failure(PUBLIC_BERT_SHARDS, SOURCE_ERROR)
+        try:
+            submitter = self.cluster.start_submitter(api)
+            seen.failed_staging = self._gang_against(self.cluster.start_staging)
+            seen.failed_submitter_code = submitter.wait(PHASE_TIMEOUT_S)
+            seen.failed_submitter_log = submitter.output()
+            failed = self.seen.local(self.seen.paths.dataset_failed)
+            seen.failed_marker_time = failed.stat().st_mtime if failed.exists() else 0.0
+            if api.volcano_jobs():
+                raise self._failed("the submitter created the Volcano Job of a failed staging")
+        finally:
+            self.cluster.s3_failure(PUBLIC_BERT_SHARDS, None)
+            api.close()
+            # The user fixes the source: a new staging Job, whose waiters no longer count the old
+            # one's failed marker (trainium_job.waits). The harness stands for that by removing it.
+            self.seen.local(self.seen.paths.dataset_failed).unlink(missing_ok=True)
+
+    def _gang_against(self, start_staging: Callable[[], Pod]) -> Ended:
+        """The gang started, then the staging (``start_staging``); the staging's code and log, and
+        the gang's end, once the gang has ended."""
+        gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        self._until(
+            lambda: all(waits(p.output()) > 0 for p in gang), "the gang waits for the dataset", pods=gang
+        )
+        staging = start_staging()
+        self.seen.failed_staging_code = staging.wait(PHASE_TIMEOUT_S)
+        self.seen.failed_staging_log = staging.output()
+        return self._ended(gang, started=time.time())
+
+    def submit_after_staging(self) -> None:
+        """The job's submitter waits for the dataset while staging publishes it; it then creates the
+        Volcano Job, and only then does Volcano start the gang (from that Job's pod template)."""
+        seen = self.seen
+        api = self._api("kube-api-submit")
+        try:
+            submitter = self.cluster.start_submitter(api)
+            polls = lambda: waits(submitter.output())  # noqa: E731 - read twice below
+            self._until(
+                lambda: polls() >= POLLS_BEFORE_STAGING, "the submitter polls the marker", pods=[submitter]
+            )
+            seen.polls_before_staging = polls()
+            seen.files_before_staging = sorted(
+                str(p.relative_to(self.cluster.fsx)) for p in self.cluster.fsx.rglob("*")
+            )
+            self.stage()
+            seen.requests_before_marker = [r for r in api.requests() if r["time"] < seen.marker_time]
+            self._until(lambda: bool(api.volcano_jobs()), "the submitter creates the Volcano Job", gang=False)
+            seen.submitted, seen.submit_time = api.volcano_jobs(), time.time()
+            seen.submitter_code = submitter.wait(PHASE_TIMEOUT_S)
+            seen.submitter_log = submitter.output()
+        finally:
+            api.close()
+        if seen.submitter_code != 0:
+            raise self._failed(f"the submitter exited {seen.submitter_code}")
+        self.start_gang()
+
     def start_gang(self) -> None:
         """Volcano's gang start: every replica at once."""
         self.started = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
         self.seen.gang_nodes = {p.hostname: p.node for p in self.gang}
-
-    def wait_until_polling(self) -> None:
-        """Until every gang pod has polled the (absent) dataset marker a few times."""
-
-        def polls() -> dict[str, int]:
-            hosts = [c["host"] for c in self.cluster.calls("sleep") if c["time"] > self.started]
-            return {p.hostname: hosts.count(p.hostname) for p in self.gang}
-
-        self._until(lambda: min(polls().values()) >= POLLS_BEFORE_STAGING, "the gang polls the marker")
-        self.seen.polls_before_staging = polls()
-        self.seen.files_before_staging = sorted(
-            str(p.relative_to(self.cluster.fsx)) for p in self.cluster.fsx.rglob("*")
-        )
 
     def stage(self) -> None:
         pod = self.cluster.start_staging()
@@ -518,16 +595,24 @@ class Rehearsal:
         """The gang again on nodes whose EFA counters stand still while the all-reduce's bytes
         cross between the pods: what a node shows when the collectives fell back to TCP sockets.
         The dataset and cache markers are there, so the fabric check is the first long step."""
+        self._longer_schedule()
         self.cluster.fabric.follow = False
         try:
             self.seen.fabric_fallback = self._run_until_ended()
         finally:
             self.cluster.fabric.follow = True
 
+    def _longer_schedule(self) -> None:
+        """The run's ``COMPLETE`` marker removed: what a redeploy with a longer schedule (a larger
+        ``training_max_steps``) finds, a run short of its end, so the pods check the fabric again
+        before training (a complete run is skipped, checks and all)."""
+        self.seen.local(self.seen.paths.complete_marker).unlink(missing_ok=True)
+
     def stop_in_fabric_check(self) -> None:
         """The gang again, one pod deleted (drained, evicted) while the fabric check's all-reduce
         runs, once its node has sent :data:`FABRIC_BYTES_BEFORE_STOP`: Volcano's policy for that
         pod's failure must reach the other pod before any abort of the job does."""
+        self._longer_schedule()
         counters = self.cluster.node(VICTIM).efa_counters / "tx_bytes"
         sent = int(counters.read_text())
         victim = VICTIM
@@ -715,6 +800,34 @@ class Rehearsal:
             api.close()
 
     # --- helpers -------------------------------------------------------------------------------
+    def _api(self, name: str) -> KubeApi:
+        """A stand-in API server (no Nodes) for the job's submitter."""
+        return KubeApi(
+            self.cluster.root / name, self.cluster.network.enter(), f"{POD_NETWORK}.1", [], die_with_test
+        )
+
+    def _ended(self, gang: list[Pod], *, started: float) -> Ended:
+        """The gang's end: each pod's code once one failed (or every one ended), the others given
+        :data:`SAME_FAILURE_S` before Volcano's action for that failure reaches them."""
+        seen = Ended(started=started)
+        seen.nodes = {p.hostname: p.node for p in gang}
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while all(p.running for p in gang):
+            if time.monotonic() > deadline:
+                raise self._failed("timed out: a gang pod ends")
+            time.sleep(0.05)
+        first = next(p for p in gang if not p.running)
+        code = container_exit_code(first.proc.wait())
+        seen.action = self.workload.action_for_failure(code) if code != 0 else None
+        for pod in gang:
+            ended = pod.wait(SAME_FAILURE_S)
+            seen.ended_by[pod.hostname] = "itself" if ended is not None else str(seen.action)
+            grace = self.workload.worker.grace_period_s
+            seen.codes[pod.hostname] = ended if ended is not None else self.cluster.stop(pod, grace)
+            seen.logs[pod.hostname] = pod.output()
+        seen.seconds = time.time() - seen.started
+        return seen
+
     def _run_until_ended(self, stop: Callable[[list[Pod]], Pod] | None = None) -> Ended:
         """Start the gang and wait until a pod fails (``stop`` may pick one and send it SIGTERM);
         then give the others :data:`SAME_FAILURE_S` to end by themselves before Volcano's action

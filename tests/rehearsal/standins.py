@@ -132,10 +132,15 @@ def nccom_test(argv: Sequence[str], root: Path = MOUNT) -> int:
 def aws(argv: Sequence[str], root: Path = MOUNT) -> int:
     """``aws s3 cp [--no-sign-request] [--only-show-errors] s3://... DEST``: copies the object's
     local stand-in (``s3_objects`` in the config) to stdout (DEST ``-``, as the shard staging
-    streams a tar) or to the file DEST (as the vocabulary's staging fetches it). Anything else:
-    exit 2."""
+    streams a tar) or to the file DEST (as the vocabulary's staging fetches it); for an object of
+    ``s3_failures``, its error line and exit 1. Anything else: exit 2."""
     args = [a for a in argv if a not in ("--no-sign-request", "--only-show-errors")]
-    objects = config(root)["s3_objects"]
+    cfg = config(root)
+    objects = cfg["s3_objects"]
+    failure = cfg.get("s3_failures", {}).get(args[2] if len(args) > 2 else "")
+    if failure is not None:  # the scene's broken source: the CLI's error line, exit 1
+        print(failure, file=sys.stderr)
+        return 1
     if len(args) != 4 or args[:2] != ["s3", "cp"] or args[2] not in objects:
         print(
             f"aws (rehearsal): only 's3 cp <{' | '.join(objects)}> <- | FILE>' is rehearsed, not {argv}",

@@ -8,9 +8,10 @@ The values the harness uses for these substitutions are defined here too, next t
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class Substitution:
 
 #: Added to every pod's environment (the synthesized variables are kept as they are).
 EXTRA_ENV = {"OMP_NUM_THREADS": "1"}
-#: The ``sleep`` stand-in sleeps this share of what it is asked (30 s polls become 0.5 s).
+#: The ``sleep`` stand-in sleeps this share of what it is asked, and the programs' poll and back-off
+#: intervals are shortened by it (30 s polls become 1 s: a whole second at least).
 SLEEP_SCALE = 1 / 60
 #: The pods' network: gang pod ``i`` has ``<POD_NETWORK>.<WORKER_ADDRESS_BASE + i>``, other pods
 #: (staging, TensorBoard) addresses from ``OTHER_ADDRESS_BASE`` on; the bridge they plug into has
@@ -47,13 +49,36 @@ SYSTEM_NODE_NAME = "rehearsal-system-node"
 ID_RANGE = 65536
 #: The fabric check's all-reduce buffer per worker in the rehearsal (the job's is 128 MiB).
 FABRIC_CHECK_SIZE_MIB = 8
-_FABRIC_SIZE = re.compile(r"(-m training\.node\.fabric_check measure .*?--size_mib )(\d+)")
+#: The programs whose one argument is a JSON description (``python -m <module> '<json>'``).
+JSON_PROGRAMS = ("trainium_job.pod_program", "trainium_job.dataset_runner", "training.launch.submit")
+
+
+def _shortened(seconds: int) -> int:
+    return max(1, round(seconds * SLEEP_SCALE))
+
+
+def _rehearsed(description: dict[str, Any]) -> dict[str, Any]:
+    """A program's description with its waits' polls, its back-off and the fabric check's buffer
+    shortened (the deadlines are the synthesized ones)."""
+    out = json.loads(json.dumps(description))
+    for wait in [*out.get("waits", []), *(w for p in out.get("phases", []) for w in p.get("waits", []))]:
+        wait["poll_s"] = _shortened(wait["poll_s"])
+    if "backoff_s" in out:
+        out["backoff_s"] = _shortened(out["backoff_s"])
+    measure = (out.get("fabric_check") or {}).get("measure")
+    if measure:
+        measure[measure.index("--size_mib") + 1] = str(FABRIC_CHECK_SIZE_MIB)
+    return out
 
 
 def rehearsed_command(command: Sequence[str]) -> tuple[str, ...]:
-    """A container command as the rehearsal runs it: verbatim, but for the fabric check's
-    all-reduce buffer (``--size_mib``), set to :data:`FABRIC_CHECK_SIZE_MIB`."""
-    return tuple(_FABRIC_SIZE.sub(rf"\g<1>{FABRIC_CHECK_SIZE_MIB}", arg) for arg in command)
+    """A container command as the rehearsal runs it: verbatim, but for a JSON program's polls and
+    back-off (:data:`SLEEP_SCALE`) and the fabric check's all-reduce buffer (``--size_mib``, set to
+    :data:`FABRIC_CHECK_SIZE_MIB`)."""
+    argv = list(command)
+    if len(argv) == 4 and argv[:2] == ["python", "-m"] and argv[2] in JSON_PROGRAMS:
+        argv[3] = json.dumps(_rehearsed(json.loads(argv[3])), sort_keys=True, separators=(",", ":"))
+    return tuple(argv)
 
 
 SUBSTITUTIONS: tuple[Substitution, ...] = (
@@ -179,8 +204,8 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "the fabric check's all-reduce of 128 MiB per worker",
-        f"{FABRIC_CHECK_SIZE_MIB} MiB (`--size_mib` in the synthesized worker script, the one "
-        "edit of a container command: `rehearsed_command`); the variant's floor "
+        f"{FABRIC_CHECK_SIZE_MIB} MiB (`--size_mib` in the synthesized description, with the polls the "
+        "edits of a container command: `rehearsed_command`); the variant's floor "
         "(training_fabric_check_min_busbw_gbps) is 0",
         "128 MiB takes ~40 s per check on 2 busy cores through gloo, which reaches ~0.2 GB/s "
         "there: below the smallest whole-number floor (1), so the check's bandwidth test is "
@@ -244,9 +269,23 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "no network; the public tar is ~50 GB",
     ),
     Substitution(
-        "sleep (coreutils)",
-        f"tests/rehearsal/standins.py: sleeps {SLEEP_SCALE:.3g} of the time asked",
-        "the workers poll for the dataset marker every 30 s",
+        "the pod program's, the submitter's and the dataset pods' poll and back-off intervals",
+        f"{SLEEP_SCALE:.3g} of the synthesized seconds, at least 1 s (`rehearsed_command`: the waits' "
+        "`poll_s`, the dataset runner's `backoff_s`); their deadlines are the synthesized ones",
+        "the waits look for their markers every 30 s and the staging retries a minute apart",
+    ),
+    Substitution(
+        "the downward API's `metadata.labels['batch.kubernetes.io/job-name']` and "
+        "`['batch.kubernetes.io/controller-uid']` of a batch Job's pod",
+        "set by the harness to the Job's name from the template and a random UID",
+        "no Job controller; the dataset runner names its Job in its failed marker, the submitter its "
+        "owner in the Volcano Job it creates",
+    ),
+    Substitution(
+        "Volcano creating the gang's pods once the submitter has created the Volcano Job",
+        "the harness starts the gang's pods once the stand-in API server holds the Volcano Job, "
+        "from the pod template of the ConfigMap the submitter mounts (compared with what it sent)",
+        "no Volcano controller; the scene is about when the gang is asked for, not how Volcano makes pods",
     ),
     Substitution(
         "Volcano and the kubelet (gang start, pod deletion, the Job's policies)",

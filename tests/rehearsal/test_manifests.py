@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.rehearsal.manifests import DOCKERFILES, Mount, Policy, image, pod_spec, workload
-from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, rehearsed_command
+from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, SLEEP_SCALE, rehearsed_command
+from trainium_job.exit_codes import BUDGET_EXIT_CODE, DEADLINE_EXIT_CODE
 from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.stop_budget import termination_grace_period_s
 
@@ -15,6 +18,8 @@ def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_a
     assert w.namespace == "training" and w.replicas == 2 and w.task == "worker"
     assert w.policies == (
         Policy("AbortJob", exit_code=FABRIC_EXIT_CODE),
+        Policy("AbortJob", exit_code=DEADLINE_EXIT_CODE),
+        Policy("AbortJob", exit_code=BUDGET_EXIT_CODE),
         # The default capacity (Karpenter): a gang not complete after trainium_gang_wait_minutes.
         Policy("AbortJob", event="PodPending"),
         Policy("RestartJob", event="PodEvicted"),
@@ -22,7 +27,17 @@ def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_a
     )
     assert w.action_for_failure(FABRIC_EXIT_CODE) == "AbortJob" and w.action_for_failure(143) == "RestartJob"
     assert w.worker.field_env == {"NODE_NAME": "spec.nodeName"} and "NODE_NAME" not in w.worker.env
-    assert w.worker.container == "trainer" and w.worker.command[:2] == ("bash", "-c")
+    assert w.worker.container == "trainer" and w.worker.command[:3] == (
+        "python",
+        "-m",
+        "trainium_job.pod_program",
+    )
+    assert w.submitter is not None and w.submitter.command[:3] == ("python", "-m", "training.launch.submit")
+    assert w.submitter.mounts == (
+        Mount("/run/trainium-job", "configMap", read_only=True, config_map=w.job_name),
+        Mount("/data", "claim", read_only=True),
+    )
+    assert json.loads(w.config_maps[w.job_name]["job.json"]) == w.job
     assert w.worker.mounts == (Mount("/data", "claim"), Mount("/dev/shm", "emptyDir", memory=True))
     assert w.worker.grace_period_s == termination_grace_period_s()
     assert w.worker.instance_type == "trn1.32xlarge" and w.worker.claim_path() == "/data"
@@ -42,13 +57,25 @@ def test_given_the_small_variant_then_its_pods_have_the_default_pods_shape(train
     assert variant.tensorboard == default.tensorboard
 
 
-def test_given_the_worker_command_then_the_rehearsal_changes_only_the_fabric_checks_buffer(variant):
-    (script,) = (arg for arg in variant.worker.command if "training.node.fabric_check measure" in arg)
-    rehearsed = rehearsed_command(variant.worker.command)
-    assert rehearsed[:2] == variant.worker.command[:2]
-    assert script.count("--size_mib 128 ") == 1
-    assert rehearsed[2] == script.replace("--size_mib 128 ", f"--size_mib {FABRIC_CHECK_SIZE_MIB} ")
-    assert rehearsed_command(variant.staging.command) == variant.staging.command
+def test_given_the_programs_then_the_rehearsal_changes_only_their_polls_back_off_and_the_fabric_checks_buffer(
+    variant,
+):
+    synthesized = json.loads(variant.worker.command[3])
+    rehearsed = json.loads(rehearsed_command(variant.worker.command)[3])
+    measure = synthesized["fabric_check"]["measure"]
+    assert measure[measure.index("--size_mib") + 1] == "128"
+    measure[measure.index("--size_mib") + 1] = str(FABRIC_CHECK_SIZE_MIB)
+    for phase in synthesized["phases"]:
+        for wait in phase["waits"]:
+            assert wait["poll_s"] == 30
+            wait["poll_s"] = max(1, round(30 * SLEEP_SCALE))
+    assert rehearsed == synthesized  # the deadlines are the synthesized ones
+    staging = json.loads(variant.staging.command[3])
+    assert staging["backoff_s"] == 60 and json.loads(rehearsed_command(variant.staging.command)[3]) == {
+        **staging,
+        "backoff_s": 1,
+    }
+    assert rehearsed_command(variant.tensorboard.command) == variant.tensorboard.command
 
 
 def test_given_an_env_value_from_elsewhere_than_a_pod_field_then_reading_the_pod_fails_naming_it():
@@ -64,11 +91,11 @@ def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it(
             "containers": [
                 {"name": "c", "command": ["true"], "volumeMounts": [{"name": "v", "mountPath": "/x"}]}
             ],
-            "volumes": [{"name": "v", "configMap": {"name": "x"}}],
+            "volumes": [{"name": "v", "secret": {"secretName": "x"}}],
         }
     }
     with pytest.raises(
-        ValueError, match="volume v: the rehearsal has no stand-in for \\['configMap', 'name'\\]"
+        ValueError, match="volume v: the rehearsal has no stand-in for \\['name', 'secret'\\]"
     ):
         pod_spec(template)
 

@@ -19,16 +19,20 @@ from tests.rehearsal.scenario import (
     MAX_STEPS,
     NPROC_PER_NODE,
     REFUSED_DRIVER_AMI,
+    SAME_FAILURE_S,
+    SOURCE_ERROR,
     VICTIM,
     Observations,
     default_ami_tag,
     driver_version,
     image_packages,
+    waits,
 )
 from training.dataprep.shard_format import verify_checksums
 from training.node.driver_check import MISMATCH_EXIT_CODE, RUNTIME_PACKAGE
 from training.trainer import checkpoint as ckpt
 from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_job.exit_codes import DEADLINE_EXIT_CODE
 from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
 from trainium_job.hang import HANG_EXIT_CODE
@@ -106,8 +110,6 @@ def test_given_nodes_whose_driver_the_runtime_refuses_then_each_pod_stops_with_o
         assert line.startswith(
             f"error: the node's Neuron driver {driver} does not run the image's Neuron runtime"
         )
-    ended = refused.started + refused.seconds
-    assert not [c for c in rehearsal.calls if c["tool"] == "sleep" and c["time"] < ended]
     # The Job has no policy for this exit code: Volcano restarts the gang (maxRetry times), and
     # each attempt stops again within seconds.
     assert refused.action == "RestartJob" and refused.seconds < 60
@@ -121,23 +123,69 @@ def test_given_a_gang_pod_deleted_while_it_waits_for_the_dataset_then_it_ends_at
     assert stop is not None and stop.code == 143 and stop.seconds < 10, stop
 
 
-@pytest.mark.after("train_until_stopped")
-def test_given_the_gang_started_before_staging_then_every_pod_waits_for_the_marker_and_nothing_runs(
+@pytest.mark.after("failed_staging")
+def test_given_a_staging_that_gives_up_then_the_gang_waiting_for_it_and_the_submitter_end_at_once_with_its_reason(
     rehearsal: Observations, variant
 ):
-    first = rehearsal.gang_logs[0]
-    assert len(first) == variant.replicas
-    for host, log in first.items():
-        assert rehearsal.polls_before_staging[host] >= 2
-        waiting = log.split("\n")[1]  # after the driver check, a pod names the marker it waits for
-        assert rehearsal.paths.dataset_marker in waiting, log[:2000]
-    assert rehearsal.files_before_staging == []  # no cache set, no run directory, no data yet
+    # The staging tried its attempts, then wrote its failed marker naming its Job and the reason.
+    assert rehearsal.failed_staging_code == DEADLINE_EXIT_CODE, rehearsal.failed_staging_log
+    reason = f"attempt 3 of 3 exited 1: dataset_source {PUBLIC_BERT_SHARDS}: {SOURCE_ERROR}"
+    assert f"gave up after 3 attempts: {reason}" in rehearsal.failed_staging_log
+    assert variant.staging.job_name is not None
+    ended = rehearsal.failed_staging
+    assert len(ended.codes) == variant.replicas
+    for host, code in ended.codes.items():
+        # Each gang pod ended by itself with the abort code, saying why in one line, long before its
+        # deadline: the Job is aborted and Karpenter releases the nodes.
+        assert code == DEADLINE_EXIT_CODE and ended.ended_by[host] == "itself", ended.logs[host]
+        last = ended.logs[host].rstrip("\n").rsplit("\n", 1)[-1]
+        assert f"{variant.staging.job_name} gave up: {reason}" in last
+        assert last.endswith("ending the job to release its nodes")
+    assert ended.action == "AbortJob" and variant.action_for_failure(DEADLINE_EXIT_CODE) == "AbortJob"
+    assert ended.started + ended.seconds - rehearsal.failed_marker_time < SAME_FAILURE_S
+    # The submitter ended the same way: no Volcano Job, so no Trainium node was ever asked for
+    # (the scene fails if the stand-in API server holds one).
+    assert rehearsal.failed_submitter_code == DEADLINE_EXIT_CODE, rehearsal.failed_submitter_log
+    assert "not submitting the training job: no Trainium node is asked for" in rehearsal.failed_submitter_log
+    aws = [c for c in rehearsal.calls if c["tool"] == "aws" and c["time"] < rehearsal.failed_marker_time]
+    assert len(aws) == 3
+
+
+@pytest.mark.after("submit_after_staging")
+def test_given_the_submitter_then_it_waits_for_the_marker_and_only_then_creates_the_volcano_job_it_owns(
+    rehearsal: Observations, variant
+):
+    assert rehearsal.polls_before_staging >= 2, rehearsal.submitter_log
+    # Nothing of the job on FSx before staging: no cache set, no run directory, no shards.
+    assert not [f for f in rehearsal.files_before_staging if f.startswith(("runs", "neuron-cache"))]
+    assert not [f for f in rehearsal.files_before_staging if f.endswith(".hdf5")]
+    assert not [r for r in rehearsal.requests_before_marker if r["method"] == "POST"]
+    (name, created) = next(iter(rehearsal.submitted.items()))
+    assert name == variant.job_name and rehearsal.submit_time > rehearsal.marker_time
+    # What it created is the ConfigMap's Volcano Job, owned by the submitter's own batch Job.
+    (owner,) = created["metadata"].pop("ownerReferences")
+    assert variant.submitter is not None
+    assert (
+        owner
+        == {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": variant.submitter.job_name,
+            "uid": owner["uid"],
+        }
+        and owner["uid"]
+    )
+    for key in ("uid", "resourceVersion"):
+        created["metadata"].pop(key)
+    assert created == variant.job
+    assert rehearsal.submitter_code == 0 and f"training job {name}: submitted" in rehearsal.submitter_log
+    # The gang (Volcano's pods of that Job) precompiled and trained only after the marker.
     after_marker = [c for c in rehearsal.calls if c["tool"] == "neuron_parallel_compile"]
-    assert after_marker and all(c["time"] > rehearsal.marker_time for c in after_marker)
+    assert after_marker and all(c["time"] > rehearsal.submit_time for c in after_marker)
     assert min(r["time"] for r in rehearsal.records()) > rehearsal.marker_time
 
 
-@pytest.mark.after("stage")
+@pytest.mark.after("submit_after_staging")
 def test_given_the_staging_command_then_it_publishes_the_streamed_shards_with_a_manifest_and_the_marker(
     rehearsal: Observations,
 ):
@@ -146,7 +194,9 @@ def test_given_the_staging_command_then_it_publishes_the_streamed_shards_with_a_
     manifest = verify_checksums(data)
     assert len(manifest.shards) == 4
     assert rehearsal.local(rehearsal.paths.dataset_marker).is_file()
-    (download,) = [c for c in rehearsal.calls if c["tool"] == "aws"]
+    (download,) = [
+        c for c in rehearsal.calls if c["tool"] == "aws" and c["time"] > rehearsal.failed_marker_time
+    ]
     assert download["argv"][:2] == ["s3", "cp"] and PUBLIC_BERT_SHARDS in download["argv"]
 
 
@@ -212,7 +262,8 @@ def test_given_the_gang_started_again_then_it_resumes_from_the_newest_checkpoint
 ):
     assert set(rehearsal.relaunch_codes.values()) == {0}, rehearsal.relaunch_codes
     later = [c for c in rehearsal.calls if c["time"] > rehearsal.relaunch_time]
-    assert not [c for c in later if c["tool"] in ("neuron_parallel_compile", "sleep")]  # marker, cache found
+    assert not [c for c in later if c["tool"] == "neuron_parallel_compile"]  # the cache set's marker found
+    assert not any(waits(log) for log in rehearsal.gang_logs[1].values())  # the dataset is there
     newest = rehearsal.newest_after_stop
     assert newest is not None
     rerun = [r for r in rehearsal.records() if r["time"] > rehearsal.relaunch_time]
@@ -270,7 +321,7 @@ def test_given_the_gang_after_precompile_then_each_pod_checks_the_fabric_and_pas
     rank0 = next(iter(rehearsal.gang_logs[0].values())).splitlines()
     starts = [n for n, line in enumerate(rank0) if TRAINING_START.search(line)]
     assert len(starts) == 1 and any(FABRIC_PASSED.search(line) for line in rank0[: starts[0]])
-    assert "precompiling into an empty cache set" in rank0[: rank0.index(FABRIC_START)]
+    assert "phase 1: precompiling into an empty cache set" in rank0[: rank0.index(FABRIC_START)]
 
 
 @pytest.mark.after("train_until_stopped")
@@ -321,7 +372,8 @@ def test_given_efa_counters_that_stand_still_then_every_pod_exits_69_with_one_li
 @pytest.mark.after("restage")
 def test_given_the_staging_command_again_then_it_leaves_the_published_set_alone(rehearsal: Observations):
     assert rehearsal.restage_code == 0, rehearsal.restage_log
-    assert len([c for c in rehearsal.calls if c["tool"] == "aws"]) == 1  # downloaded once
+    later = [c for c in rehearsal.calls if c["tool"] == "aws" and c["time"] > rehearsal.failed_marker_time]
+    assert len(later) == 1  # downloaded once
     assert rehearsal.local(rehearsal.paths.dataset_marker).stat().st_mtime == rehearsal.marker_time
 
 

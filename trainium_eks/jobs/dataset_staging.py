@@ -295,13 +295,22 @@ def _shard_lines(source: str, paths: JobPaths) -> list[str]:
         lines.append(f"src={shlex.quote(DATA_MOUNT + source[len('fsx:') :])}")
         lines.append(f'find "$src" -name {pattern} -exec ln -sf -t "$tmp/set" {{}} +')
     elif source.endswith(".tar"):
-        # No capabilities (CHOWN dropped): keep the archive's modes, not its owners.
-        lines.append(
-            f'aws s3 cp --no-sign-request --only-show-errors {src} - | tar -x --no-same-owner -C "$tmp/download"'
-        )
+        # No capabilities (CHOWN dropped): keep the archive's modes, not its owners. The CLI's
+        # error is the line that says why (the pod program names it when it gives up), not tar's.
+        lines += [
+            f'if ! aws s3 cp --no-sign-request --only-show-errors {src} - 2> "$tmp/aws.err" '
+            f'| tar -x --no-same-owner -C "$tmp/download"; then',
+            '  reason=$(tail -n 1 "$tmp/aws.err")',
+            f'  echo "dataset_source {source}: ${{reason:-the archive did not unpack}}" >&2; exit 1',
+            "fi",
+        ]
         lines.append(f'find "$tmp/download" -name {pattern} -exec mv -t "$tmp/set" {{}} +')
     else:
-        lines.append(f'aws s3 sync --no-sign-request --only-show-errors {src} "$tmp/download"')
+        lines += [
+            f'if ! aws s3 sync --no-sign-request --only-show-errors {src} "$tmp/download" 2> "$tmp/aws.err"; then',
+            f'  echo "dataset_source {source}: $(tail -n 1 "$tmp/aws.err")" >&2; exit 1',
+            "fi",
+        ]
         lines.append(f'find "$tmp/download" -name {pattern} -exec mv -t "$tmp/set" {{}} +')
     return [
         *lines,

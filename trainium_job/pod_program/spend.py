@@ -32,8 +32,6 @@ from .description import Budget
 
 #: The stop marker, in the spend directory.
 STOP: Final = "STOP"
-#: The spend directory's name in the first phase's run directory (the job's: its phases share it).
-SPEND_DIR: Final = "spend"
 
 
 @dataclass(frozen=True)
