@@ -1,4 +1,4 @@
-"""Fixtures of the pretraining tests: shards made by the data tool, an etcd server, ports."""
+"""Fixtures of the pretraining tests: shards made by the data tool, a held-out set, an etcd server, ports."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards
+from training.dataprep.synthetic import (
+    SMALL_SET_FLAGS,
+    SyntheticShards,
+    make_shards,
+    prepare_data_command,
+    write_corpus,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -83,6 +89,25 @@ def tiny_args(data: SyntheticShards, out: Path, *extra: str) -> list[str]:
     ]
 
 
+def sigterm_during(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """A SIGTERM to this process during optimizer step ``step`` of an in-process run (what a pod's
+    deletion sends): the run's own handler (``training.trainer.stop``) takes it."""
+    import signal
+
+    from training.trainer import pretrain
+
+    real, done = pretrain.optimizer_step, []
+
+    def stepping(*args, **kwargs):
+        result = real(*args, **kwargs)
+        done.append(1)
+        if len(done) == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(pretrain, "optimizer_step", stepping)
+
+
 @pytest.fixture(scope="session")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
     """6 shards of ~75 samples (seq 128, 20 predictions) over a 400-piece vocabulary."""
@@ -91,6 +116,25 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
     result = make_shards(root, n_docs=60, flags=flags, env=child_env(), timeout=120)
     assert len(result.files) == 6
     return result
+
+
+def make_held_out(root: Path, vocab: Path, *, seq_len: int = 128, max_pred_len: int = 20) -> SyntheticShards:
+    """A held-out set for ``--eval_dir``: 2 shards of other documents (another corpus seed) made
+    with the training set's vocab.txt, in ``root/held-out-seq<seq_len>`` (also used outside
+    pytest: ``make panels``)."""
+    corpus = write_corpus(root / "corpus.txt", n_docs=20, seed=99)
+    flags = {**SMALL_SET_FLAGS, "num_shards": 2, "max_seq_len": seq_len, "max_pred_len": max_pred_len}
+    out = root / f"held-out-seq{seq_len}"
+    command = prepare_data_command(input=corpus, vocab=vocab, output_dir=out, **flags)
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return SyntheticShards(out, vocab)
+
+
+@pytest.fixture(scope="session")
+def held_out(shards: SyntheticShards, tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
+    """The held-out set of ``shards`` (seq 128, 20 predictions): other documents, the same vocab.txt."""
+    return make_held_out(tmp_path_factory.mktemp("held_out"), shards.vocab)
 
 
 @pytest.fixture(scope="session")

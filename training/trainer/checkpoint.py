@@ -363,18 +363,21 @@ class Loaded:
     meta: dict[str, Any]
 
 
-def _load(file: Path) -> Any:
+def _load(file: Path, *, mmap: bool = False) -> Any:
     try:
         # weights_only=False: the files hold RNG states (tuples, numpy arrays) we wrote ourselves.
-        return torch.load(file, map_location="cpu", weights_only=False)
+        return torch.load(file, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means this file is unusable
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CheckpointError(f"{file}: cannot be loaded ({type(e).__name__}: {first})") from None
 
 
-def load_state(path: Path) -> dict[str, Any]:
-    """A checkpoint's ``state.pt`` alone, to CPU (its digests checked by the caller: ``verify``)."""
-    state = _load(path / STATE_FILE)
+def load_state(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint's ``state.pt`` alone, to CPU (its digests checked by the caller: ``verify``).
+
+    ``mmap``: its tensors are mapped from the file, not read, until used (what reads only the
+    run's flags and records, as the model card does of an earlier phase, reads no weights)."""
+    state = _load(path / STATE_FILE, mmap=mmap)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path / STATE_FILE}: holds a {type(state).__name__}, not a state dict")
     return state

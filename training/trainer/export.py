@@ -1,7 +1,8 @@
 """A checkpoint as a Hugging Face model folder, for ``from_pretrained`` and fine-tuning.
 
     python -m training.trainer.export CHECKPOINT OUT --vocab VOCAB.txt [--data_dir SHARDS]
-        [--do_lower_case | --no_lower_case]
+        [--do_lower_case | --no_lower_case] [--hardware "2 x trn1.32xlarge"] [--node_hours 12.5]
+        [--license apache-2.0] [--language en]
 
 CHECKPOINT is a checkpoint directory (``step_*``, or one of ``training.trainer.import_neuron``) or a
 run's ``--output_dir`` (its newest checkpoint); it is verified against its digests first. OUT gets
@@ -14,6 +15,14 @@ BERT's normalizer, accents stripped exactly when lower-casing); the lower-casing
 checkpoint's run read where it still is; without a manifest ``--do_lower_case``/``--no_lower_case``,
 else lower-cased, the data tool's default. A flag that contradicts the manifest, or a vocabulary
 other than the one the manifest or the checkpoint records, is refused naming both.
+
+A run directory exports its newest checkpoint whether or not the run finished (its ``COMPLETE``
+marker is not read): a run a spend ceiling or a stop ended before its ``--max_steps`` exports the
+model of the step it reached. OUT's ``README.md`` is the model card (``training.trainer.model_card``):
+the Hub's metadata with the held-out results, the model, each phase of its lineage (its steps, of
+``--max_steps``: a run stopped mid-schedule says so; batch, learning rate, shard set, held-out
+results), the tokenizer, the hardware and node-hours given by ``--hardware`` and ``--node_hours``
+("not recorded" without them), and how to load it.
 
 OUT is written beside itself and renamed into place, so it is the whole export or the earlier one.
 Then::
@@ -38,7 +47,9 @@ from transformers import BertConfig, BertForPreTraining, BertTokenizer
 
 from ..dataprep.shard_format import ShardSetError, read_manifest, sha256_of
 from . import checkpoint as ckpt
+from . import model_card
 from .init_from import InitFromError, find_start
+from .model_card import CardOptions
 
 log = logging.getLogger("training.trainer.export")
 
@@ -97,24 +108,11 @@ def load_model(path: Path) -> tuple[BertForPreTraining, dict[str, Any], dict[str
     return model.eval(), meta, dict(state.get("args") or {})
 
 
-def export(
-    checkpoint: str,
-    out: Path,
-    *,
-    vocab: Path,
-    data_dir: str | None = None,
-    lower_case: bool | None = None,
-) -> Path:
-    """Write the Hugging Face folder of ``checkpoint`` to ``out``; returns ``out``."""
-    try:
-        path = find_start(checkpoint, "CHECKPOINT")
-    except InitFromError as e:
-        raise ExportError(str(e)) from None
-    model, meta, flags = load_model(path)
-    recorded: dict[str, str | None] = {f"checkpoint {path.name}": meta.get("vocab_sha256")}
-    trained_on = flags.get("data_dir")
-    if data_dir is None and trained_on and Path(trained_on).is_dir():
-        data_dir = trained_on  # the run's own shard set, where it still is
+def casing(
+    data_dir: str | None, lower_case: bool | None, recorded: dict[str, str | None]
+) -> tuple[bool, str]:
+    """The tokenizer's lower-casing and where it comes from: the shard set's manifest, the flag, or
+    the data tool's default; ``recorded`` gets the manifest's vocabulary digest."""
     if data_dir is not None:
         settings = shard_settings(data_dir)
         recorded[f"--data_dir {data_dir}"] = settings.get("vocab_sha256")
@@ -124,23 +122,63 @@ def export(
                 f"--{'do' if lower_case else 'no'}_lower_case: the shards of --data_dir {data_dir} were made "
                 f"with{'' if made else 'out'} lower-casing; leave the flag out"
             )
-        if lower_case is None and made is not None:
-            lower_case = bool(made)
+        if made is not None:
+            return bool(made), f"the manifest of `{Path(data_dir).name}` records"
+    if lower_case is not None:
+        return lower_case, f"`--{'do' if lower_case else 'no'}_lower_case` told the export"
+    return True, "the data tool's default (`--do_lower_case`), which no manifest contradicts"
+
+
+def check_options(options: CardOptions) -> None:
+    """ExportError naming the flag of a card option that the card cannot hold."""
+    if options.hardware is not None and (not options.hardware.strip() or "\n" in options.hardware):
+        raise ExportError(f"--hardware {options.hardware!r}: give one line, such as '2 x trn1.32xlarge'")
+    hours = options.node_hours
+    if hours is not None and not (hours >= 0 and hours != float("inf")):
+        raise ExportError(f"--node_hours {hours}: give the run's node-hours, a number >= 0, such as 12.5")
+    for flag, value in (("--license", options.license), ("--language", options.language)):
+        if not value or any(c.isspace() for c in value):
+            raise ExportError(f"{flag} {value!r}: give one identifier, such as apache-2.0 or en")
+
+
+def export(
+    checkpoint: str,
+    out: Path,
+    *,
+    vocab: Path,
+    data_dir: str | None = None,
+    lower_case: bool | None = None,
+    card: CardOptions | None = None,
+) -> Path:
+    """Write the Hugging Face folder of ``checkpoint`` to ``out``, with its model card; returns ``out``.
+    ``card``: what the card is told beside the run's files (default: ``CardOptions()``)."""
+    options = card or CardOptions()
+    check_options(options)
+    try:
+        path = find_start(checkpoint, "CHECKPOINT")
+    except InitFromError as e:
+        raise ExportError(str(e)) from None
+    model, meta, flags = load_model(path)
+    recorded: dict[str, str | None] = {f"checkpoint {path.name}": meta.get("vocab_sha256")}
+    trained_on = flags.get("data_dir")
+    if data_dir is None and trained_on and Path(trained_on).is_dir():
+        data_dir = trained_on  # the run's own shard set, where it still is
+    lower_case, casing_from = casing(data_dir, lower_case, recorded)
     check_vocab(vocab, recorded, model.config)
-    if lower_case is None:
-        lower_case = True  # prepare_data's default (--do_lower_case)
     tokenizer = BertTokenizer(
         vocab=str(vocab),
         do_lower_case=lower_case,
         model_max_length=model.config.max_position_embeddings,
     )
     out = Path(out)
+    readme = card_text(path, meta, flags, data_dir, model, out, options, vocab, (lower_case, casing_from))
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         shutil.copyfile(vocab, partial / VOCAB_FILE)
+        (partial / model_card.CARD_FILE).write_text(readme, encoding="utf-8")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         if out.exists():
             os.replace(out, old)
@@ -160,6 +198,31 @@ def export(
     return out
 
 
+def card_text(
+    path: Path,
+    meta: dict[str, Any],
+    flags: dict[str, Any],
+    data_dir: str | None,
+    model: BertForPreTraining,
+    out: Path,
+    options: CardOptions,
+    vocab: Path,
+    case: tuple[bool, str],
+) -> str:
+    """The model card of the checkpoint at ``path``, named after its run directory."""
+    exported = model_card.read_phase(path, meta, flags, data_dir)
+    card = model_card.Card(
+        name=path.resolve().parent.parent.name,
+        folder=out.name,
+        phases=model_card.lineage(exported),
+        config=model.config,
+        parameters=sum(p.numel() for p in model.parameters()),
+        tokenizer=model_card.Tokenizer(vocab_size_of(vocab), sha256_of(vocab), *case),
+        options=options,
+    )
+    return model_card.render(card)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m training.trainer.export",
@@ -172,6 +235,20 @@ def build_parser() -> argparse.ArgumentParser:
     case = p.add_mutually_exclusive_group()
     case.add_argument("--do_lower_case", dest="lower_case", action="store_true", default=None)
     case.add_argument("--no_lower_case", dest="lower_case", action="store_false")
+    card = p.add_argument_group("model card", "what README.md says beside what the run's files record")
+    card.add_argument(
+        "--hardware",
+        default=None,
+        help="the machines of the exported run, e.g. '2 x trn1.32xlarge' (default: not recorded)",
+    )
+    card.add_argument(
+        "--node_hours",
+        type=float,
+        default=None,
+        help="the exported run's node-hours, e.g. 12.5 (default: not recorded)",
+    )
+    card.add_argument("--license", default=CardOptions.license, help="the weights' Hub license id")
+    card.add_argument("--language", default=CardOptions.language, help="the corpus's language (ISO 639-1)")
     return p
 
 
@@ -180,8 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     torch.set_grad_enabled(False)
     try:
+        options = CardOptions(
+            hardware=args.hardware, node_hours=args.node_hours, license=args.license, language=args.language
+        )
         export(
-            args.checkpoint, args.out, vocab=args.vocab, data_dir=args.data_dir, lower_case=args.lower_case
+            args.checkpoint,
+            args.out,
+            vocab=args.vocab,
+            data_dir=args.data_dir,
+            lower_case=args.lower_case,
+            card=options,
         )
     except (ExportError, ckpt.CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

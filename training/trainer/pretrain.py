@@ -503,9 +503,14 @@ def loop(
             watchdog.stepped(run.step)
         if run.metrics is not None:
             run.metrics.stepped(run.step)
-        if run.evaluator is not None and (
-            run.step == end_step or (eval_every and run.step % eval_every == 0)
-        ):
+        evaluating = run.evaluator is not None and (
+            run.step == end_step or bool(eval_every and run.step % eval_every == 0)
+        )
+        # A stop asked for during this step skips its evaluation: the grace period is the
+        # checkpoint's (the last step's evaluation still runs: it is the run's result).
+        if evaluating and run.step < end_step and stop_agreed(run, stop):
+            return stopped_here(run, reporter, saved=False)
+        if evaluating:
             # Unbounded: its length follows --eval_samples, not the step's, and on XLA the first
             # evaluation compiles its graphs (precompile builds them too), as warm-up does.
             with unbounded(run, "evaluation"):
@@ -514,14 +519,24 @@ def loop(
         if saved:
             with unbounded(run, "checkpoint"):
                 save(run, reporter)  # every N steps and at the end of this run
-        if watchdog is not None:
-            watchdog.doing(f"the stop agreement after step {run.step} (a gloo all-reduce of every rank)")
-        if run.step < end_step and stop.agreed():  # every rank, after the same step
-            if not saved and not precompile:
-                with unbounded(run, "checkpoint"):
-                    save(run, reporter, stopping=True)
-            return True
+        if run.step < end_step and stop_agreed(run, stop):
+            return stopped_here(run, reporter, saved=saved)
     return False
+
+
+def stop_agreed(run: Run, stop: GracefulStop) -> bool:
+    """Whether any rank was asked to stop: a collective of every rank, after the same step."""
+    if run.watchdog is not None:
+        run.watchdog.doing(f"the stop agreement after step {run.step} (a gloo all-reduce of every rank)")
+    return stop.agreed()
+
+
+def stopped_here(run: Run, reporter: StepReporter, *, saved: bool) -> bool:
+    """The stop's checkpoint of this step (unless ``saved`` already, or a precompile trial); True."""
+    if not saved and not run.args.runtime.precompile:
+        with unbounded(run, "checkpoint"):
+            save(run, reporter, stopping=True)
+    return True
 
 
 def evaluate(run: Run, reporter: StepReporter) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,25 +11,14 @@ import torch
 import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.training.conftest import child_env, tiny_args
-from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, prepare_data_command, write_corpus
+from tests.training.conftest import sigterm_during, tiny_args
+from training.trainer import checkpoint as ckpt
 from training.trainer.data import IGNORE_INDEX, ShardStream, list_shards
 from training.trainer.evaluate import EvalResult, result_of
 from training.trainer.model import additive_attention_mask, build_model
 from training.trainer.preflight import PreflightError
 from training.trainer.pretrain import parse_args, train
-
-
-@pytest.fixture(scope="module")
-def held_out(shards: SyntheticShards, tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
-    """Shards of other documents (another corpus seed) with the training set's vocab.txt."""
-    root = tmp_path_factory.mktemp("held_out")
-    corpus = write_corpus(root / "corpus.txt", n_docs=20, seed=99)
-    flags = {**SMALL_SET_FLAGS, "num_shards": 2}
-    command = prepare_data_command(input=corpus, vocab=shards.vocab, output_dir=root / "shards", **flags)
-    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return SyntheticShards(root / "shards", shards.vocab)
+from training.trainer.stop import Stopped
 
 
 def test_given_a_batch_then_eval_sums_are_the_losses_and_hits_of_the_full_logits(held_out):
@@ -144,3 +132,20 @@ def test_given_the_ranks_mean_sums_then_ratios_and_sample_count_follow():
     result = result_of(7, [30.0, 6.0, 10.0, 3.0], batches=2, batch_size=4, world_size=2)
     # Then ratios of the means are those of the sums, and each rank's 8 samples count once per rank
     assert result == EvalResult(step=7, samples=16, mlm_loss=3.0, mlm_accuracy=0.6, nsp_accuracy=0.375)
+
+
+def test_given_a_stop_during_a_step_that_evaluates_then_the_checkpoint_is_written_without_the_evaluation(
+    shards, held_out, tmp_path, monkeypatch
+):
+    # Given a run evaluating every 2 steps, and a SIGTERM during step 2
+    out = tmp_path / "run"
+    sigterm_during(monkeypatch, 2)
+    args = tiny_args(
+        shards, out, "--eval_dir", str(held_out.dir), "--eval_every", "2", "--eval_samples", "16"
+    )
+    # When the step ends
+    with pytest.raises(Stopped, match="stopped by SIGTERM after step 2"):
+        train(parse_args(args))
+    # Then step 2's checkpoint is written and step 2 is not evaluated: the grace period is the checkpoint's
+    assert [s for s, _ in ckpt.step_dirs(ckpt.checkpoint_root(out))] == [2]
+    assert eval_records(out) == []

@@ -130,6 +130,7 @@ def test_given_phase1_then_phase2_at_another_seq_len_then_export_gives_identical
         "error_msgs": [],
     }
     assert sorted(p.name for p in hf.iterdir()) == [
+        "README.md",  # the model card: test_model_card.py
         "config.json",
         "model.safetensors",
         "tokenizer.json",

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.contracts.volcano import action_for_failure, policies
 from tests.training.conftest import REPO, child_env, free_port, tiny_args
 from tests.training.trainer.test_prom_metrics import samples
-from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, prepare_data_command, write_corpus
+from training.dataprep.synthetic import SyntheticShards
 from training.trainer import device, pretrain, stop
 from training.trainer import watchdog as watchdog_module
 from training.trainer.cli import build_parser, check_args, parse_args
@@ -517,18 +517,6 @@ def test_given_a_collective_timeout_then_the_process_group_and_the_stop_group_ge
     finally:
         graceful.close()
     assert calls == [("init", timeout), ("group", timeout)]
-
-
-@pytest.fixture(scope="module")
-def held_out(shards: SyntheticShards, tmp_path_factory: pytest.TempPathFactory) -> SyntheticShards:
-    """Held-out shards (other documents, the training set's vocab.txt), as test_evaluate.py makes them."""
-    root = tmp_path_factory.mktemp("held_out")
-    corpus = write_corpus(root / "corpus.txt", n_docs=20, seed=99)
-    flags = {**SMALL_SET_FLAGS, "num_shards": 2}
-    command = prepare_data_command(input=corpus, vocab=shards.vocab, output_dir=root / "shards", **flags)
-    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return SyntheticShards(root / "shards", shards.vocab)
 
 
 #: How long each evaluation "takes" on the watchdog's clock: far past the 300 s floor.
