@@ -7,7 +7,8 @@ own dashboards are (``schemaVersion`` 39, migrated on load by Grafana 13): a ``d
 variable of type ``datasource`` and every panel and query referring to it by ``${datasource}``.
 
 Layout: a "Run" row (throughput, MFU, loss, step time, progress, checkpoints, restarts and the
-time they cost, of the selected training job), then one row per Trainium node (a row repeated by the ``node`` variable):
+time they cost, held-out masked-LM and next-sentence accuracy, of the selected training job), then
+one row per Trainium node (a row repeated by the ``node`` variable):
 NeuronCore utilization per core, Neuron device memory, EFA traffic, host memory and CPU.
 Every query reads series of :mod:`.catalog`; ``$__rate_interval`` is Grafana's own rate window.
 """
@@ -117,6 +118,31 @@ RUN_PANELS = (
         ),
         "Wall time each cause cost: from the point a restart went back to (its checkpoint) to the "
         "next start of training.",
+    ),
+    Panel(
+        "Held-out masked-LM accuracy",
+        "percentunit",
+        (
+            (
+                f"max by (training_job) (bert_train_eval_mlm_accuracy_ratio{_JOB})",
+                "{{training_job}} masked-LM accuracy",
+            ),
+        ),
+        "Share of the held-out set's masked positions predicted right at the last evaluation "
+        "(--eval_dir, every --eval_every steps and after the last; NaN until the first). MLPerf's "
+        "BERT target, 0.720 after phase 2, is measured on its own set.",
+    ),
+    Panel(
+        "Held-out next-sentence accuracy",
+        "percentunit",
+        (
+            (
+                f"max by (training_job) (bert_train_eval_nsp_accuracy_ratio{_JOB})",
+                "{{training_job}} next-sentence accuracy",
+            ),
+        ),
+        "Share of the held-out set's sentence pairs classified right at the last evaluation "
+        "(NaN until the first).",
     ),
 )
 #: One row of these per Trainium node.

@@ -1,5 +1,5 @@
-"""The small shard set of the training tests, for the local-Prometheus run."""
+"""The small shard set of the training tests and its held-out set, for the local-Prometheus run."""
 
-from tests.training.conftest import shards
+from tests.training.conftest import held_out, shards
 
-__all__ = ["shards"]
+__all__ = ["held_out", "shards"]

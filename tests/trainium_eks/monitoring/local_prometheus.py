@@ -87,15 +87,27 @@ class ScrapedRun:
 
 
 @contextmanager
-def scraped_training_run(tmp: Path, shards: SyntheticShards, *, steps: int = 60) -> Iterator[ScrapedRun]:
-    """A CPU run with ``--metrics_port``, scraped until Prometheus saw it advance ``steps`` optimizer
-    steps, then stopped; the Prometheus stays up for queries over the run's time range."""
+def scraped_training_run(
+    tmp: Path, shards: SyntheticShards, held_out: SyntheticShards, *, steps: int = 60
+) -> Iterator[ScrapedRun]:
+    """A CPU run with ``--metrics_port``, evaluated on ``held_out`` every 10 steps, scraped until
+    Prometheus saw it advance ``steps`` optimizer steps, then stopped; the Prometheus stays up for
+    queries over the run's time range."""
     port = free_port()
     # --peak_tflops: the CPU has no known peak, and MFU is only exported with one.
     args = tiny_args(
         shards, tmp / "run", "--max_steps", "2000", "--checkpoint_every", "10", "--metrics_port", str(port)
     )
-    args += ["--peak_tflops", "0.05"]
+    args += [
+        "--peak_tflops",
+        "0.05",
+        "--eval_dir",
+        str(held_out.dir),
+        "--eval_every",
+        "10",
+        "--eval_samples",
+        "16",
+    ]
     with local_prometheus(tmp, f"127.0.0.1:{port}") as prometheus:
         start = time.time()
         run = subprocess.Popen(

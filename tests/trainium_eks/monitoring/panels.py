@@ -14,7 +14,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.training.conftest import child_env
+from tests.training.conftest import child_env, make_held_out
 from tests.trainium_eks.monitoring.local_prometheus import ScrapedRun, scraped_training_run
 from tests.trainium_eks.monitoring.promtool import GRAFANA_VARIABLES
 from training.dataprep.synthetic import SMALL_SET_FLAGS, make_shards
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         shards = make_shards(
             root / "shards", n_docs=60, flags={**SMALL_SET_FLAGS, "num_shards": 6}, env=child_env()
         )
-        with scraped_training_run(root, shards, steps=PICTURE_STEPS) as run:
+        held_out = make_held_out(root / "held_out", shards.vocab)
+        with scraped_training_run(root, shards, held_out, steps=PICTURE_STEPS) as run:
             print(plot_panels(run, args.output))
     return 0
 

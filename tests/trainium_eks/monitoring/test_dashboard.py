@@ -58,6 +58,7 @@ def test_given_the_dashboard_then_node_panels_repeat_in_one_row_per_trainium_nod
     titles = [p["title"] for p in panels(model)]
     for title in (
         "Throughput", "Model FLOPs utilization", "Loss", "Step time",
+        "Held-out masked-LM accuracy", "Held-out next-sentence accuracy",
         "NeuronCore utilization", "Neuron device memory", "EFA traffic", "Host memory",
     ):  # fmt: skip
         assert title in titles

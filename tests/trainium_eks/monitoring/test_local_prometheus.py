@@ -17,8 +17,8 @@ def _substituted(expr: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def scraped(shards, tmp_path_factory):
-    with scraped_training_run(tmp_path_factory.mktemp("local-prometheus"), shards) as run:
+def scraped(shards, held_out, tmp_path_factory):
+    with scraped_training_run(tmp_path_factory.mktemp("local-prometheus"), shards, held_out) as run:
         yield run
 
 
