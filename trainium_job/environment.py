@@ -14,19 +14,17 @@ from __future__ import annotations
 
 from .huge_pages import HUGE_PAGE_ENV
 from .launch import LaunchSpec, launch_env
-from .paths import JobPaths
 
 
-def neuron_env(paths: JobPaths) -> dict[str, str]:
+def neuron_env() -> dict[str, str]:
     """Environment of every training container (EFA transport, Neuron compiler).
 
     - FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1: the multi-node environment of Neuron's
       "Setup Trn1 multi-node execution" guide; with the latter libfabric uses the device's RDMA
       (trn1 has it) and aborts rather than silently running without it.
-    - NEURON_CC_FLAGS=--cache_dir=...: the compile cache on FSx, shared by the nodes of this
-      job and reused by later runs of the same cache set; ``neuron_parallel_compile`` and the
-      training run read the same variable, so both use the same cache (Neuron's
-      "neuron_parallel_compile" guide: the same cache URL for both).
+    - Not NEURON_CC_FLAGS: the compile cache of each phase is in the job's description (the
+      phase's ``env``), which the pod program gives that phase's commands
+      (``trainium_job.worker.phase_description``).
     - FI_EFA_USE_HUGE_PAGE=0: regular pages for libfabric's buffers (see
       :mod:`trainium_job.huge_pages`).
     """
@@ -34,12 +32,11 @@ def neuron_env(paths: JobPaths) -> dict[str, str]:
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
         **HUGE_PAGE_ENV,
-        "NEURON_CC_FLAGS": f"--cache_dir={paths.cache_dir}",
         "PYTHONUNBUFFERED": "1",
     }
 
 
-def container_env(spec: LaunchSpec, paths: JobPaths) -> dict[str, str]:
+def container_env(spec: LaunchSpec) -> dict[str, str]:
     """The training container's whole environment: what torchrun needs (restarts with a fresh
     rendezvous store, see :func:`trainium_job.launch.launch_env`) plus :func:`neuron_env`."""
-    return {**launch_env(spec), **neuron_env(paths)}
+    return {**launch_env(spec), **neuron_env()}

@@ -1,4 +1,5 @@
-"""The BERT pretraining job rendered from its spec: torchrun arguments, pod and Volcano Job.
+"""The BERT pretraining job rendered from its spec: its phases' torchrun commands and waits, as a
+gang of the library's training pods (:mod:`trainium_job.gang`).
 
 The CDK construct applies :func:`render_job`'s manifest; the TorchX component builds its role
 from :func:`launch_spec` and :func:`~trainium_job.pod.pod_template`, so both run one command.
@@ -8,28 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from . import checks
 from .allocatable import DEFAULT_NODE_DAEMONS, Resources
 from .errors import ConfigError
 from .fabric_check_steps import FabricCheck
+from .gang import SERVICE_ACCOUNT, Gang, RenderedJob, render_gang
 from .instances import InstanceFacts
 from .launch import LaunchSpec, script_args_from_dict
-from .naming import content_named, max_name_prefix
 from .phases import TrainingPhases, as_phases
 from .plan import TrainingPlan, check_accumulation
-from .pod import pod_template, rank0_endpoint, volcano_job
+from .pod import rank0_endpoint
 from .pod_program.description import Budget, JobDescription
-from .scheduling import DO_NOT_DISRUPT_ANNOTATION
 from .spec import BertJobSpec, context_key, flag_values
 from .stop_budget import termination_grace_period_s
 from .telemetry import METRICS_PORT
 from .waits import Wait
 from .worker import PhaseRun, job_description
 
-#: Service account of the training pods (no AWS role, no Kubernetes API token).
-SERVICE_ACCOUNT = "bert-trainer"
+__all__ = [
+    "SERVICE_ACCOUNT",
+    "FabricHeal",
+    "RenderedJob",
+    "fabric_check",
+    "launch_spec",
+    "phase_plan",
+    "render_job",
+]
 
 
 def script_args(spec: BertJobSpec, plan: TrainingPlan) -> list[str]:
@@ -94,18 +99,6 @@ def check_rendezvous(spec: BertJobSpec, *, etcd_available: bool) -> None:
             spec.rdzv_backend,
             "etcd rendezvous needs the etcd add-on: set etcd_enabled=true, or use c10d",
         )
-
-
-@dataclass(frozen=True)
-class RenderedJob:
-    """A rendered job: its name, the digest of its spec, torchrun's spec, the manifest and the
-    description its pods run (in the manifest's container command)."""
-
-    name: str
-    digest: str
-    launch: LaunchSpec
-    manifest: dict[str, Any]
-    description: JobDescription
 
 
 def phase_plan(plan: TrainingPlan, phase: BertJobSpec) -> TrainingPlan:
@@ -190,7 +183,6 @@ def render_job(
     """
     phases = as_phases(spec)
     spec = phases.first
-    checks.dns_label("name_prefix", name_prefix, max_len=max_name_prefix(plan.nodes))
     check_rendezvous(spec, etcd_available=bool(etcd_endpoint))
     plans = [plan, *(phase_plan(plan, later) for later in phases.phases[1:])]
 
@@ -209,33 +201,22 @@ def render_job(
             fabric_check=fabric_check(spec, plan, facts, fabric_heal),
             budget=budget,
             grace_s=termination_grace_period_s(),
+            hardware=f"{plan.nodes} x {facts.name}",
         )
 
-    def build(job_name: str, image: str) -> dict[str, Any]:
-        template = pod_template(
-            job_name=job_name,
-            image=image,
-            facts=facts,
-            spec=launch(job_name),
-            paths=spec.paths,
-            description=describe(job_name),
-            claim_name=claim_name,
-            service_account=service_account,
-            node_reserved=node_reserved,
-            annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang_wait_minutes is not None else None,
-            node_labels=node_labels,
-        )
-        return volcano_job(
-            job_name=job_name,
-            namespace=namespace,
-            queue=queue,
-            nodes=plan.nodes,
-            max_retry=spec.max_retry,
-            template=template,
-            gang_wait_minutes=gang_wait_minutes,
-        )
-
-    name, digest, manifest = content_named(name_prefix, build, image=image, image_key=image_key)
-    return RenderedJob(
-        name=name, digest=digest, launch=launch(name), manifest=manifest, description=describe(name)
+    gang = Gang(
+        facts=facts,
+        nodes=plan.nodes,
+        image=image,
+        image_key=image_key,
+        name_prefix=name_prefix,
+        namespace=namespace,
+        queue=queue,
+        claim_name=claim_name,
+        service_account=service_account,
+        node_reserved=node_reserved,
+        gang_wait_minutes=gang_wait_minutes,
+        node_labels=node_labels,
+        max_retry=spec.max_retry,
     )
+    return render_gang(gang, launch=launch, describe=describe)

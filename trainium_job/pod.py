@@ -18,7 +18,7 @@ from .exit_codes import aborting_codes
 from .instances import InstanceFacts
 from .launch import LaunchSpec
 from .naming import TASK_NAME, pod_host_name
-from .paths import DATA_MOUNT, JobPaths
+from .paths import DATA_MOUNT
 from .pod_program.description import JobDescription
 from .pod_program.metrics import PROGRAM_METRICS_PORT, PROGRAM_METRICS_PORT_NAME
 from .scheduling import (
@@ -146,23 +146,27 @@ def pod_template(
     image: str,
     facts: InstanceFacts,
     spec: LaunchSpec,
-    paths: JobPaths,
     description: JobDescription,
     claim_name: str,
     service_account: str,
     node_reserved: Resources = DEFAULT_NODE_DAEMONS,
     annotations: Mapping[str, str] | None = None,
     node_labels: Mapping[str, str] | None = None,
+    env: tuple[tuple[str, str], ...] = (),
+    app_name: str = APP_LABEL["app.kubernetes.io/name"],
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
     the metrics ports; CPU and memory are the node's less ``node_reserved`` (see
     :func:`compute_resources`); the container runs the pod program with ``description``
-    (:func:`~trainium_job.worker.job_description`; ``spec`` and ``paths`` are its first phase's,
-    for the container's environment); ``annotations``: the pod's, if any; ``node_labels``: labels
-    its node must also carry (the node health check's ``passed``)."""
+    (:func:`~trainium_job.worker.job_description`; ``spec`` is its first phase's torchrun, for
+    the container's environment);
+    ``annotations``: the pod's, if any; ``node_labels``: labels its node must also carry (the node
+    health check's ``passed``); ``env``: the job's own variables, over the platform's;
+    ``app_name``: its ``app.kubernetes.io/name`` label."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
-    metadata: dict[str, Any] = {"labels": {**APP_LABEL, JOB_LABEL: job_name}}
+    variables = {**container_env(spec), **dict(env)}
+    metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/name": app_name, JOB_LABEL: job_name}}
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {
@@ -184,7 +188,7 @@ def pod_template(
                     "image": image,
                     "command": container_command(description),
                     "env": [
-                        *({"name": k, "value": v} for k, v in sorted(container_env(spec, paths).items())),
+                        *({"name": k, "value": v} for k, v in sorted(variables.items())),
                         node_name_env(),
                     ],
                     "ports": [metrics_container_port(), program_container_port()],
@@ -214,6 +218,7 @@ def volcano_job(
     max_retry: int,
     template: Mapping[str, Any],
     gang_wait_minutes: int | None = None,
+    app_name: str = APP_LABEL["app.kubernetes.io/name"],
 ) -> dict[str, Any]:
     """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure;
     with ``gang_wait_minutes``, aborted when its pods have not all run by then
@@ -222,7 +227,11 @@ def volcano_job(
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Job",
-        "metadata": {"name": job_name, "namespace": namespace, "labels": dict(APP_LABEL)},
+        "metadata": {
+            "name": job_name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": app_name},
+        },
         "spec": {
             "schedulerName": "volcano",
             "queue": queue,

@@ -115,13 +115,13 @@ def trn_dist_ddp(
         phases=[PhaseRun(launch, spec.paths)],
         fabric_check=fabric_check(spec, plan, facts),
         grace_s=termination_grace_period_s(),
+        hardware=f"{plan.nodes} x {facts.name}",
     )
     pod = pod_template(
         job_name=app_id,
         image=image,
         facts=facts,
         spec=launch,
-        paths=spec.paths,
         description=description,
         claim_name=claim,
         service_account=SERVICE_ACCOUNT,

@@ -14,12 +14,13 @@ submitter (:mod:`trainium_job.submit`) and the dataset pods run it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
+
+from .files import write_whole
 
 #: Seconds between two looks at the file, unless a wait says otherwise: a look is one ``stat`` on
 #: FSx, and the things waited for take minutes.
@@ -83,11 +84,7 @@ def failed_reason(wait: Wait) -> str | None:
 
 def write_failed(path: str, *, by: str, reason: str) -> None:
     """A producer's note that it gave up (``by``: its Job's name), written whole or not at all."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}")
-    partial.write_text(json.dumps({"by": by, "reason": reason, "time": time.time()}) + "\n")
-    partial.replace(target)
+    write_whole(Path(path), json.dumps({"by": by, "reason": reason, "time": time.time()}) + "\n")
 
 
 def clear_failed(path: str, *, by: str) -> None:

@@ -68,8 +68,9 @@ def dataset_wait(name: str, paths: JobPaths, deadline_s: int = DATA_ALREADY_STAG
     )
 
 
-def export_command(phase: PhaseRun) -> tuple[str, ...]:
-    """The phase's Hugging Face export (``training.trainer.export``), of its run directory."""
+def export_command(phase: PhaseRun, hardware: str | None = None) -> tuple[str, ...]:
+    """The phase's Hugging Face export (``training.trainer.export``), of its run directory; its
+    model card names ``hardware`` ("2 x trn1.32xlarge"); the pod program adds the node-hours."""
     paths = phase.paths
     return (
         "python",
@@ -81,11 +82,16 @@ def export_command(phase: PhaseRun) -> tuple[str, ...]:
         str(phase.vocab),
         "--data_dir",
         paths.data_dir,
+        *(("--hardware", hardware) if hardware else ()),
     )
 
 
 def phase_description(
-    number: int, phase: PhaseRun, *, precompile_steps: int = DEFAULT_PRECOMPILE_STEPS
+    number: int,
+    phase: PhaseRun,
+    *,
+    precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
+    hardware: str | None = None,
 ) -> d.Phase:
     """Phase ``number``'s part of the description."""
     paths, spec = phase.paths, without_conf(phase.launch)
@@ -105,7 +111,9 @@ def phase_description(
             why=f"4 x the ~{PRECOMPILE_MINUTES} min Neuron's BERT tutorial gives a precompile",
         ),
         export=(
-            d.Export(argv=export_command(phase), model_dir=paths.model_dir, deadline_s=EXPORT_DEADLINE_S)
+            d.Export(
+                argv=export_command(phase, hardware), model_dir=paths.model_dir, deadline_s=EXPORT_DEADLINE_S
+            )
             if phase.vocab
             else None
         ),
@@ -130,13 +138,16 @@ def job_description(
     budget: d.Budget | None = None,
     grace_s: int,
     precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
+    hardware: str | None = None,
 ) -> d.JobDescription:
     """The description every pod of the job runs (see :mod:`trainium_job.pod_program.program`):
-    the driver check, then each phase in turn; ``fabric_check`` before the first that trains."""
+    the driver check, then each phase in turn; ``fabric_check`` before the first that trains;
+    ``hardware`` ("2 x trn1.32xlarge"): what the exported models' cards say they trained on."""
     first = phases[0].launch
     host = c10d_store_host(first)
     described = tuple(
-        phase_description(n, p, precompile_steps=precompile_steps) for n, p in enumerate(phases, start=1)
+        phase_description(n, p, precompile_steps=precompile_steps, hardware=hardware)
+        for n, p in enumerate(phases, start=1)
     )
     description = d.JobDescription(
         job=job_name,

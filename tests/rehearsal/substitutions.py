@@ -65,6 +65,8 @@ def _rehearsed(description: dict[str, Any]) -> dict[str, Any]:
         wait["poll_s"] = _shortened(wait["poll_s"])
     if "backoff_s" in out:
         out["backoff_s"] = _shortened(out["backoff_s"])
+    if out.get("budget"):
+        out["budget"]["check_every_s"] = _shortened(out["budget"]["check_every_s"])
     measure = (out.get("fabric_check") or {}).get("measure")
     if measure:
         measure[measure.index("--size_mib") + 1] = str(FABRIC_CHECK_SIZE_MIB)
@@ -271,8 +273,10 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(
         "the pod program's, the submitter's and the dataset pods' poll and back-off intervals",
         f"{SLEEP_SCALE:.3g} of the synthesized seconds, at least 1 s (`rehearsed_command`: the waits' "
-        "`poll_s`, the dataset runner's `backoff_s`); their deadlines are the synthesized ones",
-        "the waits look for their markers every 30 s and the staging retries a minute apart",
+        "`poll_s`, the dataset runner's `backoff_s`, the spend's `check_every_s`); their deadlines and "
+        "the spend ceiling are the synthesized ones",
+        "the waits look for their markers every 30 s, the staging retries a minute apart and the pods "
+        "count their spend every minute",
     ),
     Substitution(
         "the downward API's `metadata.labels['batch.kubernetes.io/job-name']` and "

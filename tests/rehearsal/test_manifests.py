@@ -69,6 +69,8 @@ def test_given_the_programs_then_the_rehearsal_changes_only_their_polls_back_off
         for wait in phase["waits"]:
             assert wait["poll_s"] == 30
             wait["poll_s"] = max(1, round(30 * SLEEP_SCALE))
+    assert synthesized["budget"]["check_every_s"] == 60
+    synthesized["budget"]["check_every_s"] = 1
     assert rehearsed == synthesized  # the deadlines are the synthesized ones
     staging = json.loads(variant.staging.command[3])
     assert staging["backoff_s"] == 60 and json.loads(rehearsed_command(variant.staging.command)[3]) == {

@@ -36,6 +36,7 @@ from trainium_job.exit_codes import DEADLINE_EXIT_CODE
 from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE as FABRIC_NOT_MEASURED
 from trainium_job.hang import HANG_EXIT_CODE
+from trainium_job.pod_program import loads
 from trainium_job.telemetry import TRAINING_METRICS
 
 #: The fabric check's lines (trainium_job/fabric_check_steps.py, training/node/fabric_check.py ``judge``).
@@ -207,8 +208,9 @@ def test_given_an_empty_cache_set_then_precompile_runs_once_across_the_gang_into
     compiles = [c for c in rehearsal.calls if c["tool"] == "neuron_parallel_compile"]
     assert sorted(c["host"] for c in compiles) == sorted(rehearsal.gang_logs[0])  # once per pod
     assert len({tuple(c["argv"]) for c in compiles}) == 1  # one trial run of the whole gang
-    # The compiler's cache (NEURON_CC_FLAGS) and the script's marker name the same cache set.
-    flags = variant.worker.env["NEURON_CC_FLAGS"]
+    # The compiler's cache (NEURON_CC_FLAGS, the phase's in the description) and the program's
+    # marker name the same cache set.
+    flags = dict(loads(variant.worker.command[3]).phases[0].env)["NEURON_CC_FLAGS"]
     assert f"--cache_dir={rehearsal.paths.cache_dir}" in flags.split()
     cache = rehearsal.local(rehearsal.paths.cache_dir)
     assert (cache / standins.COMPILED).is_file()

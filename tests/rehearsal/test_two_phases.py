@@ -18,6 +18,7 @@ from tests.rehearsal.two_phases import (
     PHASE1_STEPS,
     PHASE2_EVERY,
     PHASE2_SEQ_LEN,
+    PHASE2_SOURCE,
     PHASE2_STEPS,
     Sources,
     TwoPhaseObservations,
@@ -65,6 +66,22 @@ def test_given_both_phases_then_each_dataset_is_staged_by_its_own_job_with_the_v
         assert two_phases.local(paths.dataset_marker).read_text().strip() == "4 shards"
         vocab = two_phases.local(paths.data_dir) / "vocab.txt"
         assert {"[CLS]", "[MASK]"} <= set(vocab.read_text().split("\n"))
+
+
+@pytest.mark.after("start")
+def test_given_both_stagings_started_together_then_phase_2_s_waits_for_phase_1_s_shards_before_its_own(
+    two_phases,
+):
+    # Phase 2's staging never shares the file system's throughput with phase 1's: it said it
+    # waited for phase 1's shards, and downloaded its own only once they were there.
+    phase2_log = two_phases.staging_logs[1]
+    assert (
+        f"the shards of {two_phases.paths.data_dir}: there ({two_phases.paths.dataset_marker})" in phase2_log
+    )
+    phase2_downloads = [c for c in two_phases.calls if c["tool"] == "aws" and PHASE2_SOURCE in c["argv"]]
+    assert phase2_downloads and min(c["time"] for c in phase2_downloads) > two_phases.phase1_staged
+    # The gang started on phase 1's shards while phase 2's were still being staged.
+    assert two_phases.phase1_staged <= two_phases.gang_started < two_phases.phase2_staged
 
 
 @pytest.mark.after("phase2_checkpointed")

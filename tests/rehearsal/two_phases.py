@@ -1,8 +1,11 @@
 """The two-phase scene: the default deploy's job (phase 1, then phase 2 from phase 1's final
 checkpoint, each model exported) on the rehearsal's cluster, from a synthesized template of its
-own. Both staging Jobs run as the gang starts; the gang trains phase 1 to its end, starts phase 2
-from it and is deleted once phase 2 has a checkpoint (a redeploy, or Volcano's RestartJob); the
-gang started again must skip phase 1, resume phase 2 from its own checkpoint and export it.
+own. Both staging Jobs start together, as a deploy applies them; phase 2's waits for phase 1's
+shards before it downloads its own, and the gang starts once phase 1's are there (what the job's
+submitter waits for: the main story plays it), while phase 2's staging still runs. The gang
+trains phase 1 to its end, starts phase 2 from it and is deleted once phase 2 has a checkpoint (a
+redeploy, or Volcano's RestartJob); the gang started again must skip phase 1, resume phase 2 from
+its own checkpoint and export it.
 
 The datasets are two tars of small shards made from one corpus, so one vocabulary: phase 1's at
 sequence length 128 (the rehearsal's usual tar, at the public tar's URL), phase 2's at
@@ -132,6 +135,10 @@ class TwoPhaseObservations(Observations):
     paths2: JobPaths = field(default_factory=lambda: job_paths(dataset_name="", cache_set="", run_name=""))
     staging_codes: list[int] = field(default_factory=list)
     staging_logs: list[str] = field(default_factory=list)
+    #: time.time() when phase 1's marker was written, the gang started, phase 2's marker was written.
+    phase1_staged: float = 0.0
+    gang_started: float = 0.0
+    phase2_staged: float = 0.0
     #: Host name -> exit code of the first gang, deleted after phase 2's first checkpoint.
     stopped_codes: dict[str, int] = field(default_factory=dict)
     redeploy_time: float = 0.0  # time.time() at the second gang's start
@@ -156,14 +163,20 @@ class TwoPhases(Rehearsal):
         self.staging = staging
 
     def start(self) -> None:
-        """Volcano starts the gang and both staging Jobs run, as a deploy applies them together."""
-        self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
+        """Both staging Jobs start, as a deploy applies them together; the gang starts once phase
+        1's shards are there, as its submitter creates it then."""
         pods = [
             self.cluster.start_staging(spec, f"stage-dataset-{n}") for n, spec in enumerate(self.staging, 1)
         ]
+        marker1 = self.two.local(self.two.paths.dataset_marker)
+        self._until(marker1.exists, "phase 1's shards are staged", pods=pods[:1])
+        self.two.phase1_staged = marker1.stat().st_mtime
+        self.two.gang_started = time.time()
+        self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
         codes = self._wait_all(pods, "both datasets' staging")
         self.two.staging_codes = [codes[p.hostname] for p in pods]
         self.two.staging_logs = [p.output() for p in pods]
+        self.two.phase2_staged = self.two.local(self.two.paths2.dataset_marker).stat().st_mtime
 
     def phase2_checkpointed(self) -> None:
         """Phase 1 to its end, phase 2 to its first checkpoint; then every gang pod is deleted."""

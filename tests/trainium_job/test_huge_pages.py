@@ -13,14 +13,13 @@ from __future__ import annotations
 from tests.trainium_job.rendered import worker_container
 from trainium_job.environment import neuron_env
 from trainium_job.huge_pages import HUGE_PAGE_ENV
-from trainium_job.paths import job_paths
 
 #: libfabric's false spellings of an FI_PARAM_BOOL (src/fabric.c fi_param_get_bool).
 LIBFABRIC_FALSE = ("0", "false", "no", "off")
 
 
 def test_given_the_training_env_then_libfabric_is_told_not_to_use_huge_pages():
-    env = neuron_env(job_paths(dataset_name="d", cache_set="c", run_name="r"))
+    env = neuron_env()
     assert env["FI_EFA_USE_HUGE_PAGE"] in LIBFABRIC_FALSE
     assert HUGE_PAGE_ENV.items() <= env.items()
 

@@ -44,10 +44,10 @@ from typing import Final
 from .. import restarts, waits
 from ..exit_codes import BUDGET_EXIT_CODE, DEADLINE_EXIT_CODE, SIGTERM_EXIT_CODE
 from ..launch import RDZV_CONF_ENV
-from .children import Children
+from .children import TICK_S, Children
 from .description import Export, JobDescription, Phase, Rendezvous
 from .metrics import ProgramMetrics
-from .spend import record_path, request_stop, spend, stop_requested, write_record
+from .spend import phase_node_hours, record_path, request_stop, spend, stop_requested, write_record
 
 #: Seconds the restart ledger's line may take (a hung FSx mount must not keep the pod from ending):
 #: the children are killed this long before the pod's grace period ends.
@@ -99,7 +99,11 @@ class Program:
     ) -> None:
         self.job = description
         self.pod = pod
-        self.children = children or Children(kill_after_s=max(1, description.grace_s - LEDGER_TIMEOUT_S))
+        # A tick at least as often as the spend is looked at: a stop lands within one look.
+        tick = min(TICK_S, description.budget.check_every_s) if description.budget else TICK_S
+        self.children = children or Children(
+            kill_after_s=max(1, description.grace_s - LEDGER_TIMEOUT_S), tick_s=tick
+        )
         self.say = say or (lambda line: print(line, flush=True))
         self.clock = clock
         self.started = clock()
@@ -110,11 +114,9 @@ class Program:
         self.metrics = ProgramMetrics(
             start=self.started, budget_usd=description.budget.usd if description.budget else None
         )
-        self._record = (
-            record_path(description.budget, node=pod.node, pod=pod.hostname, start=self.started)
-            if description.budget
-            else None
-        )
+        self._record: Path | None = None
+        self._record_start = self.started
+        self._phase = description.phases[0].name
         self._last_look = float("-inf")
 
     # --- the whole run ------------------------------------------------------------------------
@@ -133,6 +135,7 @@ class Program:
         return code
 
     def steps(self) -> int:
+        self.enter(self.job.phases[0])
         self.look_at_spend(force=True)
         if self.at_ceiling():
             return BUDGET_EXIT_CODE
@@ -143,6 +146,7 @@ class Program:
         fabric_checked = False
         for phase in self.job.phases:
             self.run_dir = phase.run_dir
+            self.enter(phase)
             if Path(phase.complete_marker).exists():
                 self.say(f"{phase.name}: {phase.run_dir} is complete, not run again")
                 self.start_export(phase)
@@ -158,6 +162,17 @@ class Program:
         return self.finish_exports()
 
     # --- one phase -----------------------------------------------------------------------------
+    def enter(self, phase: Phase) -> None:
+        """The pod's time from now on counts for ``phase`` (a spend record of its own)."""
+        if self._record is not None:
+            self.look_at_spend(force=True)  # the last phase's record, up to now
+        self._phase, self._record_start = phase.name, self.clock()
+        budget = self.job.budget
+        if budget is not None:
+            self._record = record_path(
+                budget, node=self.pod.node, pod=self.pod.hostname, start=self._record_start
+            )
+
     def phase_env(self, phase: Phase) -> dict[str, str]:
         """The phase's commands' environment: the pod's, the phase's, the rendezvous decision."""
         return {**self.pod.env, **dict(phase.env), **rendezvous_env(self.job.rendezvous, self.pod.hostname)}
@@ -240,7 +255,20 @@ class Program:
         if (Path(export.model_dir) / EXPORTED_FILE).exists() and not at_stop.exists():
             return
         self.say(f"{phase.name}: exporting the model to {export.model_dir}")
-        self.exports.append((phase, self.children.start(export.argv, self.pod.env)))
+        self.exports.append((phase, self.children.start(self.export_argv(phase, export), self.pod.env)))
+
+    def export_argv(self, phase: Phase, export: Export) -> list[str]:
+        """The export's command, with the phase's node-hours as the pods counted them (its model
+        card says them), when the job counts its spend."""
+        budget = self.job.budget
+        if budget is None:
+            return list(export.argv)
+        self.look_at_spend(force=True)
+        try:
+            hours = phase_node_hours(budget, phase.name)
+        except OSError:
+            return list(export.argv)
+        return [*export.argv, "--node_hours", f"{hours:.2f}"]
 
     def finish_exports(self) -> int:
         """Wait for every export started; 1 (Volcano starts the pod again) if one failed."""
@@ -277,7 +305,12 @@ class Program:
                 return None
             self._last_look = now
             write_record(
-                self._record, node=self.pod.node, pod=self.pod.hostname, start=self.started, last=now
+                self._record,
+                node=self.pod.node,
+                pod=self.pod.hostname,
+                phase=self._phase,
+                start=self._record_start,
+                last=now,
             )
             spent = spend(budget)
         except OSError as e:
@@ -319,12 +352,15 @@ class Program:
         self.metrics.at("stopping")
         export = phase.export
         if export is not None:
-            done = Path(phase.run_dir) / f"model.stop-{float(str(self.budget_stop['time'])):.0f}.exported"
+            # Named after the ceiling, which every pod of the job reads from its description (two
+            # pods that reach it together may each write the stop marker).
+            assert self.job.budget is not None
+            done = Path(phase.run_dir) / f"model.stop-at-{self.job.budget.usd:g}-usd.exported"
             if self.exports_here(export):
                 self.finish_exports()
                 (Path(phase.run_dir) / STOPPED_EXPORT).touch()
                 self.say(f"{phase.name}: exporting the model of the stopped run to {export.model_dir}")
-                if self.children.run(export.argv, self.pod.env).code == 0:
+                if self.children.run(self.export_argv(phase, export), self.pod.env).code == 0:
                     done.touch()
             else:
                 wait = waits.Wait(

@@ -1,9 +1,9 @@
 """What a job has spent on its nodes, counted by its own pods, and its ceiling.
 
-Every pod keeps one record per start of its program in the budget's ``spend_dir`` (on FSx, beside
-the runs, so restarts, redeploys and both phases add to the same sum):
-``<node>.<pod>.<start>.json`` holding the node, the pod, the start and the last time it was seen
-(rewritten every ``check_every_s``, whole or not at all). The spend is
+Every pod keeps one record per start of its program and phase in the budget's ``spend_dir`` (on
+FSx, beside the runs, so restarts, redeploys and both phases add to the same sum):
+``<node>.<pod>.<start>.json`` holding the node, the pod, the phase, the start and the last time it
+was seen (rewritten every ``check_every_s``, whole or not at all). The spend is
 
     (sum of every record's last - start  +  node_start_s for each node that joined) / 3600
         x the node's price per hour
@@ -22,12 +22,12 @@ ceiling (the ceiling was raised since) does not count.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ..files import write_whole
 from .description import Budget
 
 #: The stop marker, in the spend directory.
@@ -48,12 +48,10 @@ def record_path(budget: Budget, *, node: str, pod: str, start: float) -> Path:
     return Path(budget.spend_dir) / f"{safe}.{start:.0f}.json"
 
 
-def write_record(path: Path, *, node: str, pod: str, start: float, last: float) -> None:
+def write_record(path: Path, *, node: str, pod: str, phase: str, start: float, last: float) -> None:
     """One pod's record, rewritten whole (a reader never sees half of it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps({"node": node, "pod": pod, "start": start, "last": last}) + "\n")
-    partial.replace(path)
+    record = {"node": node, "pod": pod, "phase": phase, "start": start, "last": last}
+    write_whole(path, json.dumps(record) + "\n")
 
 
 def _records(budget: Budget) -> list[dict[str, Any]]:
@@ -66,7 +64,12 @@ def _records(budget: Budget) -> list[dict[str, Any]]:
         try:
             record = json.loads(path.read_text())
             found.append(
-                {"node": str(record["node"]), "start": float(record["start"]), "last": float(record["last"])}
+                {
+                    "node": str(record["node"]),
+                    "phase": str(record.get("phase", "")),
+                    "start": float(record["start"]),
+                    "last": float(record["last"]),
+                }
             )
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a record being replaced, or not one: the next look counts it
@@ -79,6 +82,12 @@ def spend(budget: Budget) -> Spend:
     nodes = {r["node"] for r in records}
     seconds = sum(max(0.0, r["last"] - r["start"]) for r in records) + budget.node_start_s * len(nodes)
     return Spend(seconds, len(nodes), seconds / 3600 * budget.usd_per_node_hour)
+
+
+def phase_node_hours(budget: Budget, phase: str) -> float:
+    """Node-hours the pods of ``phase`` have counted (not the nodes' start, which the job counts)."""
+    seconds: float = sum(max(0.0, r["last"] - r["start"]) for r in _records(budget) if r["phase"] == phase)
+    return seconds / 3600
 
 
 def stop_requested(budget: Budget) -> dict[str, Any] | None:
@@ -98,9 +107,6 @@ def request_stop(budget: Budget, spent: Spend, *, by: str) -> dict[str, Any]:
     existing = stop_requested(budget)
     if existing is not None:
         return existing
-    path = Path(budget.spend_dir) / STOP
     marker = {"ceiling_usd": budget.usd, "spent_usd": round(spent.usd, 2), "by": by, "time": time.time()}
-    partial = path.with_name(f".{STOP}.{os.getpid()}")
-    partial.write_text(json.dumps(marker) + "\n")
-    partial.replace(path)
+    write_whole(Path(budget.spend_dir) / STOP, json.dumps(marker) + "\n")
     return marker

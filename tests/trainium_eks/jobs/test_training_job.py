@@ -117,7 +117,10 @@ def test_given_default_job_then_pod_takes_whole_node_with_fsx_and_shm(default_jo
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     # Read by no consumer of this image (AL2023 kernels; undocumented; the runtime default).
     assert not {"FI_EFA_FORK_SAFE", "CCOM_SOCKET_IFNAME", "NEURON_RT_RESET_CORES"} & set(env)
-    assert env["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert-large-seq128"
+    # The compile cache is each phase's, in the description the pod program runs (not the container's).
+    assert "NEURON_CC_FLAGS" not in env
+    (phase,) = default_job.description.phases
+    assert dict(phase.env)["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert-large-seq128"
     # torchrun restarts need a fresh rendezvous store per round (trainium_job.launch.launch_env).
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 

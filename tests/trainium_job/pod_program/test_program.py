@@ -328,7 +328,7 @@ def test_given_another_pod_stopped_at_the_ceiling_then_this_one_stops_and_waits_
         while "train1" not in s.names():
             time.sleep(0.02)
         (Path(b.spend_dir) / STOP).write_text(json.dumps({"ceiling_usd": 1000.0, "time": 1234.0}))
-        (Path(long_run.run_dir) / "model.stop-1234.exported").touch()
+        (Path(long_run.run_dir) / "model.stop-at-1000-usd.exported").touch()
 
     threading.Thread(target=other_pod, daemon=True).start()
     code, _ = run(job(s, long_run, budget=b), index=1, host="job-worker-1")
