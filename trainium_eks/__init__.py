@@ -29,10 +29,10 @@ from .monitoring.options import MonitoringOptions
 from .nag import (
     PlatformChecks,
     StaleAcknowledgement,
+    acknowledge_cluster_findings,
     acknowledge_findings,
     check_acknowledgements,
     nag_plugins,
-    suppress_platform_findings,
     suppress_workload_findings,
 )
 from .network.vpc import TrainiumNetwork
@@ -55,6 +55,7 @@ from .versions import (
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
+    "acknowledge_cluster_findings",
     "acknowledge_findings",
     "check_acknowledgements",
     "AmpRemoteWrite",
@@ -97,7 +98,6 @@ __all__ = [
     "PUBLIC_BERT_SHARDS",
     "repository_name",
     "StaleAcknowledgement",
-    "suppress_platform_findings",
     "suppress_workload_findings",
     "SYSTEM_NODE_LABEL",
     "TensorBoard",

@@ -1,9 +1,14 @@
 """cdk-nag: the one place where AwsSolutions findings are acknowledged, each with its reason.
 
-Each entry names the construct (path under its owner: :class:`TrainiumPlatform` for
-:data:`ACKNOWLEDGEMENTS` and :data:`OPTIONAL_ACKNOWLEDGEMENTS`, :class:`TrainingWorkload` for
-:data:`WORKLOAD_ACKNOWLEDGEMENTS`), the exact finding and why it is accepted. A path that no
-longer exists, or an entry that matches no finding, is an error, so a stale entry cannot hide.
+Each table belongs to the construct that owns the resources it names, and that construct applies
+it to itself when it builds them (so an app that composes the pieces, not only
+:class:`TrainiumPlatform`, passes a nag-gated synth): each entry names the resource (its path
+under the owner), the exact finding and why it is accepted. The owners: an ``aws_eks_v2`` cluster
+(:data:`EKS_CLUSTER_ACKNOWLEDGEMENTS`, aws-cdk-lib's own parts: applied by :class:`TrainiumCluster`,
+and by :func:`acknowledge_cluster_findings` for a cluster of the app's own), :class:`TrainiumCluster`,
+the Trainium nodegroup and node pool, Karpenter's controller, the FSx and EBS CSI drivers, the
+Container Insights agent, the node replacement role, and :class:`TrainingWorkload`. A path that
+no longer exists, or an entry that matches no finding, is an error, so a stale entry cannot hide.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from aws_cdk import (
     Token,
     Validations,
 )
+from aws_cdk import aws_eks_v2 as eks
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
@@ -42,28 +48,17 @@ _NODE_ROLE_REASON = (
     "(EKS user guide, 'Amazon EKS node IAM role'); AWS keeps them least-privilege "
     "for the kubelet, the VPC CNI and image pulls."
 )
-_KUBECTL = "Cluster/Cluster/KubectlProvider"
+_KUBECTL = "KubectlProvider"
 _KUBECTL_REASON = (
     "The kubectl provider is aws-cdk-lib's own custom resource; its roles, policies "
     "and runtime are set by the library and only run during deployments."
 )
 
-#: The platform's entries: (construct path under the platform construct, finding id, reason)
-ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
-    *(
-        (path, _managed(policy), _NODE_ROLE_REASON)
-        for path in ("Cluster/SystemNodeRole",)
-        for policy in _NODE_ROLE_POLICIES
-    ),
+#: Under an ``aws_eks_v2`` cluster (``eks.Cluster``): aws-cdk-lib's cluster role and kubectl
+#: provider, the same in every app's cluster (:func:`acknowledge_cluster_findings`).
+EKS_CLUSTER_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
-        "Cluster/VpcCniRole",
-        _managed("AmazonEKS_CNI_Policy"),
-        "The VPC CNI's own role (EKS Pod Identity, only the aws-node service account) carries the "
-        "AWS managed policy the EKS user guide prescribes for it; AWS keeps it current with the "
-        "plugin's EC2 network-interface calls.",
-    ),
-    (
-        "Cluster/Cluster/Role",
+        "Role",
         _managed("AmazonEKSClusterPolicy"),
         "The EKS cluster role needs AmazonEKSClusterPolicy; EKS defines no narrower policy.",
     ),
@@ -101,15 +96,34 @@ ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         f"AwsSolutions-IAM5[Resource::<<logical-id:{_KUBECTL}/Handler/Resource>.Arn>:*]",
         _KUBECTL_REASON + " The wildcard covers the versions of that one handler function.",
     ),
-    # Storage: the FSx CSI controller.
+)
+
+#: Under :class:`TrainiumCluster`: its system nodes' role and the VPC CNI's.
+TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    *(("SystemNodeRole", _managed(policy), _NODE_ROLE_REASON) for policy in _NODE_ROLE_POLICIES),
     (
-        "StorageVolume/ControllerRole/DefaultPolicy",
+        "VpcCniRole",
+        _managed("AmazonEKS_CNI_Policy"),
+        "The VPC CNI's own role (EKS Pod Identity, only the aws-node service account) carries the "
+        "AWS managed policy the EKS user guide prescribes for it; AWS keeps it current with the "
+        "plugin's EC2 network-interface calls.",
+    ),
+)
+
+#: Under :class:`TrainiumNodegroup` and :class:`TrainiumNodePool`: the Trainium nodes' role.
+NODE_ROLE_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = tuple(
+    ("NodeRole", _managed(policy), _NODE_ROLE_REASON) for policy in _NODE_ROLE_POLICIES
+)
+
+#: Under :class:`FsxCsiVolume`: the FSx CSI controller's role.
+FSX_CSI_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "ControllerRole/DefaultPolicy",
         "AwsSolutions-IAM5[Resource::*]",
         "The FSx CSI controller's only permission is fsx:DescribeFileSystems (read-only; static "
         "volumes need no create/delete), and that action supports no resource-level permissions "
         "(Service Authorization Reference, Amazon FSx), so it can only be granted on '*'.",
     ),
-    # Add-ons: in OPTIONAL_ACKNOWLEDGEMENTS below (each role exists only with its option).
 )
 
 # The workload's entries (paths under the workload construct): the in-region image build's
@@ -311,7 +325,11 @@ def _check(targets: list[_Target], found: set[tuple[str, str]]) -> None:
 
 
 def acknowledge_findings(
-    root: IConstruct, entries: tuple[tuple[str, str, str], ...], *, check_at_synth: bool = False
+    root: IConstruct,
+    entries: tuple[tuple[str, str, str], ...],
+    *,
+    check_at_synth: bool = False,
+    fields: dict[str, str] | None = None,
 ) -> None:
     """Acknowledge ``entries`` (path under ``root``, finding, reason) on the constructs of ``root``.
 
@@ -319,9 +337,10 @@ def acknowledge_findings(
     otherwise, so a fix elsewhere (or a renamed construct) cannot leave a stale reason behind.
     The check runs cdk-nag over ``root`` now, or with ``check_at_synth`` once for the whole app
     by :func:`check_acknowledgements` (after ``app.synth()``, from the validation report of the
-    :func:`nag_plugins`): the platform's constructs defer it, so the packs run once per synth.
+    :func:`nag_plugins`): the library's constructs defer it, so the packs run once per synth.
+    ``fields``: more placeholders of the entries' findings and their values.
     """
-    fields = _stack_fields(Stack.of(root))
+    fields = {**_stack_fields(Stack.of(root)), **(fields or {})}
     base = root.node.path
     constructs = _Finder(root)
     acknowledged: dict[str, tuple[IConstruct, list[Acknowledgment]]] = {}
@@ -378,110 +397,112 @@ def nag_plugins(app: IConstruct) -> tuple[AwsSolutionsChecks, PlatformChecks]:
     return AwsSolutionsChecks(app), PlatformChecks(app)
 
 
-#: Entries for resources that exist only when a configuration option is on: option -> entries.
-OPTIONAL_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "etcd_enabled": (
-        (
-            "Addons/EbsCsi/ControllerRole",
-            _managed("service-role/AmazonEBSCSIDriverPolicy"),
-            "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
-            "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
-            "current with the driver's EC2 volume calls.",
-        ),
+#: Under :class:`EbsCsiDriver` (the add-on of etcd's and Prometheus's volumes).
+EBS_CSI_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "ControllerRole",
+        _managed("service-role/AmazonEBSCSIDriverPolicy"),
+        "The EBS CSI driver's controller role (EKS Pod Identity, only the ebs-csi-controller-sa "
+        "service account) uses the AWS managed policy the EKS user guide prescribes; AWS keeps it "
+        "current with the driver's EC2 volume calls.",
     ),
-    "container_insights": (
-        (
-            "Addons/Observability/CloudWatchAgentRole",
-            _managed("CloudWatchAgentServerPolicy"),
-            "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
-            "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
-            "publishing metrics and logs.",
-        ),
+)
+
+#: Under :class:`ObservabilityAddons`, with Container Insights on: its agent's role.
+CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "CloudWatchAgentRole",
+        _managed("CloudWatchAgentServerPolicy"),
+        "The CloudWatch agent of Container Insights (EKS Pod Identity, only its cloudwatch-agent "
+        "service account) uses the AWS managed policy the CloudWatch documentation prescribes for "
+        "publishing metrics and logs.",
     ),
-    "node_health_replacement": (
-        (
-            "NodeReplacement/Role/DefaultPolicy",
-            f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:instance/*]",
-            "The node health check terminates the Trainium node that failed it, whose instance ID is "
-            "known only then: ec2:TerminateInstances alone, on instances whose tags name this cluster "
-            "and its Trainium nodegroup (or the Trainium NodePool), nothing else (trainium_eks/node_health.py).",
-        ),
+)
+
+#: Under :class:`NodeReplacementRole`: the role that terminates a Trainium node failing its check.
+NODE_REPLACEMENT_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "Role/DefaultPolicy",
+        f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:instance/*]",
+        "The node health check terminates the Trainium node that failed it, whose instance ID is "
+        "known only then: ec2:TerminateInstances alone, on instances whose tags name this cluster "
+        "and its Trainium nodegroup (or the Trainium NodePool), nothing else (trainium_eks/node_health.py).",
     ),
-}
+)
+
+#: Under :class:`KarpenterController`. ``<cluster-name>``: the cluster's name as cdk-nag prints it
+#: (``<LogicalId>`` of a cluster this app defines), filled in by :func:`acknowledge_own_findings`.
+KARPENTER_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    *(
+        (
+            "ControllerRole/DefaultPolicy",
+            f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:{kind}/*]",
+            "Karpenter names these when it launches a node, before they exist (RunInstances, CreateFleet, "
+            "CreateLaunchTemplate): each statement requires the request or resource to carry this "
+            "cluster's eks:eks-cluster-name tag and a karpenter.sh/nodepool tag, as Karpenter's "
+            "published policy does.",
+        )
+        for kind in ("fleet", "instance", "volume", "network-interface", "launch-template")
+    ),
+    *(
+        (
+            "ControllerRole/DefaultPolicy",
+            f"AwsSolutions-IAM5[Resource::arn:<stack-partition>:ec2:<stack-region>::{kind}/*]",
+            "The EKS Neuron AMI of the pinned release and its snapshot: AWS-owned, resolved from its "
+            "SSM parameter at launch, so no ID is known at synth (Karpenter's published policy).",
+        )
+        for kind in ("image", "snapshot")
+    ),
+    (
+        "ControllerRole/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::arn:<stack-partition>:ssm:<stack-region>::parameter/aws/service/*]",
+        "Read-only: the public SSM parameters of the EKS AMIs (Karpenter resolves the AMI alias there).",
+    ),
+    (
+        "ControllerRole/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::*]",
+        "EC2 Describe* calls (limited to this region by aws:RequestedRegion) and pricing:GetProducts "
+        "take no resource ARN; iam:ListInstanceProfiles (read-only, as Karpenter publishes it) is "
+        "called by the EC2NodeClass finalizer, which never clears without it.",
+    ),
+    (
+        "ControllerRole/DefaultPolicy",
+        "AwsSolutions-IAM5[Resource::arn:<stack-partition>:iam::<stack-account>:instance-profile/<cluster-name>_*]",
+        "Read-only (iam:GetInstanceProfile): the EC2NodeClass finalizer looks up the legacy profile "
+        "name <cluster>_<hash> and goes on only when it is absent; no profile of that name is made.",
+    ),
+    (
+        "InterruptionQueue",
+        "AwsSolutions-SQS3",
+        "Interruption notices are read within seconds and worth nothing after 5 minutes (the "
+        "queue's retention, as Karpenter publishes it): a dead-letter queue would hold messages "
+        "no one reads.",
+    ),
+)
 
 
-#: The entries of each ``trainium_capacity``: the Trainium node role's managed policies (under the
-#: nodegroup's or the node pool's construct), and Karpenter's controller.
-CAPACITY_ACKNOWLEDGEMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "nodegroup": tuple(("Trainium/NodeRole", _managed(p), _NODE_ROLE_REASON) for p in _NODE_ROLE_POLICIES),
-    "karpenter": (
-        *(("TrainiumPool/NodeRole", _managed(p), _NODE_ROLE_REASON) for p in _NODE_ROLE_POLICIES),
-        *(
-            (
-                "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
-                f"AwsSolutions-IAM5[Resource::{_ARN.format(service='ec2')}:{kind}/*]",
-                "Karpenter names these when it launches a node, before they exist (RunInstances, CreateFleet, "
-                "CreateLaunchTemplate): each statement requires the request or resource to carry this "
-                "cluster's eks:eks-cluster-name tag and a karpenter.sh/nodepool tag, as Karpenter's "
-                "published policy does.",
-            )
-            for kind in ("fleet", "instance", "volume", "network-interface", "launch-template")
-        ),
-        *(
-            (
-                "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
-                f"AwsSolutions-IAM5[Resource::arn:<stack-partition>:ec2:<stack-region>::{kind}/*]",
-                "The EKS Neuron AMI of the pinned release and its snapshot: AWS-owned, resolved from its "
-                "SSM parameter at launch, so no ID is known at synth (Karpenter's published policy).",
-            )
-            for kind in ("image", "snapshot")
-        ),
-        (
-            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
-            "AwsSolutions-IAM5[Resource::arn:<stack-partition>:ssm:<stack-region>::parameter/aws/service/*]",
-            "Read-only: the public SSM parameters of the EKS AMIs (Karpenter resolves the AMI alias there).",
-        ),
-        (
-            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
-            "AwsSolutions-IAM5[Resource::*]",
-            "EC2 Describe* calls (limited to this region by aws:RequestedRegion) and pricing:GetProducts "
-            "take no resource ARN; iam:ListInstanceProfiles (read-only, as Karpenter publishes it) is "
-            "called by the EC2NodeClass finalizer, which never clears without it.",
-        ),
-        (
-            "TrainiumPool/Karpenter/ControllerRole/DefaultPolicy",
-            "AwsSolutions-IAM5[Resource::arn:<stack-partition>:iam::<stack-account>:instance-profile/"
-            "<<logical-id:Cluster/Cluster/Resource>>_*]",
-            "Read-only (iam:GetInstanceProfile): the EC2NodeClass finalizer looks up the legacy profile "
-            "name <cluster>_<hash> and goes on only when it is absent; no profile of that name is made.",
-        ),
-        (
-            "TrainiumPool/Karpenter/InterruptionQueue",
-            "AwsSolutions-SQS3",
-            "Interruption notices are read within seconds and worth nothing after 5 minutes (the "
-            "queue's retention, as Karpenter publishes it): a dead-letter queue would hold messages "
-            "no one reads.",
-        ),
-    ),
-}
+def cluster_name_field(cluster: eks.ICluster) -> dict[str, str]:
+    """``<cluster-name>``: a cluster's name as cdk-nag prints it in a finding (``<LogicalId>`` for
+    the ``Ref`` of a cluster this app defines; the name itself for an imported one)."""
+    name = Stack.of(cluster).resolve(cluster.cluster_name)
+    if isinstance(name, dict) and "Ref" in name:
+        return {"<cluster-name>": f"<{name['Ref']}>"}
+    return {"<cluster-name>": str(name)}
 
 
-def suppress_platform_findings(
-    platform: IConstruct, options: dict[str, bool] | None = None, capacity: str = "nodegroup"
+def acknowledge_own_findings(
+    owner: IConstruct, entries: tuple[tuple[str, str, str], ...], fields: dict[str, str] | None = None
 ) -> None:
-    """Acknowledge the findings the platform accepts by design: :data:`ACKNOWLEDGEMENTS`, those of
-    its ``capacity`` mode (:data:`CAPACITY_ACKNOWLEDGEMENTS`), plus the
-    :data:`OPTIONAL_ACKNOWLEDGEMENTS` of every option that is on in ``options``. Each is checked
-    against cdk-nag's findings at synth (:func:`nag_plugins`, :func:`check_acknowledgements`)."""
-    extra = tuple(
-        e
-        for option, entries in OPTIONAL_ACKNOWLEDGEMENTS.items()
-        if (options or {}).get(option)
-        for e in entries
-    )
-    acknowledge_findings(
-        platform, ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity] + extra, check_at_synth=True
-    )
+    """What each construct calls on itself once it has built the resources ``entries`` name:
+    acknowledged now, checked against cdk-nag's findings at synth (:func:`check_acknowledgements`)."""
+    acknowledge_findings(owner, entries, check_at_synth=True, fields=fields)
+
+
+def acknowledge_cluster_findings(cluster: IConstruct) -> None:
+    """Acknowledge aws-cdk-lib's own findings under an ``aws_eks_v2`` cluster
+    (:data:`EKS_CLUSTER_ACKNOWLEDGEMENTS`: its role and kubectl provider), for a cluster of the
+    app's own (:class:`TrainiumCluster` applies them to its cluster itself). Checked at synth."""
+    acknowledge_own_findings(cluster, EKS_CLUSTER_ACKNOWLEDGEMENTS)
 
 
 def suppress_workload_findings(workload: IConstruct) -> None:

@@ -9,7 +9,7 @@ system, its key and the repository are not replaced when an app moves to this co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import CfnOutput, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -20,16 +20,17 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 from trainium_job.naming import repository_name
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 from .addons.trainium_addons import TrainiumAddons
 from .arguments import check_stack_region
 from .cluster.eks_cluster import TrainiumCluster
+from .cluster.system_nodes import check_node_selector
 from .config import PlatformConfig
 from .escape_hatch import as_icluster
 from .images.repository import TrainingImageRepository
 from .monitoring.fsx_alarm import FsxCapacityAlarm
 from .monitoring.names import LOCAL_PORTS
-from .nag import OPTIONAL_ACKNOWLEDGEMENTS, suppress_platform_findings
 from .network.vpc import TrainiumNetwork
 from .nodes.health_checks import NodeReplacementRole
 from .nodes.node_options import TrainiumNodeOptions
@@ -73,8 +74,8 @@ class TrainiumPlatform(Construct):
         workload_target: the :class:`WorkloadTarget` of a :class:`TrainingWorkload` in the same
             stack; :meth:`workload_target_in` gives one for a workload in another stack.
 
-    The cdk-nag findings the platform accepts by design are acknowledged on this construct
-    (``trainium_eks.nag.ACKNOWLEDGEMENTS`` and the entries of the options that are on).
+    The cdk-nag findings it accepts by design are acknowledged by the constructs that own the
+    resources, each on itself (``trainium_eks.nag``).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class TrainiumPlatform(Construct):
         vpc: ec2.IVpc | None = None,
         private_subnets: Sequence[ec2.ISubnet] = (),
         repository: ecr.IRepository | None = None,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -96,10 +98,14 @@ class TrainiumPlatform(Construct):
                 Default ``()``: the VPC's own two private subnets.
             repository: an ECR repository of the app's own for the images. Default None: the
                 platform creates one (:class:`TrainingImageRepository`).
+            system_node_selector: the labels of the system nodegroup the platform creates, which
+                every controller it installs selects. Default ``SYSTEM_NODE_LABEL``
+                (``trainium-eks/pool: system``).
         """
         super().__init__(scope, id)
         check_stack_region(self, config.region, owner="TrainiumPlatform")
         self.config = config
+        self.system_node_selector = check_node_selector(system_node_selector)
         self.network = self._network(vpc, private_subnets)
         self.cluster = TrainiumCluster(
             self,
@@ -111,6 +117,7 @@ class TrainiumPlatform(Construct):
             endpoint_public_allow_broad=config.endpoint_public_allow_broad,
             admin_principal_arns=config.admin_principal_arns,
             system_nodes=config.system_nodes,
+            system_node_selector=self.system_node_selector,
         )
         # jsii's Cluster class lacks ICluster's kubectl_provider_options member, so mypy cannot
         # see that it implements the interface, which it does at runtime.
@@ -122,6 +129,7 @@ class TrainiumPlatform(Construct):
             "StorageVolume",
             cluster=eks_cluster,
             file_system=self.storage,
+            system_node_selector=self.system_node_selector,
         )
         self.registry = None
         if repository is None:
@@ -137,11 +145,6 @@ class TrainiumPlatform(Construct):
         self.storage_alarm = self._storage_alarm()
         self.node_replacement = self._node_replacement()
         self.workload_outputs = self._workload_outputs()
-        suppress_platform_findings(
-            self,
-            {option: getattr(config, option) for option in OPTIONAL_ACKNOWLEDGEMENTS},
-            capacity=config.trainium_capacity,
-        )
 
     def _network(self, vpc: ec2.IVpc | None, private_subnets: Sequence[ec2.ISubnet]) -> TrainiumNetwork:
         config = self.config
@@ -194,6 +197,7 @@ class TrainiumPlatform(Construct):
                 idle_minutes=config.trainium_idle_minutes,
                 system_nodes=config.system_nodes,
                 monitored=config.monitoring_enabled,
+                system_node_selector=self.system_node_selector,
             )
             # The controller runs on the system nodes, with Pod Identity credentials.
             pool.karpenter.crds.node.add_dependency(self.cluster.system_nodegroup)
@@ -254,7 +258,8 @@ class TrainiumPlatform(Construct):
             self,
             "Addons",
             cluster=self.cluster.cluster,
-            system_nodes=self.cluster.system_nodegroup,
+            system_nodegroup=self.cluster.system_nodegroup,
+            system_node_selector=self.system_node_selector,
             trainium=self.trainium,
             max_nodes=config.max_nodes,
             neuron_scheduler_extension=config.neuron_scheduler_extension,

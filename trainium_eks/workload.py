@@ -12,9 +12,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from aws_cdk import Token
 from aws_cdk import aws_ecr as ecr
 from constructs import Construct, IConstruct
 
+from trainium_job import checks
 from trainium_job.job import SERVICE_ACCOUNT, FabricHeal
 from trainium_job.paths import spend_dir
 from trainium_job.pod_program.description import Budget
@@ -22,7 +24,7 @@ from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.waits import Wait
 from trainium_job.worker import DATA_ALREADY_STAGED_S
 
-from .arguments import AnyCluster, check_stack_region, require_cluster
+from .arguments import ClusterArgument, check_stack_region, require_cluster
 from .config import PlatformConfig
 from .images.training_image import TrainingImages
 from .jobs.dataset_job import DatasetJobProps
@@ -44,12 +46,14 @@ from .report.job_estimate import (
 from .storage.fsx_csi import CLAIM_NAME
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadTarget:
     """Where a :class:`TrainingWorkload` runs. Each default is the platform's own name."""
 
-    #: The ``aws_eks_v2`` cluster, with a kubectl provider (an imported one needs ``kubectl_provider``).
-    cluster: AnyCluster
+    #: The ``aws_eks_v2`` cluster, with a kubectl provider (an imported one needs ``kubectl_provider``):
+    #: any of :data:`AnyCluster` is taken, and it reads back as ``eks.ICluster`` (pass it on to
+    #: ``eks.KubernetesManifest`` and the like without a cast).
+    cluster: ClusterArgument = ClusterArgument()
     #: ECR repository the training and TensorBoard images are copied into.
     repository: ecr.IRepository
     #: Namespace of the workload's objects; the FSx claim lives there.
@@ -81,7 +85,10 @@ class WorkloadTarget:
     trainium_capacity: str | None = None
 
     def __post_init__(self) -> None:
-        require_cluster(self.cluster, "WorkloadTarget.cluster")
+        for name in ("desired_nodes", "max_nodes"):
+            value = getattr(self, name)
+            if value is not None and not Token.is_unresolved(value):
+                checks.whole_number(f"WorkloadTarget.{name}", value, minimum=1)
 
     def settle(self, config: PlatformConfig) -> PlatformConfig:
         """``config`` with the node fields this target carries (checked again as one config)."""

@@ -78,3 +78,42 @@ def instance_facts(instance_type: str) -> InstanceFacts:
         raise KeyError(
             f"unsupported instance type {instance_type!r}; supported: {', '.join(INSTANCE_FACTS)}"
         ) from None
+
+
+#: Where Trainium is offered, as far as the cited source goes: region -> the AZ IDs known to offer
+#: the Trn1 types there. Source (checked 2026-11): awslabs/data-on-eks@2d6580da
+#: ai-ml/trainium-inferentia/locals.tf, "Trn1 and Inf2 instances are available in specific AZs in
+#: us-east-1, us-east-2, and us-west-2. For Trn1, the first AZ id (below) should be used" (usw2-az4,
+#: use1-az6, use2-az3); us-east-1 also lists trn1n.32xlarge among its on-demand prices
+#: (aws/karpenter-provider-aws v1.14.1 pkg/providers/pricing/zz_generated.pricing_aws.go L578-581).
+#: Offline and dated: ``make doctor`` asks EC2 for the account's live offerings
+#: (``describe-instance-type-offerings``), which win over this table.
+TRAINIUM_OFFERINGS: dict[str, tuple[str, ...]] = {
+    "us-west-2": ("usw2-az4",),
+    "us-east-1": ("use1-az6",),
+    "us-east-2": ("use2-az3",),
+}
+#: The family whose AZ IDs the table lists (the source's "Trn1").
+_AZ_LISTED_FAMILY = "trn1."
+
+
+def region_offering_problem(region: str) -> str | None:
+    """Why no Trainium node can launch in ``region`` per :data:`TRAINIUM_OFFERINGS` (None: offered)."""
+    if region in TRAINIUM_OFFERINGS:
+        return None
+    return (
+        f"no Trainium instance type is offered there (trainium_job/instances.py TRAINIUM_OFFERINGS: "
+        f"{', '.join(TRAINIUM_OFFERINGS)}); use one of those regions with its AZ IDs"
+    )
+
+
+def az_offering_problem(instance_type: str, region: str, az_id: str) -> str | None:
+    """Why ``az_id`` of ``region`` is not known to offer ``instance_type`` (None: it is, or the
+    table lists no AZ IDs for that type)."""
+    known = TRAINIUM_OFFERINGS.get(region)
+    if not known or not instance_type.startswith(_AZ_LISTED_FAMILY) or az_id in known:
+        return None
+    return (
+        f"{instance_type} is known to be offered in {', '.join(known)} of {region} only "
+        "(trainium_job/instances.py TRAINIUM_OFFERINGS); `make doctor` checks the account's offerings"
+    )

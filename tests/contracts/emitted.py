@@ -98,36 +98,40 @@ def _checked(startup_taints: tuple[dict[str, str], ...]) -> dict[str, str]:
 @cache
 def nodegroups() -> tuple[Nodegroup, ...]:
     """Every managed nodegroup, with its instance types (its own, or its launch template's)."""
+    return tuple(group for where, template in _templates() for group in template_nodegroups(where, template))
+
+
+def template_nodegroups(where: str, template: Mapping[str, Any]) -> list[Nodegroup]:
+    """The managed nodegroups and Karpenter NodePools of one template (``where`` names it)."""
     from tests.contracts.nodes import EKS_TAINT_EFFECTS
 
     found = []
-    for where, template in _templates():
-        launch_types = {
-            logical_id: lt["Properties"]["LaunchTemplateData"].get("InstanceType")
-            for logical_id, lt in resources(template, "AWS::EC2::LaunchTemplate").items()
-        }
-        for logical_id, group in resources(template, "AWS::EKS::Nodegroup").items():
-            props = group["Properties"]
-            types = props.get("InstanceTypes") or []
-            template_ref = props.get("LaunchTemplate", {}).get("Id", {}).get("Ref")
-            if not types and template_ref in launch_types:
-                types = [launch_types[template_ref]]
-            taints = tuple(
-                {"key": t["Key"], "value": t.get("Value", ""), "effect": EKS_TAINT_EFFECTS[t["Effect"]]}
-                for t in props.get("Taints", [])
+    launch_types = {
+        logical_id: lt["Properties"]["LaunchTemplateData"].get("InstanceType")
+        for logical_id, lt in resources(template, "AWS::EC2::LaunchTemplate").items()
+    }
+    for logical_id, group in resources(template, "AWS::EKS::Nodegroup").items():
+        props = group["Properties"]
+        types = props.get("InstanceTypes") or []
+        template_ref = props.get("LaunchTemplate", {}).get("Id", {}).get("Ref")
+        if not types and template_ref in launch_types:
+            types = [launch_types[template_ref]]
+        taints = tuple(
+            {"key": t["Key"], "value": t.get("Value", ""), "effect": EKS_TAINT_EFFECTS[t["Effect"]]}
+            for t in props.get("Taints", [])
+        )
+        startup = tuple(t for t in taints if t == PENDING_TAINT)
+        found.append(
+            Nodegroup(
+                f"{where} / {logical_id}",
+                {**props.get("Labels", {}), **_checked(startup)},
+                tuple(t for t in taints if t not in startup),
+                tuple(types),
+                startup,
             )
-            startup = tuple(t for t in taints if t == PENDING_TAINT)
-            found.append(
-                Nodegroup(
-                    f"{where} / {logical_id}",
-                    {**props.get("Labels", {}), **_checked(startup)},
-                    tuple(t for t in taints if t not in startup),
-                    tuple(types),
-                    startup,
-                )
-            )
-        found.extend(_node_pools(where, template))
-    return tuple(found)
+        )
+    found.extend(_node_pools(where, template))
+    return found
 
 
 def _node_pools(where: str, template: Mapping[str, Any]) -> Iterator[Nodegroup]:

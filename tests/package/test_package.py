@@ -8,30 +8,85 @@ The same app synthesized with only the wheel and its declared dependencies insta
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from email.parser import Parser
+from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.contracts.check import placement
+from tests.contracts.emitted import pod_specs, template_nodegroups
 from tests.package import lowest, verify
-from tests.support import REPO
+from tests.support import REPO, helm_charts, k8s_manifests
 
 
-def test_given_the_checkout_when_another_app_uses_the_library_then_both_stacks_synthesize(tmp_path):
-    # Given the example app beside a training package of its own, the checkout appended to its path
-    # (the app's folder comes first, as for an installed library)
+@pytest.fixture(scope="module")
+def example(tmp_path_factory) -> tuple[Path, str]:
+    """The example app synthesized from the checkout: (its assembly, the trainium_eks it imported).
+    Beside a training package of its own, the checkout appended to its path (the app's folder comes
+    first, as for an installed library)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return verify.synth_example(sys.executable, tmp_path_factory.mktemp("example"), env=env)
+
+
+def test_given_the_checkout_when_another_app_uses_the_library_then_both_stacks_synthesize(example):
     # When it synthesizes, then it imported this trainium_eks and both stacks are what it built
-    outdir, used = verify.synth_example(sys.executable, tmp_path, env=env)
+    outdir, used = example
     assert used == str(REPO / "trainium_eks" / "__init__.py")
     verify.check_assembly(outdir)
+
+
+def _selectors(values: Any, path: str = "") -> Iterator[tuple[str, dict[str, str], list[dict[str, str]]]]:
+    """(path, node selector, tolerations beside it) of every selector in a chart's values: each
+    ``nodeSelector``, and Volcano's ``custom.<component>_ns`` (its chart's own key for one)."""
+    if not isinstance(values, dict):
+        return
+    for key, value in values.items():
+        here = f"{path}.{key}" if path else key
+        if isinstance(value, dict) and (key == "nodeSelector" or (path == "custom" and key.endswith("_ns"))):
+            yield here, value, list(values.get("tolerations", []))
+        else:
+            yield from _selectors(value, here)
+
+
+def test_given_the_example_then_every_pod_it_installs_has_a_nodegroup_it_creates(example):
+    # Given the nodegroups the example creates: its system nodegroup and the Trainium nodegroup
+    outdir, _ = example
+    template = json.loads((outdir / "ResearchTrainium.template.json").read_text())
+    groups = template_nodegroups("example", template)
+    (system,) = [g for g in groups if g.labels.get("trainium-eks/pool") == "system"]
+    # When every chart's selectors and every applied pod are matched against their labels and
+    # taints (the scheduler's nodeSelector and TaintToleration rules, tests/contracts/check.py)
+    problems = []
+    controllers = 0
+    for logical_id, props in helm_charts(template).items():
+        for path, selector, tolerations in _selectors(props.get("Values", {})):
+            landing = placement(selector, tolerations, groups)
+            if not landing:
+                problems.append(f"{logical_id} {path}: no nodegroup takes {selector}")
+            if selector.get("trainium-eks/pool") == "system":
+                controllers += 1
+                if system not in landing:
+                    problems.append(f"{logical_id} {path}: not on the system nodegroup")
+    for logical_id, obj in k8s_manifests(template):
+        for pod in pod_specs(obj):
+            if not placement(pod.get("nodeSelector", {}), pod.get("tolerations", []), groups):
+                problems.append(f"{logical_id} {obj['kind']} {obj['metadata'].get('name')}: no nodegroup")
+    # Then each has one, and the controllers (Volcano's four, the FSx CSI controller, etcd,
+    # kube-prometheus-stack's, the Neuron scheduler's) the system nodegroup
+    assert problems == []
+    assert controllers >= 10, controllers
+    assert system.taints == ()
 
 
 def test_given_the_library_then_it_imports_no_top_level_training_package():

@@ -4,16 +4,18 @@ the nodes' AMI release and role, and errors that name the Python field they set 
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 import trainium_eks
-from tests.support import resources
+from tests.support import REPO, resources
 from tests.trainium_eks.jobs.training_support import bare_cluster
 from trainium_eks import (
     BertJobSpec,
@@ -25,6 +27,7 @@ from trainium_eks import (
     TrainiumCluster,
     TrainiumNodegroup,
     TrainiumNodeOptions,
+    TrainiumNodePool,
     TrainiumPlatform,
     WorkloadTarget,
     instance_facts,
@@ -33,6 +36,7 @@ from trainium_eks.config import config_from_context
 from trainium_eks.versions import default_neuron_ami_release
 from trainium_job.errors import ConfigError
 from trainium_job.naming import DEFAULT_NAME_PREFIX
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 
 def _wrapper() -> TrainiumCluster:
@@ -92,6 +96,8 @@ def test_given_a_users_own_cluster_then_the_addons_go_on_it():
             facts=instance_facts("trn1.32xlarge"), subnet=cluster.vpc.private_subnets[0]
         ),
     )
+    # and its system nodes, labelled for the controllers
+    cluster.add_nodegroup_capacity("System", labels=dict(SYSTEM_NODE_LABEL))
     # When the add-ons are put on it
     addons = TrainiumAddons(stack, "Addons", cluster=cluster, trainium=nodes, max_nodes=2)
     # Then the device plugins and Volcano are applied to that cluster
@@ -244,3 +250,144 @@ def test_given_the_public_constructs_then_every_name_prefix_default_is_the_one_d
     }
     assert "TrainiumAddons" in defaults and "TrainiumNodeOptions" in defaults
     assert set(defaults.values()) == {DEFAULT_NAME_PREFIX}, defaults
+
+
+def _trn_options(cluster: eks.Cluster, **overrides: object) -> TrainiumNodeOptions:
+    fields: dict[str, object] = {
+        "facts": instance_facts("trn1.32xlarge"),
+        "subnet": cluster.vpc.private_subnets[0],
+    }
+    fields.update(overrides)
+    return TrainiumNodeOptions(**fields)  # type: ignore[arg-type]
+
+
+def test_given_a_string_where_instance_facts_are_expected_then_the_error_names_the_field():
+    cluster = bare_cluster()
+    with pytest.raises(
+        ConfigError,
+        match=r"config 'TrainiumNodeOptions.facts' = 'trn1.32xlarge' is invalid: .*instance_facts",
+    ):
+        _trn_options(cluster, facts="trn1.32xlarge")
+    with pytest.raises(ConfigError, match=r"'TrainiumNodeOptions.subnet' = 'subnet-0abc'.*not its ID"):
+        _trn_options(cluster, subnet="subnet-0abc")
+
+
+@pytest.mark.parametrize(
+    "props,field",
+    [
+        ({"max_nodes": -3}, "max_nodes"),
+        ({"idle_minutes": -1}, "idle_minutes"),
+        ({"system_nodes": 0}, "system_nodes"),
+    ],
+)
+def test_given_a_negative_count_for_the_node_pool_then_it_is_refused_by_name(props, field):
+    # Before: max_nodes=-3 rendered the NodePool's limits as cpu "-384".
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    with pytest.raises(ConfigError, match=rf"config '{field}' = "):
+        TrainiumNodePool(
+            stack, "Pool", cluster=cluster, options=_trn_options(cluster), az_id="usw2-az4", **props
+        )
+
+
+def test_given_a_negative_target_size_then_the_error_names_the_target_field():
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    with pytest.raises(ConfigError, match=r"config 'WorkloadTarget.desired_nodes' = -1 is invalid"):
+        WorkloadTarget(cluster=cluster, repository=ecr.Repository(stack, "Repo"), desired_nodes=-1)
+    with pytest.raises(ConfigError, match=r"config 'max_nodes' = 0 is invalid"):
+        TrainiumAddons(stack, "Addons", cluster=cluster, trainium=None, max_nodes=0)  # type: ignore[arg-type]
+
+
+def test_given_the_pool_s_subnet_in_another_region_s_zone_then_az_id_is_refused():
+    # The NodePool requires the AZ ID; a subnet elsewhere would launch no node. A zone name maps to
+    # an ID per account, so only its region is checked at synth.
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    subnet = ec2.Subnet(
+        stack, "Own", vpc_id=cluster.vpc.vpc_id, cidr_block="10.9.0.0/24", availability_zone="us-west-2a"
+    )
+    with pytest.raises(ConfigError, match=r"config 'az_id' = 'use1-az6' is invalid: .* us-west-2a.*usw2-az"):
+        TrainiumNodePool(
+            stack, "Pool", cluster=cluster, options=_trn_options(cluster, subnet=subnet), az_id="use1-az6"
+        )
+
+
+def test_given_a_subnet_declaring_its_az_id_then_another_az_id_is_refused():
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    subnet = ec2.Subnet(
+        stack, "Own", vpc_id=cluster.vpc.vpc_id, cidr_block="10.9.0.0/24", availability_zone="us-west-2a"
+    )
+    cfn = subnet.node.default_child
+    assert isinstance(cfn, ec2.CfnSubnet)
+    cfn.availability_zone = None
+    cfn.availability_zone_id = "usw2-az1"
+    with pytest.raises(ConfigError, match=r"'az_id' = 'usw2-az4' is invalid: .* is in usw2-az1"):
+        TrainiumNodePool(
+            stack, "Pool", cluster=cluster, options=_trn_options(cluster, subnet=subnet), az_id="usw2-az4"
+        )
+
+
+def test_given_a_region_without_trainium_then_config_and_constructs_refuse_it():
+    with pytest.raises(
+        ConfigError, match=r"config 'region' = 'eu-west-3' is invalid: no Trainium instance type"
+    ):
+        PlatformConfig(region="eu-west-3", trainium_az_id="euw3-az1", second_az_id="euw3-az2")
+    stack = cdk.Stack(cdk.App(), "Paris", env=cdk.Environment(region="eu-west-3"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    cluster = eks.Cluster(
+        stack,
+        "C",
+        version=eks.KubernetesVersion.of("1.35"),
+        vpc=vpc,
+        default_capacity=0,
+        default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+        kubectl_provider_options=eks.KubectlProviderOptions(
+            kubectl_layer=trainium_eks.KUBERNETES_RELEASES["1.35"].kubectl_layer(stack, "L")
+        ),
+    )
+    with pytest.raises(ConfigError, match=r"config 'region' = 'eu-west-3' is invalid: trn1.32xlarge nodes"):
+        TrainiumNodegroup(stack, "Trn", cluster=cluster, options=_trn_options(cluster))
+
+
+def test_given_health_check_nodes_without_a_node_health_check_then_synth_warns():
+    # Given Trainium nodes that start with the pending taint and no workload to lift it
+    cluster = bare_cluster()
+    stack = cdk.Stack.of(cluster)
+    TrainiumNodegroup(stack, "Trn", cluster=cluster, options=_trn_options(cluster, health_check=True))
+    # When synthesized, then the nodegroup carries a warning that names the taint and the fix
+    warnings = Annotations.from_stack(stack).find_warning("/T/Trn", Match.string_like_regexp("pending"))
+    assert len(warnings) == 1
+    assert "no NodeHealthCheck is in this app" in str(warnings[0].entry.data)
+
+
+def test_given_the_target_s_cluster_then_mypy_strict_takes_it_where_aws_cdk_takes_an_icluster(tmp_path):
+    # Given a user's eks.Cluster in a WorkloadTarget, and the target's cluster handed to aws-cdk-lib
+    snippet = tmp_path / "user_app.py"
+    snippet.write_text(
+        "from aws_cdk import aws_ecr as ecr\n"
+        "from aws_cdk import aws_eks_v2 as eks\n"
+        "from constructs import Construct\n\n"
+        "from trainium_eks import WorkloadTarget\n\n\n"
+        "def apply(scope: Construct, cluster: eks.Cluster, repository: ecr.IRepository) -> None:\n"
+        "    target = WorkloadTarget(cluster=cluster, repository=repository)\n"
+        "    eks.KubernetesManifest(scope, 'Extra', cluster=target.cluster, manifest=[])\n"
+    )
+    # When mypy --strict checks it against the library, then it passes without a cast
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            str(snippet),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout

@@ -42,6 +42,9 @@ NOT_PROP_CHECKS = {
     # The image-build library's singletons are named by the library: an upgrade that renames them
     # must be caught at synth (a programming error, not a user's value).
     ("_harden", "LookupError"),
+    # A descriptor read on its class (the dataclass machinery looking for a field's default):
+    # Python's protocol for "no such attribute" (trainium_eks.arguments.ClusterArgument).
+    ("__get__", "AttributeError"),
 }
 
 

@@ -18,9 +18,14 @@ from trainium_eks import TrainingWorkload, TrainiumPlatform, WorkloadTarget
 from trainium_eks.config import config_from_context
 from trainium_eks.nag import (
     _ARN,
-    ACKNOWLEDGEMENTS,
-    CAPACITY_ACKNOWLEDGEMENTS,
-    OPTIONAL_ACKNOWLEDGEMENTS,
+    CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS,
+    EBS_CSI_ACKNOWLEDGEMENTS,
+    EKS_CLUSTER_ACKNOWLEDGEMENTS,
+    FSX_CSI_ACKNOWLEDGEMENTS,
+    KARPENTER_ACKNOWLEDGEMENTS,
+    NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
+    NODE_ROLE_ACKNOWLEDGEMENTS,
+    TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS,
     VALIDATION_REPORT,
     WORKLOAD_ACKNOWLEDGEMENTS,
     PlatformChecks,
@@ -131,29 +136,42 @@ def test_given_acknowledgement_that_matches_no_finding_then_stale_error_names_it
         acknowledge_findings(public_platform.platform, (entry,))
 
 
-@pytest.mark.parametrize("capacity", sorted(CAPACITY_ACKNOWLEDGEMENTS))
-def test_given_platform_acknowledgements_then_each_matches_a_finding_before_it_is_applied(
-    monkeypatch, capacity
-):
-    import trainium_eks.platform as platform_module
+#: Each owner's table and the construct class that applies it to itself.
+OWNERS = {
+    "TrainiumCluster": TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS,
+    "TrainiumNodegroup / TrainiumNodePool": NODE_ROLE_ACKNOWLEDGEMENTS,
+    "KarpenterController": KARPENTER_ACKNOWLEDGEMENTS,
+    "FsxCsiVolume": FSX_CSI_ACKNOWLEDGEMENTS,
+    "EbsCsiDriver": EBS_CSI_ACKNOWLEDGEMENTS,
+    "ObservabilityAddons": CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS,
+    "NodeReplacementRole": NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
+    "eks.Cluster": EKS_CLUSTER_ACKNOWLEDGEMENTS,
+}
 
-    applied = []
-    # Built without acknowledgements: every platform entry must name something cdk-nag reports.
-    monkeypatch.setattr(
-        platform_module,
-        "suppress_platform_findings",
-        lambda s, options=None, capacity="nodegroup": applied.append(s),
-    )
-    platform = TrainiumPlatformStack(
-        cdk.App(),
+
+@pytest.mark.parametrize("capacity", ["nodegroup", "karpenter"])
+def test_given_the_platform_with_every_option_then_its_constructs_leave_no_finding_unacknowledged(
+    tmp_path, capacity
+):
+    # Given the platform with every option whose resources have findings (both capacity modes)
+    app = cdk.App(outdir=str(tmp_path))
+    TrainiumPlatformStack(
+        app,
         "P2",
-        config=config_from_context({"training_enabled": "false", "trainium_capacity": capacity}),
+        config=config_from_context(
+            {"training_enabled": "false", "trainium_capacity": capacity, "container_insights": "true"}
+        ),
     )
-    assert applied == [platform.platform]
-    found = findings(platform)
-    for path, entry, _ in ACKNOWLEDGEMENTS + CAPACITY_ACKNOWLEDGEMENTS[capacity]:
-        base, finding = f"P2/Default/{path}", resolve_finding(platform.platform, entry)
-        assert any(rule == finding and where.startswith(base) for where, rule in found), (path, finding)
+    cdk.Validations.of(app).add_plugins(*nag_plugins(app))
+    # When synthesized with cdk-nag (a finding nobody acknowledged fails app.synth()), then every
+    # acknowledgement its constructs made on themselves matched a finding
+    check_acknowledgements(app, app.synth().directory)
+    report = json.loads((tmp_path / VALIDATION_REPORT).read_text())
+    acknowledged = {
+        v["ruleName"] for plugin in report["pluginReports"] for v in plugin["suppressedViolations"]
+    }
+    assert ("AwsSolutions-SQS3" in acknowledged) == (capacity == "karpenter")
+    assert all(not plugin["violations"] for plugin in report["pluginReports"])
 
 
 def _workload_on_a_bare_cluster() -> TrainingWorkload:
@@ -178,11 +196,15 @@ def test_given_workload_acknowledgements_then_each_matches_a_finding_before_it_i
         assert any(rule == resolved and where.startswith(base) for where, rule in found), (path, resolved)
 
 
-def test_given_acknowledgements_split_by_owner_then_no_entry_names_the_other_owners_constructs():
+def test_given_acknowledgements_split_by_owner_then_each_names_only_its_owners_constructs():
+    # Each table's paths are under its owner: no entry reaches up into a composition (a path of
+    # the platform or the workload), so an app that composes the pieces gets the same entries.
     workload_roots = {"TrainingImages", "Training", "DatasetStaging", "DatasetPreparation", "TensorBoard"}
-    assert not [path for path, _, _ in ACKNOWLEDGEMENTS if path.split("/")[0] in workload_roots]
     assert {path.split("/")[0] for path, _, _ in WORKLOAD_ACKNOWLEDGEMENTS} <= workload_roots
-    assert "training_enabled" not in OPTIONAL_ACKNOWLEDGEMENTS
+    platform_children = {"Cluster", "Network", "Trainium", "TrainiumPool", "StorageVolume", "Addons"}
+    for owner, entries in OWNERS.items():
+        assert not {path.split("/")[0] for path, _, _ in entries} & platform_children - {"Cluster"}, owner
+    assert [path for path, _, _ in EKS_CLUSTER_ACKNOWLEDGEMENTS if path.startswith("Cluster/")] == []
 
 
 def test_given_a_workload_acknowledgement_that_matches_no_finding_then_stale_error_names_it():

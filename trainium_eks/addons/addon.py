@@ -18,6 +18,8 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
+from trainium_job.scheduling import SYSTEM_NODE_LABEL
+
 from ..monitoring.karpenter_capacity import KarpenterCapacity
 from ..monitoring.options import MonitoringOptions
 from ..nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
@@ -43,7 +45,8 @@ class AddonContext:
         cluster: the cluster.
         trainium: the Trainium nodegroup or NodePool.
         max_nodes: the Trainium nodes' maximum.
-        system_nodes: the controllers' nodes, or None (no ordering).
+        system_nodegroup: the controllers' nodes, or None (no ordering).
+        system_node_selector: the labels of the nodes the controllers run on.
         built: the add-ons built so far by name, None where one is off.
     """
 
@@ -51,7 +54,8 @@ class AddonContext:
     cluster: eks.ICluster
     trainium: TrainiumNodegroup | TrainiumNodePool
     max_nodes: int
-    system_nodes: IConstruct | None = None
+    system_nodegroup: IConstruct | None = None
+    system_node_selector: Mapping[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_LABEL))
     neuron_scheduler_extension: bool = False
     neuron_node_problem_detector: bool = False
     etcd_enabled: bool = True
@@ -80,7 +84,7 @@ class AddonContext:
     def resolve(self, after: str) -> tuple[IConstruct, ...]:
         """The constructs an ``after`` entry names (none for system nodes not given)."""
         if after == SYSTEM_NODES:
-            return (self.system_nodes,) if self.system_nodes is not None else ()
+            return (self.system_nodegroup,) if self.system_nodegroup is not None else ()
         if after == TRAINIUM_CAPACITY:
             return (self.trainium.capacity,)
         if after == POD_IDENTITY_AGENT:

@@ -17,6 +17,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..cluster.managed_addons import managed_addon, pod_identity_role
+from ..nag import EBS_CSI_ACKNOWLEDGEMENTS, acknowledge_own_findings
 from ..versions import AddonPin, Declared
 from .addon import POD_IDENTITY_AGENT, SYSTEM_NODES, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, addon_daemons
@@ -104,6 +105,7 @@ class EbsCsiDriver(Construct):
                 }
             ],
         )
+        acknowledge_own_findings(self, EBS_CSI_ACKNOWLEDGEMENTS)
 
 
 def _build(context: AddonContext) -> EbsCsiDriver:

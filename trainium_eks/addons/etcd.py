@@ -29,7 +29,7 @@ Choices:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -70,8 +70,10 @@ def etcd_manifests(
     volume_gib: int,
     quota_bytes: int,
     client_namespaces: Sequence[str],
+    node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
 ) -> list[dict]:
-    """Namespace, Service, StatefulSet and NetworkPolicy of a single-member etcd."""
+    """Namespace, Service, StatefulSet (on the nodes ``node_selector`` picks) and NetworkPolicy of
+    a single-member etcd."""
     return [
         namespace_manifest(namespace, {**_LABELS, **pod_security_labels("restricted")}),
         {
@@ -89,6 +91,7 @@ def etcd_manifests(
             container=_container(namespace=namespace, image=image, quota_bytes=quota_bytes),
             storage_class_name=storage_class_name,
             volume_gib=volume_gib,
+            node_selector=node_selector,
         ),
         _network_policy(namespace, client_namespaces),
     ]
@@ -141,7 +144,14 @@ def _container(*, namespace: str, image: str, quota_bytes: int) -> dict:
     }
 
 
-def _stateful_set(*, namespace: str, container: dict, storage_class_name: str, volume_gib: int) -> dict:
+def _stateful_set(
+    *,
+    namespace: str,
+    container: dict,
+    storage_class_name: str,
+    volume_gib: int,
+    node_selector: Mapping[str, str],
+) -> dict:
     """One replica on the system nodes, its data on a volume of ``storage_class_name``."""
     return {
         "apiVersion": "apps/v1",
@@ -156,7 +166,7 @@ def _stateful_set(*, namespace: str, container: dict, storage_class_name: str, v
                 "metadata": {"labels": {**_LABELS, **_SELECTOR}},
                 "spec": {
                     "automountServiceAccountToken": False,
-                    "nodeSelector": dict(SYSTEM_NODE_LABEL),
+                    "nodeSelector": dict(node_selector),
                     "securityContext": pod_security_context(run_as=_UID, fs_group=True),
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
@@ -223,6 +233,7 @@ class EtcdServer(Construct):
         volume_gib: int = DEFAULT_VOLUME_GIB,
         quota_bytes: int = 1024**3,
         pin: AddonPin = IMAGE,
+        node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -233,6 +244,8 @@ class EtcdServer(Construct):
             volume_gib: size of the data volume. Default 2.
             quota_bytes: etcd backend quota; keep it below the volume size. Default 1 GiB.
             pin: image and tag (3.5.x). Default: :data:`IMAGE`.
+            node_selector: the labels of the nodes it runs on. Default ``SYSTEM_NODE_LABEL``
+                (``trainium-eks/pool: system``, the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         if not pin.version.startswith("v3.5."):
@@ -258,6 +271,7 @@ class EtcdServer(Construct):
                 volume_gib=volume_gib,
                 quota_bytes=quota_bytes,
                 client_namespaces=client_namespaces,
+                node_selector=node_selector,
             ),
         )
 
@@ -268,6 +282,7 @@ def _build(context: AddonContext) -> EtcdServer:
         "Etcd",
         cluster=context.cluster,
         storage_class_name=context.built["ebs_csi"].storage_class_name,
+        node_selector=context.system_node_selector,
     )
 
 

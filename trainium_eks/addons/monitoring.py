@@ -23,11 +23,13 @@ The EFA and FSx exporters run the workload's tools image and come with the workl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from trainium_job.errors import ConfigError
-from trainium_job.scheduling import TRAINING_NAMESPACE
+from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_NAMESPACE
 from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
@@ -107,6 +109,7 @@ class PlatformMonitoring(Construct):
         amp_alias: str = "trainium-eks",
         pin: AddonPin = CHART,
         karpenter_capacity: KarpenterCapacity | None = None,
+        node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -119,6 +122,8 @@ class PlatformMonitoring(Construct):
             karpenter_capacity: with ``trainium_capacity=karpenter``, the NodePool, instance type
                 and AZ ID Karpenter launches: adds the TrainiumCapacityMissing alert (Karpenter's
                 chart must then scrape itself: ``karpenter_chart_monitoring_values``). Default None.
+            node_selector: the labels of the system nodes its pods run on (all but the node
+                daemons). Default ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
@@ -135,7 +140,7 @@ class PlatformMonitoring(Construct):
             manifest=[namespace_manifest(NAMESPACE, MONITORING_POD_SECURITY)],
         )
         self.amp = self._amp(cluster, options, amp_alias)
-        self.chart = self._chart(cluster, pin, options, storage_class_name)
+        self.chart = self._chart(cluster, pin, options, storage_class_name, node_selector)
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",
@@ -165,7 +170,12 @@ class PlatformMonitoring(Construct):
         )
 
     def _chart(
-        self, cluster: eks.ICluster, pin: AddonPin, options: MonitoringOptions, storage_class_name: str
+        self,
+        cluster: eks.ICluster,
+        pin: AddonPin,
+        options: MonitoringOptions,
+        storage_class_name: str,
+        node_selector: Mapping[str, str],
     ) -> eks.HelmChart:
         """The kube-prometheus-stack release, after its namespace (and AMP's association)."""
         chart = eks.HelmChart(
@@ -183,6 +193,7 @@ class PlatformMonitoring(Construct):
                 grafana=options.grafana,
                 alertmanager=options.alertmanager,
                 remote_write=self.amp.remote_write() if self.amp else None,
+                node_selector=node_selector,
             ),
             # The CRDs and the operator's admission webhook must be serving before the rules and
             # PodMonitors below are applied (the webhook validates PrometheusRules).
@@ -224,6 +235,7 @@ def _build(context: AddonContext) -> PlatformMonitoring:
         options=context.monitoring,
         amp_alias=f"{context.name_prefix}-metrics",
         karpenter_capacity=context.karpenter_capacity,
+        node_selector=context.system_node_selector,
     )
 
 

@@ -22,6 +22,8 @@ complete set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -61,9 +63,14 @@ CHART = AddonPin(
 
 
 def neuron_chart_values(
-    *, scheduler_extension: bool, node_problem_detector: bool, health_check: bool = False
+    *,
+    scheduler_extension: bool,
+    node_problem_detector: bool,
+    health_check: bool = False,
+    system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
 ) -> dict:
-    """Helm values of the Neuron chart (device plugin on Trainium nodes only). With
+    """Helm values of the Neuron chart (device plugin on Trainium nodes only, the scheduler
+    extension on the nodes ``system_node_selector`` picks). With
     ``health_check``, the device plugin also tolerates the node health check's pending taint:
     the check requests the node's Neuron devices, which only the plugin allocates."""
     trainium_only = {
@@ -81,8 +88,8 @@ def neuron_chart_values(
         "devicePlugin": {"enabled": True, **device_plugin},
         "scheduler": {
             "enabled": scheduler_extension,
-            "nodeSelector": dict(SYSTEM_NODE_LABEL),
-            "customScheduler": {"nodeSelector": dict(SYSTEM_NODE_LABEL)},
+            "nodeSelector": dict(system_node_selector),
+            "customScheduler": {"nodeSelector": dict(system_node_selector)},
         },
         "npd": {
             "enabled": node_problem_detector,
@@ -113,6 +120,7 @@ class NeuronDevicePlugin(Construct):
         node_problem_detector: bool = False,
         health_check: bool = False,
         pin: AddonPin = CHART,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -123,6 +131,8 @@ class NeuronDevicePlugin(Construct):
             health_check: the device plugin tolerates the node health check's pending taint
                 (:mod:`trainium_eks.nodes.health_checks`). Default False.
             pin: chart and version. Default: :data:`CHART`.
+            system_node_selector: the labels of the nodes the scheduler extension runs on.
+                Default ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         self.chart = eks.HelmChart(
@@ -138,6 +148,7 @@ class NeuronDevicePlugin(Construct):
                 scheduler_extension=scheduler_extension,
                 node_problem_detector=node_problem_detector,
                 health_check=health_check,
+                system_node_selector=system_node_selector,
             ),
             timeout=HELM_TIMEOUT,
         )
@@ -151,6 +162,7 @@ def _build(context: AddonContext) -> NeuronDevicePlugin:
         scheduler_extension=context.neuron_scheduler_extension,
         node_problem_detector=context.neuron_node_problem_detector,
         health_check=context.health_check,
+        system_node_selector=context.system_node_selector,
     )
 
 

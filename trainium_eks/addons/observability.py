@@ -20,6 +20,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ..cluster.managed_addons import managed_addon, pod_identity_role
+from ..nag import CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS, acknowledge_own_findings
 from ..versions import AddonPin, Declared
 from .addon import SYSTEM_NODES, AddOn, AddonContext
 from .node_daemons import DaemonSettings, NodeDaemon, addon_daemons
@@ -137,6 +138,7 @@ class ObservabilityAddons(Construct):
                 managed_policy="CloudWatchAgentServerPolicy",
                 description="CloudWatch agent of Container Insights (EKS Pod Identity)",
             )
+            acknowledge_own_findings(self, CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS)
             self.cloudwatch = managed_addon(
                 self,
                 "CloudWatch",

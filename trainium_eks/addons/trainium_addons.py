@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from constructs import Construct, IConstruct
 
+from trainium_job import checks
 from trainium_job.naming import DEFAULT_NAME_PREFIX
-from trainium_job.scheduling import TRAINING_QUEUE
+from trainium_job.scheduling import SYSTEM_NODE_LABEL, TRAINING_QUEUE
 
 from ..arguments import AnyCluster, require_cluster
+from ..cluster.system_nodes import check_node_selector, require_system_capacity
 from ..monitoring.options import MonitoringOptions
 from ..nodes.node_pool import TrainiumNodePool
 from ..nodes.nodegroup import TrainiumNodegroup
@@ -70,7 +74,8 @@ class TrainiumAddons(Construct):
         cluster: AnyCluster,
         trainium: TrainiumNodegroup | TrainiumNodePool,
         max_nodes: int,
-        system_nodes: IConstruct | None = None,
+        system_nodegroup: IConstruct | None = None,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
         neuron_scheduler_extension: bool = False,
         neuron_node_problem_detector: bool = False,
         etcd_enabled: bool = True,
@@ -88,9 +93,14 @@ class TrainiumAddons(Construct):
             trainium: the :class:`TrainiumNodegroup`, or the :class:`TrainiumNodePool` of nodes
                 launched per job.
             max_nodes: the Trainium nodegroup's maximum size (sizes the Queue).
-            system_nodes: the nodes the controllers run on (Volcano, etcd, monitoring, managed
-                add-ons), e.g. :class:`TrainiumCluster`'s ``.system_nodegroup``: those add-ons are
-                applied after them. Default None: no ordering (the cluster already has nodes).
+            system_nodegroup: the nodegroup the controllers run on (Volcano, etcd, monitoring,
+                managed add-ons), e.g. :class:`TrainiumCluster`'s ``.system_nodegroup``: those
+                add-ons are applied after it. Default None: no ordering (the cluster already has
+                nodes).
+            system_node_selector: the labels of the nodes the controllers run on: some untainted
+                nodegroup of ``cluster`` must carry them (checked at synth). Default
+                ``SYSTEM_NODE_LABEL`` (``trainium-eks/pool: system``, the label
+                :class:`TrainiumCluster` gives its system nodegroup).
             neuron_scheduler_extension: Neuron scheduler extension. Default False.
             neuron_node_problem_detector: Neuron node-problem-detector. Default False.
             etcd_enabled: etcd server for the etcd rendezvous. Default True.
@@ -106,12 +116,17 @@ class TrainiumAddons(Construct):
                 (:mod:`trainium_eks.nodes.health_checks`). Default False.
         """
         super().__init__(scope, id)
+        cluster = require_cluster(cluster)
+        checks.whole_number("max_nodes", max_nodes, minimum=1)
+        selector = check_node_selector(system_node_selector)
+        require_system_capacity(self, cluster, selector, owner="TrainiumAddons")
         context = AddonContext(
             scope=self,
-            cluster=require_cluster(cluster),
+            cluster=cluster,
             trainium=trainium,
             max_nodes=max_nodes,
-            system_nodes=system_nodes,
+            system_nodegroup=system_nodegroup,
+            system_node_selector=selector,
             neuron_scheduler_extension=neuron_scheduler_extension,
             neuron_node_problem_detector=neuron_node_problem_detector,
             etcd_enabled=etcd_enabled,

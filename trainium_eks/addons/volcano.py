@@ -14,6 +14,8 @@ must not lose pods to another queue.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -110,10 +112,12 @@ def scheduler_config(*, nodes_on_demand: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def volcano_chart_values(*, nodes_on_demand: bool = False) -> dict:
-    """Helm values of the Volcano chart: every component on the system nodegroup; with nodes on
-    demand, the scheduler configuration of :func:`scheduler_config`."""
-    system = dict(SYSTEM_NODE_LABEL)
+def volcano_chart_values(
+    *, nodes_on_demand: bool = False, node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL
+) -> dict:
+    """Helm values of the Volcano chart: every component on the system nodes (``node_selector``);
+    with nodes on demand, the scheduler configuration of :func:`scheduler_config`."""
+    system = dict(node_selector)
     custom: dict = {
         "default_ns": system,
         "admission_ns": system,
@@ -174,6 +178,7 @@ class VolcanoScheduler(Construct):
         queue_name: str = TRAINING_QUEUE,
         nodes_on_demand: bool = False,
         pin: AddonPin = CHART,
+        node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -184,6 +189,8 @@ class VolcanoScheduler(Construct):
             nodes_on_demand: Karpenter launches the Trainium nodes for waiting pods
                 (:func:`scheduler_config`). Default False.
             pin: chart, repository and version. Default: :data:`CHART`.
+            node_selector: the labels of the nodes its components run on. Default
+                ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         self.queue_name = queue_name
@@ -202,7 +209,7 @@ class VolcanoScheduler(Construct):
             release="volcano",
             namespace=VOLCANO_NAMESPACE,
             create_namespace=False,
-            values=volcano_chart_values(nodes_on_demand=nodes_on_demand),
+            values=volcano_chart_values(nodes_on_demand=nodes_on_demand, node_selector=node_selector),
             # The Queue below needs the CRDs and the admission webhook serving. The wait runs
             # inside the kubectl handler, a Lambda function capped at 15 minutes in all.
             wait=True,
@@ -227,6 +234,7 @@ def _build(context: AddonContext) -> VolcanoScheduler:
         max_nodes=context.max_nodes,
         queue_name=context.queue_name,
         nodes_on_demand=context.nodes_on_demand,
+        node_selector=context.system_node_selector,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 from aws_cdk import CfnOutput, CfnResource, Stack, Token
@@ -25,8 +25,10 @@ from trainium_job.scheduling import SYSTEM_NODE_LABEL
 
 from ..arguments import require_vpc
 from ..escape_hatch import as_icluster, descendant, l1
+from ..nag import TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS, acknowledge_cluster_findings, acknowledge_own_findings
 from ..versions import KUBERNETES_RELEASES, SYSTEM_NODE_INSTANCE_TYPE, AddonPin, Declared, KubernetesRelease
 from .managed_addons import managed_addon, pod_identity_role
+from .system_nodes import check_node_selector
 
 __all__ = [
     "MAX_PUBLIC_ENDPOINT_ADDRESSES",
@@ -219,6 +221,7 @@ class TrainiumCluster(Construct):
         admin_principal_arns: Sequence[str] = (),
         system_nodes: int = 2,
         system_instance_type: str = SYSTEM_NODE_INSTANCE_TYPE,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -235,6 +238,9 @@ class TrainiumCluster(Construct):
             system_nodes: size of the system nodegroup, 1 to 10. Default 2.
             system_instance_type: instance type of the system nodes. Default
                 ``SYSTEM_NODE_INSTANCE_TYPE`` ("m7i.large").
+            system_node_selector: the labels the system nodes carry, which the add-ons' controllers
+                select (give the same to each construct that takes it). Default
+                ``SYSTEM_NODE_LABEL`` (``trainium-eks/pool: system``).
         """
         super().__init__(scope, id)
         vpc = require_vpc(vpc)
@@ -242,6 +248,7 @@ class TrainiumCluster(Construct):
         check_endpoint_public_cidrs(endpoint_public_cidrs, allow_broad=endpoint_public_allow_broad)
         check_admin_principal_arns(admin_principal_arns, region=Stack.of(self).region)
         check_system_nodes(system_nodes)
+        labels = check_node_selector(system_node_selector)
         self.secrets_key = kms.Key(
             self,
             "SecretsKey",
@@ -268,7 +275,9 @@ class TrainiumCluster(Construct):
         )
         self.vpc_cni_role, self.vpc_cni = self._vpc_cni()
         self.system_launch_template = self._system_launch_template()
-        self.system_nodegroup = self._system_nodegroup(subnets, system_nodes, system_instance_type)
+        self.system_nodegroup = self._system_nodegroup(subnets, system_nodes, system_instance_type, labels)
+        acknowledge_cluster_findings(self.cluster)
+        acknowledge_own_findings(self, TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS)
 
     def _cluster(
         self,
@@ -357,7 +366,11 @@ class TrainiumCluster(Construct):
         )
 
     def _system_nodegroup(
-        self, subnets: Sequence[ec2.ISubnet], system_nodes: int, system_instance_type: str
+        self,
+        subnets: Sequence[ec2.ISubnet],
+        system_nodes: int,
+        system_instance_type: str,
+        labels: Mapping[str, str],
     ) -> eks.Nodegroup:
         lt = self.system_launch_template
         nodegroup = eks.Nodegroup(
@@ -372,7 +385,7 @@ class TrainiumCluster(Construct):
             desired_size=system_nodes,
             max_size=system_nodes,
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
-            labels=dict(SYSTEM_NODE_LABEL),
+            labels=dict(labels),
             enable_node_auto_repair=True,
         )
         nodegroup.node.add_dependency(self.vpc_cni)

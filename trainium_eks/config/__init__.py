@@ -10,6 +10,7 @@ Every check raises :class:`~trainium_job.errors.ConfigError` whose message names
 bad input stops synth with one line and no stack is built.
 """
 
+from ..arguments import az_id_prefix
 from ..cluster.eks_cluster import MAX_PUBLIC_ENDPOINT_ADDRESSES, region_partition
 from ..nodes.launch_template import EFA_LAYOUTS
 from .context import config_from_context
@@ -21,7 +22,6 @@ from .platform_checks import (
     OPTIONAL_ADDONS,
     PLATFORM_TAG_KEYS,
     SUPPORTED_PARTITIONS,
-    az_id_prefix,
     name_prefix_problem,
     tag_problem,
     unverified_addons,

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainium_job import checks
 from trainium_job.errors import ConfigError
-from trainium_job.instances import INSTANCE_FACTS
+from trainium_job.instances import INSTANCE_FACTS, az_offering_problem, region_offering_problem
 from trainium_job.naming import (
     HASH_CHARS,
     digest_name,
@@ -26,6 +26,7 @@ from trainium_job.naming import (
     training_stack_name,
 )
 
+from ..arguments import az_id_prefix
 from ..cluster.eks_cluster import (
     check_admin_principal_arns,
     check_endpoint_public_cidrs,
@@ -81,17 +82,6 @@ _AZ_ID = re.compile(r"^[a-z]{2,6}[0-9]-az[0-9]+$")
 _AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
 _REGION = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-[0-9]$")
 _NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_DIRECTIONS = {
-    "north": "n",
-    "south": "s",
-    "east": "e",
-    "west": "w",
-    "central": "c",
-    "northeast": "ne",
-    "northwest": "nw",
-    "southeast": "se",
-    "southwest": "sw",
-}
 #: Partitions whose AZ-ID scheme is verified: ``<country><direction><n>`` (``usw2-az4``,
 #: ``cnnw1-az1``) and GovCloud's ``us-gov-west-1`` -> ``usgw1`` (the IDs ``aws ec2
 #: describe-availability-zones`` returns there). Trainium is offered in none of the others.
@@ -99,7 +89,6 @@ AZ_ID_PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
 #: Partitions the platform deploys to: aws-cn lacks EKS Pod Identity (EKS user guide, "EKS Pod
 #: Identities": not available in China regions).
 SUPPORTED_PARTITIONS = ("aws", "aws-us-gov")
-_QUALIFIERS = {"gov": "g"}
 
 # What AWS enforces on tags (Tagging AWS resources, "Tag naming limits and requirements"):
 # 50 user tags per resource, keys 1-128 and values 0-256 Unicode characters of letters,
@@ -109,17 +98,6 @@ MAX_TAGS = 50
 PLATFORM_TAG_KEYS = ("Name",)
 MAX_TAG_KEY, MAX_TAG_VALUE = 128, 256
 _TAG_PUNCTUATION = set("_.:/=+-@")
-
-
-def az_id_prefix(region: str) -> str | None:
-    """The AZ-ID prefix AWS uses for ``region`` (``us-west-2`` -> ``usw2``), if derivable."""
-    parts = region.split("-")
-    if len(parts) not in (3, 4) or parts[-2] not in _DIRECTIONS or not parts[-1].isdigit():
-        return None
-    if len(parts) == 4 and parts[1] not in _QUALIFIERS:
-        return None
-    middle = _QUALIFIERS[parts[1]] if len(parts) == 4 else ""
-    return f"{parts[0]}{middle}{_DIRECTIONS[parts[-2]]}{parts[-1]}"
 
 
 def _tag_text_ok(text: str) -> bool:
@@ -243,6 +221,16 @@ def _validate_azs(c: PlatformSettings) -> None:
             c.second_az_id,
             "must differ from trainium_az_id: the EKS control plane needs two AZs",
         )
+    problem = region_offering_problem(c.region)
+    if problem:
+        raise ConfigError("region", c.region, problem)
+
+
+def offering_warnings(c: PlatformSettings) -> list[str]:
+    """The Trainium AZ ID when the offline table does not list it for the instance type (a warning:
+    the doctor's live check is the authority)."""
+    problem = az_offering_problem(c.instance_type, c.region, c.trainium_az_id)
+    return [f"trainium_az_id={c.trainium_az_id}: {problem}"] if problem else []
 
 
 def _validate_nodes(c: PlatformSettings) -> None:

@@ -19,7 +19,7 @@ requests (the Trainium node budget counts the DaemonSet's).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
@@ -96,13 +96,15 @@ def efa_exporter_daemonset(*, namespace: str, image: str, facts: InstanceFacts) 
     }
 
 
-def fsx_exporter_deployment(*, namespace: str, image: str, claim_name: str) -> dict[str, Any]:
-    """The FSx exporter on a system node, the claim read-only at /data."""
+def fsx_exporter_deployment(
+    *, namespace: str, image: str, claim_name: str, node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL
+) -> dict[str, Any]:
+    """The FSx exporter on a system node (``node_selector``), the claim read-only at /data."""
     container = _container(FSX_NAME, image, FSX_EXPORTER, FSX_EXPORTER_PORT, ["--path", DATA_MOUNT])
     container["volumeMounts"] = [{"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}]
     spec = _pod_spec(
         container,
-        dict(SYSTEM_NODE_LABEL),
+        dict(node_selector),
         [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}}],
     )
     return {
@@ -118,10 +120,19 @@ def fsx_exporter_deployment(*, namespace: str, image: str, claim_name: str) -> d
 
 
 def exporter_objects(
-    *, namespace: str, image: str, claim_name: str, facts: InstanceFacts
+    *,
+    namespace: str,
+    image: str,
+    claim_name: str,
+    facts: InstanceFacts,
+    system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
 ) -> list[dict[str, Any]]:
     """The exporters and their PodMonitors (no EFA exporter where the type has no EFA)."""
-    objects = [fsx_exporter_deployment(namespace=namespace, image=image, claim_name=claim_name)]
+    objects = [
+        fsx_exporter_deployment(
+            namespace=namespace, image=image, claim_name=claim_name, node_selector=system_node_selector
+        )
+    ]
     monitors = [FSX_NAME]
     if facts.multi_node:
         objects.append(efa_exporter_daemonset(namespace=namespace, image=image, facts=facts))
@@ -155,6 +166,7 @@ class TrainingExporters(Construct):
         claim_name: str,
         facts: InstanceFacts,
         depends_on: Sequence[IConstruct] = (),
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -165,6 +177,8 @@ class TrainingExporters(Construct):
             facts: the Trainium instance type (no EFA exporter without EFA).
             depends_on: constructs applied first (the monitoring stack, the claim, the image).
                 Default ``()``.
+            system_node_selector: the labels of the system nodes the FSx exporter runs on.
+                Default ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
@@ -172,7 +186,13 @@ class TrainingExporters(Construct):
             self,
             "Manifest",
             cluster=cluster,
-            manifest=exporter_objects(namespace=namespace, image=image, claim_name=claim_name, facts=facts),
+            manifest=exporter_objects(
+                namespace=namespace,
+                image=image,
+                claim_name=claim_name,
+                facts=facts,
+                system_node_selector=system_node_selector,
+            ),
         )
         for dependency in depends_on:
             self.manifest.node.add_dependency(dependency)

@@ -30,6 +30,7 @@ whole list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainium_job.scheduling import INSTANCE_TYPE_LABEL, NODE_POOL_LABEL_KEY, SYSTEM_NODE_LABEL
@@ -73,9 +74,11 @@ def stack_values(
     grafana: bool = True,
     alertmanager: bool = False,
     remote_write: dict[str, Any] | None = None,
+    node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
 ) -> dict[str, Any]:
-    """The release's values. ``remote_write``: one Prometheus ``remoteWrite`` entry (AMP), or None."""
-    system = dict(SYSTEM_NODE_LABEL)
+    """The release's values. ``remote_write``: one Prometheus ``remoteWrite`` entry (AMP), or None;
+    ``node_selector``: the labels of the system nodes everything but node-exporter runs on."""
+    system = dict(node_selector)
     prometheus_spec: dict[str, Any] = {
         "nodeSelector": system,
         "resources": _resources("prometheus"),

@@ -19,7 +19,7 @@ from constructs import Construct
 
 from trainium_job.errors import ConfigError
 
-from ..arguments import require_vpc
+from ..arguments import check_subnet_az, require_vpc
 from ..escape_hatch import l1
 
 #: Subnets the created VPC holds in EACH of its two AZs, in the order aws-cdk-lib allocates them:
@@ -149,9 +149,10 @@ class TrainiumNetwork(Construct):
             retain_on_delete: keep the created VPC and the Trainium-AZ subnet when the stack is
                 deleted. Default True.
             vpc: a VPC of the app's own to use (not with ``existing_vpc_id``). Default None.
-            private_subnets: with ``vpc``, its two private subnets, the Trainium AZ's first (the
-                app places them: their AZ IDs are not checked at synth). Default ``()``: the
-                VPC's private subnets in its order, which must then be two.
+            private_subnets: with ``vpc``, its two private subnets, the Trainium AZ's first (its
+                AZ checked against ``az_ids[0]`` as far as synth can tell: its declared AZ ID, or
+                its AZ name's region). Default ``()``: the VPC's private subnets in its order,
+                which must then be two.
         """
         super().__init__(scope, id)
         if len(az_ids) != AZ_COUNT:
@@ -188,6 +189,8 @@ class TrainiumNetwork(Construct):
                 "give two private subnets of the VPC: the Trainium AZ's first, then the second AZ's",
             )
         self.trainium_subnet: ec2.ISubnet = self.private_subnets[0]
+        if vpc is not None:
+            check_subnet_az(self.trainium_subnet, self.az_ids[0], field="private_subnets")
         if retain_on_delete and not existing_vpc_id and vpc is None:
             for construct in (self.vpc, self.trainium_subnet):
                 l1(construct).apply_removal_policy(RemovalPolicy.RETAIN)

@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import Stack
+import jsii
+from aws_cdk import Annotations, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from constructs import Construct, IConstruct
+from constructs import Construct, IConstruct, IValidation
 
 from trainium_job.entry_points import NODE_HEALTH
 from trainium_job.errors import ConfigError
@@ -52,6 +53,7 @@ from trainium_job.security import pod_security_context, training_security_contex
 
 from ..arguments import AnyCluster, require_cluster
 from ..cluster.managed_addons import pod_identity_association, pod_identity_role
+from ..nag import NODE_REPLACEMENT_ACKNOWLEDGEMENTS, acknowledge_own_findings
 
 #: The DaemonSet, its service account, ClusterRole and binding, and the admission policy.
 NAME = "node-health-check"
@@ -476,3 +478,31 @@ class NodeReplacementRole(Construct):
                 ("TrainingPodIdentity", training_service_account),
             )
         )
+        acknowledge_own_findings(self, NODE_REPLACEMENT_ACKNOWLEDGEMENTS)
+
+
+@jsii.implements(IValidation)
+class _TaintLifted:
+    """At synth: some :class:`NodeHealthCheck` in the app lifts the pending taint of ``nodes``."""
+
+    def __init__(self, nodes: IConstruct) -> None:
+        self._nodes = nodes
+
+    def validate(self) -> list[str]:
+        if not any(isinstance(c, NodeHealthCheck) for c in self._nodes.node.root.node.find_all()):
+            Annotations.of(self._nodes).add_warning_v2(
+                "trainium-eks:pending-taint",
+                f"TrainiumNodeOptions.health_check=True: every node starts with the taint "
+                f"{PENDING_TAINT['key']}={PENDING_TAINT['value']}:{PENDING_TAINT['effect']}, which only the node "
+                "health check lifts, and no NodeHealthCheck is in this app (TrainingWorkload builds it with "
+                "trainium_health_check): nothing will run on these nodes; add the workload, or set "
+                "health_check=False",
+            )
+        return []
+
+
+def warn_unlifted_taint(nodes: IConstruct) -> None:
+    """A synth warning on ``nodes`` (started with ``PENDING_TAINT``) when the app has no
+    :class:`NodeHealthCheck` to lift it; checked once the app is built, so a workload declared
+    later, or in another stack of the app, counts."""
+    nodes.node.add_validation(_TaintLifted(nodes))

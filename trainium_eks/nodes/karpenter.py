@@ -20,6 +20,7 @@ The controller runs on the system nodes, so it never waits for a node it would l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from ..arguments import AnyCluster, require_cluster
 from ..cluster.helm import HELM_TIMEOUT
 from ..cluster.managed_addons import pod_identity_association, pod_identity_role
 from ..monitoring.karpenter_capacity import karpenter_chart_monitoring_values
+from ..nag import KARPENTER_ACKNOWLEDGEMENTS, acknowledge_own_findings, cluster_name_field
 from ..versions import AddonPin, ChartEvidence, Declared
 
 #: Namespace and service account of the controller (the getting-started guide's).
@@ -329,14 +331,22 @@ def _fill(template: Any, values: dict[str, str], named: list[str]) -> Any:
     return template
 
 
-def chart_values(*, cluster_name: str, queue_name: str, replicas: int, monitored: bool = False) -> dict:
+def chart_values(
+    *,
+    cluster_name: str,
+    queue_name: str,
+    replicas: int,
+    monitored: bool = False,
+    node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
+) -> dict:
     """Helm values of the controller chart (keys of charts/karpenter/values.yaml at v1.14.1);
-    ``monitored``: with the ServiceMonitor of the platform's Prometheus."""
+    ``monitored``: with the ServiceMonitor of the platform's Prometheus; ``node_selector``: the
+    labels of the system nodes it runs on."""
     return {
         **(karpenter_chart_monitoring_values() if monitored else {}),
         "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
         "replicas": replicas,
-        "nodeSelector": {"kubernetes.io/os": "linux", **SYSTEM_NODE_LABEL},
+        "nodeSelector": {"kubernetes.io/os": "linux", **node_selector},
         # The chart's default spreads the replicas over zones with DoNotSchedule: the system
         # nodes may all sit in one of the two AZs, which would leave a replica pending.
         "topologySpreadConstraints": [
@@ -382,6 +392,7 @@ class KarpenterController(Construct):
         monitored: bool = False,
         crd_pin: AddonPin = CRD_CHART,
         pin: AddonPin = CHART,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -394,6 +405,8 @@ class KarpenterController(Construct):
                 ServiceMonitor; the chart must then be installed after kube-prometheus-stack's
                 CRDs, or it renders none). Default False.
             crd_pin, pin: the two charts. Default :data:`CRD_CHART`, :data:`CHART`.
+            system_node_selector: the labels of the system nodes the controller runs on. Default
+                ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
@@ -428,12 +441,14 @@ class KarpenterController(Construct):
                 queue_name=self.queue.queue_name,
                 replicas=min(2, system_nodes),
                 monitored=monitored,
+                node_selector=system_node_selector,
             ),
             wait=True,
             timeout=HELM_TIMEOUT,
         )
         # Credentials before the controller starts (its policy attached too); CRDs before it.
         self.chart.node.add_dependency(association, self.role, self.crds)
+        acknowledge_own_findings(self, KARPENTER_ACKNOWLEDGEMENTS, cluster_name_field(cluster))
 
     def _interruption_queue(self) -> sqs.Queue:
         """The SQS queue the interruption controller reads, fed by one EventBridge rule per

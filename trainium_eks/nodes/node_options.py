@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aws_cdk import aws_ec2 as ec2
 
+from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import DEFAULT_NAME_PREFIX
 
@@ -60,6 +61,20 @@ class TrainiumNodeOptions:
     health_check: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.facts, InstanceFacts):
+            raise ConfigError(
+                "TrainiumNodeOptions.facts",
+                self.facts,
+                f"give the instance type's facts row, instance_facts({self.facts!r}), not a "
+                f"{type(self.facts).__name__}",
+            )
+        if isinstance(self.subnet, str) or not hasattr(self.subnet, "subnet_id"):
+            raise ConfigError(
+                "TrainiumNodeOptions.subnet",
+                self.subnet if isinstance(self.subnet, str) else type(self.subnet).__name__,
+                "give an ec2.ISubnet, not its ID: ec2.Subnet.from_subnet_attributes(scope, 'Trainium', "
+                "subnet_id=..., availability_zone=...) or one of your VPC's subnets",
+            )
         # Checked once for both constructs; the launch template checks them again for callers
         # that build it alone (same checks, same messages).
         check_launch_options(

@@ -16,6 +16,7 @@ Block's node is drained 40 minutes before the block ends (Karpenter's expiration
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import Token
@@ -24,6 +25,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from trainium_job import checks
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import node_name
@@ -34,14 +36,18 @@ from trainium_job.scheduling import (
     DATASET_TAINT,
     INSTANCE_TYPE_LABEL,
     NEURON_TAINT,
+    SYSTEM_NODE_LABEL,
     TRAINIUM_NODE_LABEL,
 )
 from trainium_job.stop_budget import termination_grace_period_s
 
-from ..arguments import AnyCluster, require_cluster
-from ..cluster.eks_cluster import node_role
+from ..arguments import AnyCluster, check_subnet_az, require_cluster
+from ..cluster.eks_cluster import check_system_nodes, node_role
+from ..cluster.system_nodes import check_node_selector, refuse_auto_mode, require_system_capacity
+from ..nag import NODE_ROLE_ACKNOWLEDGEMENTS, acknowledge_own_findings
 from ..versions import DATASET_NODE_INSTANCE_TYPE
 from .gang_wait import gang_wait_floor
+from .health_checks import warn_unlifted_taint
 from .karpenter import KarpenterController, LaunchResources
 from .launch_template import (
     ROOT_DEVICE,
@@ -50,7 +56,7 @@ from .launch_template import (
     node_user_data,
 )
 from .node_options import TrainiumNodeOptions
-from .nodegroup import RELEASE_VERSION, check_multi_node, resolve_release_version
+from .nodegroup import RELEASE_VERSION, check_multi_node, check_offering, resolve_release_version
 
 __all__ = [
     "MIN_IDLE_MINUTES",
@@ -404,8 +410,22 @@ def _prefix_length(subnet: ec2.ISubnet) -> int | None:
     return None if Token.is_unresolved(cidr) else int(cidr.rsplit("/", 1)[1])
 
 
-def _check_pool(options: TrainiumNodeOptions, *, max_nodes: int, idle_minutes: int) -> None:
+def _check_pool(
+    scope: Construct,
+    options: TrainiumNodeOptions,
+    *,
+    az_id: str,
+    max_nodes: int,
+    idle_minutes: int,
+    system_nodes: int,
+) -> None:
     """The pool's own checks (the launch options were checked when ``options`` was built)."""
+    for field, value, least in (("max_nodes", max_nodes, 1), ("idle_minutes", idle_minutes, 0)):
+        if not Token.is_unresolved(value):
+            checks.whole_number(field, value, minimum=least)
+    check_system_nodes(system_nodes)
+    check_subnet_az(options.subnet, az_id, field="az_id")
+    check_offering(scope, options.facts, az_id=az_id)
     check_multi_node(options.facts, max_nodes)
     check_karpenter_bounds(
         max_nodes=max_nodes,
@@ -452,10 +472,12 @@ class TrainiumNodePool(Construct):
         idle_minutes: int = 10,
         system_nodes: int = 2,
         monitored: bool = False,
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
-            cluster: the EKS cluster (its VPC and cluster security group are used).
+            cluster: the EKS cluster (its VPC and cluster security group are used); not in EKS
+                Auto Mode, which runs a Karpenter of its own (refused).
             options: the nodes' instance type, subnet, AMI release and launch settings, as
                 :class:`TrainiumNodegroup`'s (each documented with its default on
                 :class:`TrainiumNodeOptions`).
@@ -465,27 +487,25 @@ class TrainiumNodePool(Construct):
             system_nodes: system nodes (the controller's replicas). Default 2.
             monitored: the platform's Prometheus scrapes Karpenter (see
                 :class:`KarpenterController`). Default False.
+            system_node_selector: the labels of the nodes Karpenter's controller runs on: some
+                untainted nodegroup of ``cluster`` must carry them (checked at synth). Default
+                ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
-        self.release_version = resolve_release_version(
-            cluster, options.release_version, options.kubernetes_version
+        selector = self._check(
+            cluster,
+            options,
+            az_id=az_id,
+            max_nodes=max_nodes,
+            idle_minutes=idle_minutes,
+            system_nodes=system_nodes,
+            system_node_selector=system_node_selector,
         )
-        _check_pool(options, max_nodes=max_nodes, idle_minutes=idle_minutes)
-        ami_alias(self.release_version)
         self.facts = options.facts
         self.subnet = options.subnet
         self.az_id = az_id
-        self.node_role = node_role(self, "NodeRole")
-        profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.node_role.role_name])
-        eks.AccessEntry(
-            self,
-            "NodeAccess",
-            cluster=cluster,
-            principal=self.node_role.role_arn,
-            access_entry_type=eks.AccessEntryType.EC2_LINUX,
-            access_policies=[],
-        )
+        self.node_role, profile = self._node_access(cluster)
         self.efa_security_group = efa_security_group(self, "EfaSecurityGroup", cluster.vpc)
         self.placement_group = ec2.PlacementGroup(
             self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
@@ -505,6 +525,7 @@ class TrainiumNodePool(Construct):
             ),
             system_nodes=system_nodes,
             monitored=monitored,
+            system_node_selector=selector,
         )
         manifests = self._manifests(
             options,
@@ -516,6 +537,53 @@ class TrainiumNodePool(Construct):
         )
         self.manifest = eks.KubernetesManifest(self, "NodePool", cluster=cluster, manifest=manifests)
         self.manifest.node.add_dependency(self.karpenter.chart)
+        acknowledge_own_findings(self, NODE_ROLE_ACKNOWLEDGEMENTS)
+
+    def _node_access(self, cluster: eks.ICluster) -> tuple[iam.Role, iam.CfnInstanceProfile]:
+        """The nodes' role, its instance profile, and the ``EC2_LINUX`` access entry they join with."""
+        role = node_role(self, "NodeRole")
+        profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[role.role_name])
+        eks.AccessEntry(
+            self,
+            "NodeAccess",
+            cluster=cluster,
+            principal=role.role_arn,
+            access_entry_type=eks.AccessEntryType.EC2_LINUX,
+            access_policies=[],
+        )
+        return role, profile
+
+    def _check(
+        self,
+        cluster: eks.ICluster,
+        options: TrainiumNodeOptions,
+        *,
+        az_id: str,
+        max_nodes: int,
+        idle_minutes: int,
+        system_nodes: int,
+        system_node_selector: Mapping[str, str],
+    ) -> dict[str, str]:
+        """The pool's checks, and its AMI release resolved (:attr:`release_version`); the
+        selector checked."""
+        refuse_auto_mode(cluster, owner="TrainiumNodePool")
+        selector = check_node_selector(system_node_selector)
+        require_system_capacity(self, cluster, selector, owner="TrainiumNodePool")
+        self.release_version = resolve_release_version(
+            cluster, options.release_version, options.kubernetes_version
+        )
+        _check_pool(
+            self,
+            options,
+            az_id=az_id,
+            max_nodes=max_nodes,
+            idle_minutes=idle_minutes,
+            system_nodes=system_nodes,
+        )
+        if options.health_check:
+            warn_unlifted_taint(self)
+        ami_alias(self.release_version)
+        return selector
 
     def _manifests(
         self,

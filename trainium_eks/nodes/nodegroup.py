@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import Token
+from aws_cdk import Annotations, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from trainium_job import checks
 from trainium_job.errors import ConfigError
-from trainium_job.instances import INSTANCE_FACTS, InstanceFacts
+from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, az_offering_problem, region_offering_problem
 from trainium_job.neuron_stack import NEURON_STACK
 from trainium_job.node_health import PENDING_TAINT
 from trainium_job.scheduling import NEURON_TAINT, TRAINIUM_NODE_LABEL
 
 from ..arguments import AnyCluster, kubernetes_version_of, require_cluster
 from ..cluster.eks_cluster import node_role
+from ..nag import NODE_ROLE_ACKNOWLEDGEMENTS, acknowledge_own_findings
 from ..versions import default_neuron_ami_release, neuron_ami_release
+from .health_checks import warn_unlifted_taint
 from .launch_template import TrainiumLaunchTemplate
 from .node_options import TrainiumNodeOptions
 
@@ -107,6 +109,21 @@ def check_multi_node(facts: InstanceFacts, max_size: int, *, field: str = "max_s
         )
 
 
+def check_offering(scope: Construct, facts: InstanceFacts, *, az_id: str | None = None) -> None:
+    """The stack's region offers Trainium (:data:`~trainium_job.instances.TRAINIUM_OFFERINGS`),
+    refused otherwise; an AZ ID the table does not list for the type is a synth warning (the
+    doctor's live check decides). Skipped for an environment-agnostic stack."""
+    region = Stack.of(scope).region
+    if Token.is_unresolved(region):
+        return
+    problem = region_offering_problem(region)
+    if problem:
+        raise ConfigError("region", region, f"{facts.name} nodes in a stack of {region}: {problem}")
+    azs = az_offering_problem(facts.name, region, az_id) if az_id and not Token.is_unresolved(az_id) else None
+    if azs:
+        Annotations.of(scope).add_warning_v2("trainium-eks:az-offering", f"az_id={az_id}: {azs}")
+
+
 def resolve_release_version(
     cluster: eks.ICluster, release_version: str | None, kubernetes_version: str | None
 ) -> str:
@@ -174,6 +191,9 @@ class TrainiumNodegroup(Construct):
         facts = options.facts
         check_node_sizes(min_size, desired_size, max_size)
         check_multi_node(facts, max_size)
+        check_offering(self, facts)
+        if options.health_check:
+            warn_unlifted_taint(self)
         self.release_version = resolve_release_version(
             cluster, options.release_version, options.kubernetes_version
         )
@@ -216,6 +236,7 @@ class TrainiumNodegroup(Construct):
             enable_node_auto_repair=True,
             release_version=self.release_version,
         )
+        acknowledge_own_findings(self, NODE_ROLE_ACKNOWLEDGEMENTS)
 
     @property
     def capacity(self) -> eks.Nodegroup:

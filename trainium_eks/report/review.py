@@ -14,6 +14,7 @@ from ..cluster.eks_cluster import SYSTEM_ROOT_VOLUME_GIB
 from ..compatibility import label as component_label
 from ..compatibility import not_compatible
 from ..config import PlatformConfig, unverified_addons
+from ..config.platform_checks import offering_warnings
 from ..images.image_build import BUILD_MINUTES_ESTIMATE, pull_minutes
 from ..images.image_build import review_lines as image_review_lines
 from ..images.training_image import build_context, context_bytes
@@ -71,6 +72,7 @@ def platform_review(config: PlatformConfig) -> str:
             *(f"warning: {line}" for line in training_warnings(config)),
             *(f"warning: {line}" for line in compatibility_warnings(config)),
             *(f"warning: {line}" for line in ami_warnings(config)),
+            *(f"warning: {line}" for line in offering_warnings(config)),
             *(f"warning: {line}" for line in _karpenter_warnings(config)),
             *(
                 f"warning: {addon} is not verified for Kubernetes {config.kubernetes_version}; EKS refuses "

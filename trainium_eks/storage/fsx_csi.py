@@ -21,6 +21,8 @@ from trainium_job.security import namespace_manifest, pod_security_labels
 
 from ..arguments import AnyCluster, require_cluster
 from ..cluster.managed_addons import pod_identity_association, pod_identity_role
+from ..cluster.system_nodes import check_node_selector, require_system_capacity
+from ..nag import FSX_CSI_ACKNOWLEDGEMENTS, acknowledge_own_findings
 from ..versions import AddonPin, ChartEvidence, Declared
 from .fsx import TrainingFileSystem
 
@@ -103,6 +105,7 @@ class FsxCsiVolume(Construct):
         namespace: str = TRAINING_NAMESPACE,
         claim_name: str = CLAIM_NAME,
         volume_name: str = "fsx-training",
+        system_node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL,
     ) -> None:
         """
         Args:
@@ -112,24 +115,19 @@ class FsxCsiVolume(Construct):
                 ``TRAINING_NAMESPACE`` ("training").
             claim_name: the ReadWriteMany claim. Default ``CLAIM_NAME`` ("fsx-claim").
             volume_name: the PersistentVolume. Default "fsx-training".
+            system_node_selector: the labels of the nodes the driver's controller runs on: some
+                untainted nodegroup of ``cluster`` must carry them (checked at synth). Default
+                ``SYSTEM_NODE_LABEL`` (the system nodegroup :class:`TrainiumCluster` makes).
         """
         super().__init__(scope, id)
         cluster = require_cluster(cluster)
+        selector = check_node_selector(system_node_selector)
+        require_system_capacity(self, cluster, selector, owner="FsxCsiVolume")
         self.namespace = namespace
         self.claim_name = claim_name
         self.volume_name = volume_name
 
-        self.controller_role = pod_identity_role(
-            self,
-            "ControllerRole",
-            description="FSx CSI controller (static volumes only: describe, nothing else)",
-        )
-        self.controller_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["fsx:DescribeFileSystems"],
-                resources=["*"],
-            )
-        )
+        self.controller_role = _controller_role(self)
         association = pod_identity_association(
             self,
             "ControllerPodIdentity",
@@ -146,7 +144,7 @@ class FsxCsiVolume(Construct):
             **CHART.chart_props(),
             release="aws-fsx-csi-driver",
             namespace=DRIVER_NAMESPACE,
-            values=driver_values(Stack.of(self).region),
+            values=driver_values(Stack.of(self).region, selector),
         )
         self.driver.node.add_dependency(association)
         # The policy must be attached before the controller can use the role.
@@ -169,15 +167,28 @@ class FsxCsiVolume(Construct):
         )
         self.volume_manifest.node.add_dependency(self.driver)
         self.volume_manifest.node.add_dependency(self.namespace_manifest)
+        acknowledge_own_findings(self, FSX_CSI_ACKNOWLEDGEMENTS)
 
 
-def driver_values(region: str) -> dict[str, Any]:
-    """Helm values of the driver chart: controller on the system nodes, node plugin everywhere."""
+def _controller_role(scope: Construct) -> iam.Role:
+    """The controller's Pod Identity role: ``fsx:DescribeFileSystems``, nothing else."""
+    role = pod_identity_role(
+        scope,
+        "ControllerRole",
+        description="FSx CSI controller (static volumes only: describe, nothing else)",
+    )
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]))
+    return role
+
+
+def driver_values(region: str, node_selector: Mapping[str, str] = SYSTEM_NODE_LABEL) -> dict[str, Any]:
+    """Helm values of the driver chart: controller on the system nodes (``node_selector``), node
+    plugin everywhere."""
     return {
         "controller": {
             # The region from the stack, not IMDS: pods cannot reach IMDS (hop limit 1).
             "region": region,
-            "nodeSelector": dict(SYSTEM_NODE_LABEL),
+            "nodeSelector": dict(node_selector),
             "serviceAccount": {"create": True, "name": CONTROLLER_SERVICE_ACCOUNT},
         },
         # The node plugin must run on the tainted Trainium nodes, where training mounts the volume.
