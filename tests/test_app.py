@@ -90,10 +90,13 @@ def test_given_a_stale_acknowledgement_when_the_app_synthesizes_then_one_line_an
 ):
     # Given the library's acknowledgements with one that matches no finding (a platform-only app)
     import app
-    import trainium_eks.nag as nag
+    import trainium_eks.cluster.eks_cluster as owner
 
-    stale = ("Cluster/Cluster/Role", "AwsSolutions-IAM5[Resource::*]", "a reason that no longer applies")
-    monkeypatch.setattr(nag, "ACKNOWLEDGEMENTS", (*nag.ACKNOWLEDGEMENTS, stale))
+    # An entry of the table TrainiumCluster applies to itself (paths under it).
+    stale = ("SystemNodeRole", "AwsSolutions-IAM5[Resource::*]", "a reason that no longer applies")
+    monkeypatch.setattr(
+        owner, "TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS", (*owner.TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS, stale)
+    )
     # (in process: the jsii kernel, started earlier, does not see CDK_OUTDIR set now)
     new_app = app.cdk.App
     monkeypatch.setattr(
