@@ -45,6 +45,7 @@ from .platform import TrainiumPlatform
 from .report.review import platform_review
 from .storage.fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .storage.fsx_csi import CLAIM_NAME, FsxCsiVolume
+from .storage.model_bucket import ModelBucket, grant_model_write, model_key_prefix
 from .versions import (
     DEFAULT_KUBERNETES_VERSION,
     KUBERNETES_RELEASES,
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
     "DEFAULT_NAME_PREFIX",
     "efa_network_interfaces",
+    "grant_model_write",
     "FsxCapacityAlarm",
     "FsxCsiVolume",
     "INSTANCE_FACTS",
@@ -79,6 +81,8 @@ __all__ = [
     "KUBERNETES_COMPATIBILITY",
     "KUBERNETES_RELEASES",
     "KubernetesRelease",
+    "model_key_prefix",
+    "ModelBucket",
     "MonitoringOptions",
     "NEURON_AMI_RELEASES",
     "NEURON_TAINT",

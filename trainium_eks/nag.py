@@ -115,6 +115,18 @@ NODE_ROLE_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = tuple(
     ("NodeRole", _managed(policy), _NODE_ROLE_REASON) for policy in _NODE_ROLE_POLICIES
 )
 
+#: Under :class:`ModelBucket`: the bucket itself.
+MODEL_BUCKET_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "Bucket",
+        "AwsSolutions-S1",
+        "Server access logs would need a second bucket, itself unlogged and retained like this one, "
+        "for a bucket written by one role under one run's prefix (trainium_eks/storage/model_bucket.py): "
+        "who wrote or read which model is recorded by CloudTrail data events for S3 where the account "
+        "turns them on; TLS only, Block Public Access and versioning are set on the bucket.",
+    ),
+)
+
 #: Under :class:`FsxCsiVolume`: the FSx CSI controller's role.
 FSX_CSI_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (

@@ -36,8 +36,9 @@ from .nodes.health_checks import NodeReplacementRole
 from .nodes.node_options import TrainiumNodeOptions
 from .nodes.node_pool import NODE_POOL_NAME, TrainiumNodePool
 from .nodes.nodegroup import TrainiumNodegroup
-from .storage.fsx import TrainingFileSystem
+from .storage.fsx import EXPORT_COMMAND_OUTPUT, OUTPUT_PATH, TrainingFileSystem, export_task_command
 from .storage.fsx_csi import FsxCsiVolume
+from .storage.model_bucket import BUCKET_NAME_OUTPUT, BUCKET_URI_OUTPUT, ModelBucket
 from .workload import WorkloadTarget
 
 #: Stack outputs the platform publishes for a workload in another stack (output id, what). The
@@ -46,6 +47,7 @@ WORKLOAD_OUTPUTS = (
     ("WorkloadClusterName", "EKS cluster name"),
     ("WorkloadKubectlServiceToken", "service token of the cluster's kubectl provider"),
     ("WorkloadRepositoryName", "name of the training image repository"),
+    (BUCKET_NAME_OUTPUT, "name of the model bucket"),
 )
 
 
@@ -68,6 +70,8 @@ class TrainiumPlatform(Construct):
         registry: :class:`TrainingImageRepository` (ECR), or None with a ``repository`` given.
         repository: the images' ECR repository (the registry's, or the one given).
         addons: :class:`TrainiumAddons` (device plugins, Volcano, etcd, observability, monitoring).
+        model_bucket: :class:`ModelBucket` (S3, the trained models; its name is the stack output
+            ``WorkloadModelBucketName``).
         storage_alarm: :class:`FsxCapacityAlarm` on the file system, or None without monitoring.
         node_replacement: :class:`NodeReplacementRole` (the node health check terminates a failed
             Trainium node), or None when the check or its replacement is off.
@@ -141,6 +145,13 @@ class TrainiumPlatform(Construct):
             )
             repository = self.registry.repository
         self.repository = repository
+        self.model_bucket = ModelBucket(self, "ModelBucket")
+        CfnOutput(
+            self,
+            BUCKET_URI_OUTPUT,
+            value=f"s3://{self.model_bucket.bucket_name}/",
+            description="Trained models: s3://<bucket>/<run>/model/",
+        )
         self.addons = self._addons()
         self.storage_alarm = self._storage_alarm()
         self.node_replacement = self._node_replacement()
@@ -235,7 +246,7 @@ class TrainiumPlatform(Construct):
 
     def _storage(self) -> TrainingFileSystem:
         config = self.config
-        return TrainingFileSystem(
+        storage = TrainingFileSystem(
             self,
             "Storage",
             vpc=self.network.vpc,
@@ -250,6 +261,16 @@ class TrainiumPlatform(Construct):
             s3_import_uri=config.fsx_s3_import_uri,
             s3_export_uri=config.fsx_s3_export_uri,
         )
+        if config.fsx_s3_export_uri:
+            # Automatic export acts on files created, changed or deleted after the association
+            # exists; what was already there needs one export task.
+            CfnOutput(
+                self,
+                EXPORT_COMMAND_OUTPUT,
+                value=export_task_command(storage.file_system_id, config.region, config.fsx_s3_export_uri),
+                description=f"Export the files already under {OUTPUT_PATH} on FSx to {config.fsx_s3_export_uri}",
+            )
+        return storage
 
     def _addons(self) -> TrainiumAddons:
         """The add-ons, with the Pod Identity agent and the VPC CNI ordered before what needs them."""
@@ -302,6 +323,7 @@ class TrainiumPlatform(Construct):
             self.cluster.cluster.cluster_name,
             kubectl.service_token,
             self.repository.repository_name,
+            self.model_bucket.bucket_name,
         )
         return {
             output_id: CfnOutput(self, output_id, value=value, description=f"For the training stack: {what}")
@@ -310,7 +332,7 @@ class TrainiumPlatform(Construct):
 
     @property
     def workload_target(self) -> WorkloadTarget:
-        """The cluster, claim, queue, repository and etcd a :class:`TrainingWorkload` uses, with
+        """The cluster, claim, queue, repository, etcd and model bucket a :class:`TrainingWorkload` uses, with
         the platform objects its Kubernetes objects are applied after."""
         volcano = self.addons.volcano
         target = WorkloadTarget(
@@ -327,6 +349,7 @@ class TrainiumPlatform(Construct):
             monitoring_dependencies=(self.addons.monitoring.chart,)
             if self.addons.monitoring is not None
             else (),
+            model_bucket_name=self.model_bucket.bucket_name,
         )
         return self._with_nodes(target)
 
@@ -350,10 +373,11 @@ class TrainiumPlatform(Construct):
         """The :class:`WorkloadTarget` for a workload built in ``scope``, in another stack of the
         same environment (or :attr:`workload_target` in this one).
 
-        The cluster (with its kubectl provider) and the repository are imported by attributes
-        from :data:`WORKLOAD_OUTPUTS` with ``Fn::GetStackOutput``: no CloudFormation export ties
-        the stacks, so either deploys alone and no export can be "in use". The consuming stack
-        depends on this one, so everything the workload needs exists before it is deployed.
+        The cluster (with its kubectl provider) and the repository are imported by attributes,
+        and the model bucket's name is read, from :data:`WORKLOAD_OUTPUTS` with
+        ``Fn::GetStackOutput``: no CloudFormation export ties the stacks, so either deploys alone
+        and no export can be "in use". The consuming stack depends on this one, so everything the
+        workload needs exists before it is deployed.
         """
         here, there = Stack.of(self), Stack.of(scope)
         if here is there:
@@ -392,5 +416,6 @@ class TrainiumPlatform(Construct):
             queue_name=self.addons.queue_name,
             etcd_endpoint=self.addons.etcd_endpoint,
             monitoring=self.addons.monitoring is not None,
+            model_bucket_name=read(BUCKET_NAME_OUTPUT),
         )
         return self._with_nodes(target)

@@ -83,6 +83,10 @@ class WorkloadTarget:
     desired_nodes: int | None = None
     max_nodes: int | None = None
     trainium_capacity: str | None = None
+    #: Name of the S3 bucket the trained models are written to, under ``<run>/model/``
+    #: (``TrainiumPlatform.model_bucket``; in another stack, its ``WorkloadModelBucketName``
+    #: output). None: no model bucket.
+    model_bucket_name: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("desired_nodes", "max_nodes"):

@@ -35,6 +35,8 @@ STATEFUL = {
     "StorageKeyBAA9457B": "AWS::KMS::Key",
     "StorageFileSystem61EA7B3D": "AWS::FSx::FileSystem",
     "RegistryRepositoryC6C96DCD": "AWS::ECR::Repository",
+    # Since issue 43 (not in commit cc646eb's template): the trained models.
+    "ModelBucketEBB1ADF4": "AWS::S3::Bucket",
 }
 
 #: Those of the Trainium capacity, by ``trainium_capacity``: the fixed nodegroup's (the platform's
@@ -65,6 +67,7 @@ RETAINED = {
     "StorageKeyBAA9457B",
     "StorageFileSystem61EA7B3D",
     "RegistryRepositoryC6C96DCD",
+    "ModelBucketEBB1ADF4",
 }
 
 

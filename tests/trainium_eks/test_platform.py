@@ -67,6 +67,7 @@ def test_given_one_stack_then_the_platform_outputs_are_there_and_nothing_is_read
     assert [o[len("PlatformWorkload") :][:-8] for o in outputs] == [
         "ClusterName",
         "KubectlServiceToken",
+        "ModelBucketName",
         "RepositoryName",
     ]
     assert "Fn::GetStackOutput" not in str(template)
@@ -85,7 +86,13 @@ def test_given_a_workload_in_another_stack_then_its_target_is_imported_and_that_
     assert read["StackName"] == stack.stack_name and read["OutputName"].startswith(
         "PlatformWorkloadClusterName"
     )
+    # The model bucket's name, read the same way (the bucket stays the platform's).
+    bucket = other.resolve(target.model_bucket_name)["Fn::GetStackOutput"]
+    assert bucket["StackName"] == stack.stack_name and bucket["OutputName"].startswith(
+        "PlatformWorkloadModelBucketName"
+    )
     assert platform.workload_target_in(stack) == platform.workload_target
+    assert platform.workload_target.model_bucket_name == platform.model_bucket.bucket_name
 
 
 def test_given_a_workload_stack_in_another_region_then_one_line_names_the_platform_environment(composed):

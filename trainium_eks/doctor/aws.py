@@ -39,6 +39,11 @@ IAM_ACTIONS: dict[str, str] = {
     # bucket policy must allow to everyone, not permissions of the caller.
     "HeadObject": "s3:GetObject",
     "ListObjectsV2": "s3:ListBucket",
+    # The deployed model bucket (checked once the platform stack exists).
+    "DescribeStacks": "cloudformation:DescribeStacks",
+    "GetBucketPolicy": "s3:GetBucketPolicy",
+    "GetBucketEncryption": "s3:GetEncryptionConfiguration",
+    "GetPublicAccessBlock": "s3:GetBucketPublicAccessBlock",
 }
 
 #: Error codes that mean "slow down" (EC2 says RequestLimitExceeded, most others Throttling*).

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainium_job.errors import ConfigError
 
 from ..config import PlatformConfig
-from . import account, capacity, sources
+from . import account, capacity, deployed, sources
 from .aws import BotoClients, Clients, UnknownProfile, finding_from_error
 from .bootstrap import bootstrap_stack
 from .check_list import Http, urllib_http
@@ -48,6 +48,7 @@ CHECKS: tuple[Check, ...] = (
     Check("dataset-source", sources.dataset_source),
     Check("phase2-dataset-source", sources.phase2_dataset_source),
     Check("phase2-start", sources.phase2_start),
+    Check("model-bucket", deployed.model_bucket),
 )
 #: The check that gates the others: without an identity no other call can succeed.
 IDENTITY_CHECK = "credentials"

@@ -105,13 +105,23 @@ def check_existing_vpc(
 class TrainiumNetwork(Construct):
     """The VPC the cluster, the Trainium nodes and FSx live in.
 
-    Either creates a VPC (public + private subnet in each of ``az_ids``, NAT, flow logs), wraps
+    Either creates a VPC (public + private subnet in each of ``az_ids``, NAT, flow logs, an S3
+    gateway endpoint on the private subnets' route tables), wraps
     an existing one (``existing_vpc_id`` + private subnet ids, Trainium-AZ subnet first), or uses a
     VPC object of the app's own (``vpc``, with ``private_subnets`` or its own private subnets).
 
     Subnets are pinned by **AZ ID** through ``AvailabilityZoneId`` on the subnets: AZ names map to
     different physical zones in each account, and Trainium is offered only in some zones. This
     keeps synth offline (no AZ lookup) and the stack environment-agnostic.
+
+    The S3 gateway endpoint (free: Amazon VPC User Guide, "Gateway endpoints") routes the nodes'
+    traffic to S3 in the VPC's region around the NAT gateway and its charge per GB processed:
+    ECR's image layers, which a pull downloads from S3 (Amazon ECR User Guide, "Amazon ECR
+    interface VPC endpoints", S3 gateway endpoint), and the buckets the jobs read or write there.
+    S3 in another region still crosses the NAT (a gateway endpoint serves its own region only:
+    Amazon VPC User Guide, "Gateway endpoints for Amazon S3"). An existing VPC or one of the app's
+    own gets none: its route tables are its owner's, and a route table takes the S3 prefix-list
+    route of one endpoint only.
 
     ``retain_on_delete`` keeps the created VPC and the Trainium-AZ private subnet when the stack
     is deleted: the FSx file system is retained with its data and its network interfaces live in
@@ -121,6 +131,8 @@ class TrainiumNetwork(Construct):
         vpc: the VPC.
         trainium_subnet: private subnet in the Trainium AZ (nodegroup, FSx).
         private_subnets: private subnets, Trainium AZ first (control plane, system nodes).
+        s3_endpoint: the S3 gateway endpoint of a created VPC; None for an existing VPC or the
+            app's own.
     """
 
     def __init__(
@@ -168,6 +180,7 @@ class TrainiumNetwork(Construct):
             check_vpc_cidr(cidr)
             check_nat_gateways(nat_gateways)
         self.az_ids = tuple(az_ids)
+        self.s3_endpoint: ec2.GatewayVpcEndpoint | None = None
         if vpc is not None:
             self.vpc = vpc
         elif existing_vpc_id:
@@ -181,6 +194,11 @@ class TrainiumNetwork(Construct):
             )
         else:
             self.vpc = self._create_vpc(cidr, nat_gateways)
+            self.s3_endpoint = self.vpc.add_gateway_endpoint(
+                "S3",
+                service=ec2.GatewayVpcEndpointAwsService.S3,
+                subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            )
         self.private_subnets: list[ec2.ISubnet] = list(private_subnets or self.vpc.private_subnets)
         if vpc is not None and len(self.private_subnets) != AZ_COUNT:
             raise ConfigError(

@@ -58,8 +58,10 @@ class Price:
 EKS_CONTROL_PLANE: Final = Price(0.10, "cluster-hour", "Amazon EKS pricing: cluster in standard support")
 #: A NAT gateway, per hour it exists.
 NAT_GATEWAY: Final = Price(0.045, "gateway-hour", "Amazon VPC pricing: NAT gateway, per hour")
-#: Data a NAT gateway processes: depends on traffic (image pulls from outside the VPC, dataset
-#: downloads), so it is left out of the idle cost and named as excluded.
+#: Data a NAT gateway processes: depends on traffic (images from registries outside the region's
+#: S3, the vocabulary download, S3 in other regions), so it is left out of the idle cost and named
+#: as excluded, with what the created VPC's S3 gateway endpoint keeps off it (the review's
+#: ``not counted:`` line).
 NAT_DATA_PROCESSED: Final = Price(0.045, "GB", "Amazon VPC pricing: NAT gateway, per GB processed")
 #: A public IPv4 address (each NAT gateway's Elastic IP), charged since 2024-02-01.
 PUBLIC_IPV4: Final = Price(0.005, "address-hour", "Amazon VPC pricing: public IPv4 address, per hour")
@@ -84,13 +86,14 @@ FSX_SCRATCH_2: Final = Price(0.140, "GB-month", "Amazon FSx for Lustre pricing: 
 #: EBS gp3 storage (3,000 IOPS and 125 MB/s included, which every volume here keeps).
 EBS_GP3: Final = Price(0.08, "GB-month", "Amazon EBS pricing: gp3, per GB-month")
 
-#: What the idle cost leaves out: charged by use, or a few dollars a month.
+#: What the idle cost leaves out besides the NAT gateway's data (:data:`NAT_DATA_PROCESSED`):
+#: charged by use, or a few dollars a month.
 NOT_COUNTED: Final = (
-    f"NAT data ${NAT_DATA_PROCESSED.usd:.3f}/GB",
     "CloudWatch logs",
     "KMS keys",
     "FSx backups",
     "ECR storage",
+    "model bucket storage",
     "Amazon Managed Prometheus",
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainium_job.estimates import BUDGET_MARGIN, CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
+from trainium_job.naming import platform_stack_name
 from trainium_job.spec import BertJobSpec
 from trainium_job.stop_budget import stop_problem
 from trainium_job.worker import CHECKS_S, PRECOMPILE_DEADLINE_S
@@ -28,7 +29,19 @@ from ..nodes.gang_wait import (
     health_check_minutes,
 )
 from ..nodes.node_pool import karpenter_warnings
-from ..storage.fsx import PERSISTENT_2_THROUGHPUT_TIERS, resolved_throughput
+from ..storage.fsx import (
+    EXPORT_COMMAND_OUTPUT,
+    EXPORT_EVENTS,
+    OUTPUT_PATH,
+    PERSISTENT_2_THROUGHPUT_TIERS,
+    normalized_s3_uri,
+    resolved_throughput,
+)
+from ..storage.model_bucket import (
+    BUCKET_NAME_OUTPUT,
+    NONCURRENT_VERSION_DAYS,
+    model_key_prefix,
+)
 from ..versions import SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 from . import prices
 from .job_estimate import (
@@ -66,6 +79,7 @@ def platform_review(config: PlatformConfig) -> str:
             f"{config.ami_release_version}",
             f"  FSx:          {config.fsx_deployment_type} {config.fsx_storage_gib:,} GiB at /data, "
             f"etcd {'on' if config.etcd_enabled else 'off'}",
+            *fsx_link_lines(config),
             monitoring_review(config),
             *node_fit(config).review_lines(training=config.training_enabled),
             *training_review(config),
@@ -211,7 +225,12 @@ def idle_review(c: PlatformConfig) -> list[str]:
     tables = "trainium_eks/report/prices.py" + (
         ", trainium_job/instances.py" if c.trainium_capacity == "nodegroup" else ""
     )
-    left_out = [*prices.NOT_COUNTED, *(["the existing VPC's NAT"] if c.existing_vpc_id else [])]
+    left_out = [nat_data_review(c), *prices.NOT_COUNTED]
+    if c.existing_vpc_id:
+        left_out.append(
+            "the existing VPC's NAT (the platform adds no S3 gateway endpoint to that VPC: without one "
+            "of its own, S3 traffic and ECR image layers cross its NAT)"
+        )
     return [
         head,
         f"                {priced}",
@@ -219,6 +238,40 @@ def idle_review(c: PlatformConfig) -> list[str]:
         f"({tables})",
         f"                not counted: {', '.join(left_out)}",
     ]
+
+
+def nat_data_review(c: PlatformConfig) -> str:
+    """The NAT gateway's data charge, and what the created VPC's S3 gateway endpoint keeps off it
+    (:class:`~trainium_eks.network.vpc.TrainiumNetwork`): S3 in the platform's region, which
+    serves ECR's image layers too; S3 elsewhere and every other destination still cross the NAT."""
+    data = f"NAT data ${prices.NAT_DATA_PROCESSED.usd:.3f}/GB"
+    if c.existing_vpc_id:
+        return data
+    return f"{data} (S3 in {c.region}, ECR image layers included, takes the free S3 gateway endpoint instead)"
+
+
+#: How the review says each ``AutoExportPolicy`` event (:data:`~trainium_eks.storage.fsx.EXPORT_EVENTS`).
+_EXPORT_EVENT_WORDS = {"NEW": "created", "CHANGED": "changed", "DELETED": "deleted"}
+
+
+def fsx_link_lines(c: PlatformConfig) -> list[str]:
+    """The file system's S3 links: what /runs exports (and the command for the files already
+    there), and that FSx backs up no file system linked to S3 (:mod:`trainium_eks.storage.fsx`)."""
+    lines = []
+    if c.fsx_s3_export_uri:
+        words = [_EXPORT_EVENT_WORDS[e] for e in EXPORT_EVENTS]
+        events = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+        lines.append(
+            f"                {OUTPUT_PATH} exported to {normalized_s3_uri(c.fsx_s3_export_uri)} as files are "
+            f"{events}; files already there: the {EXPORT_COMMAND_OUTPUT} output of "
+            f"{platform_stack_name(c.name_prefix)} (one EXPORT_TO_REPOSITORY task)"
+        )
+    if c.fsx_s3_import_uri or c.fsx_s3_export_uri:
+        lines.append(
+            "                linked to S3: FSx backs up no file system linked to an S3 data repository "
+            '(FSx for Lustre User Guide, "Working with backups")'
+        )
+    return lines
 
 
 def nodes_line(c: PlatformConfig) -> str:
@@ -438,7 +491,18 @@ def model_review(c: PlatformConfig) -> list[str]:
         lines.append(f"                exported to {', '.join(f'{uri}/{run}/model/' for run in runs)}")
     else:
         lines.append("                on FSx only (set fsx_s3_export_uri to have FSx export /runs to S3)")
-    return lines
+    return lines + model_bucket_lines(c)
+
+
+def model_bucket_lines(c: PlatformConfig) -> list[str]:
+    """The model bucket (:class:`~trainium_eks.storage.model_bucket.ModelBucket`): where a run's
+    model goes in it, and where its name is read (CloudFormation names it at deploy)."""
+    stack = platform_stack_name(c.name_prefix)
+    return [
+        f"  model bucket: s3://<bucket>/{model_key_prefix('<run>')}/ (<bucket>: the {BUCKET_NAME_OUTPUT} output of "
+        f"{stack}), SSE-S3, versioned (older versions kept {NONCURRENT_VERSION_DAYS} d), TLS only, no public "
+        "access, kept when the stack is deleted"
+    ]
 
 
 #: Minutes EKS takes to create a cluster's control plane: the EKS team's average

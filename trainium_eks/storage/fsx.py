@@ -14,6 +14,12 @@ DeletionPolicy and UpdateReplacePolicy are Retain, but its data must then be cop
     Expect such an update to fail and roll back at the cluster's PersistentVolume, whose volume
     source Kubernetes does not let change: a second guard, not a way to migrate.
 
+Linking S3 (``s3_import_uri``, ``s3_export_uri``) has a price: FSx for Lustre backs up only
+persistent file systems that are not linked to an S3 data repository (FSx for Lustre User Guide,
+"Working with backups"; FSx API Reference, CreateBackup: "Are not linked to a data
+repository"). What FSx does with the daily automatic backups of a file system that gets an
+association later (refuse it, or stop backing up) is not documented, and not verified here.
+
 Deleting the stack keeps the file system, its key and its security group. Its network interfaces
 stay in the Trainium subnet, so :class:`~trainium_eks.network.vpc.TrainiumNetwork` retains that subnet
 and the VPC it created as well, and the stack deletion completes.
@@ -49,6 +55,18 @@ LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
 #: the training job writes them to /data/runs/<run>), which are exported.
 DATASET_PATH = "/dataset"
 OUTPUT_PATH = "/runs"
+#: What FSx exports from :data:`OUTPUT_PATH` on its own: files and directories created, changed
+#: and deleted there (the three ``AutoExportPolicy`` events: FSx API Reference, AutoExportPolicy;
+#: ``Events`` of AWS::FSx::DataRepositoryAssociation AutoExportPolicy). DELETED keeps S3 from
+#: holding every checkpoint the trainer ever pruned on FSx; a deleted file's object is deleted too.
+EXPORT_EVENTS = ("NEW", "CHANGED", "DELETED")
+#: What FSx imports at :data:`DATASET_PATH`: objects created, changed and deleted in S3.
+IMPORT_EVENTS = ("NEW", "CHANGED", "DELETED")
+#: The platform stack's output with :func:`export_task_command` (only with an export URI).
+EXPORT_COMMAND_OUTPUT = "FsxExportCommand"
+#: Where an export task's report of the files it failed to export goes, under the export URI
+#: (FSx writes ``<this>/task-<id>/failures.csv``: FSx API Reference, CompletionReport).
+EXPORT_REPORT_PREFIX = "fsx-export-reports"
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _BUCKET_BAD_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
@@ -112,6 +130,28 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     if len(uri) > 900:
         raise ValueError("S3 data repository paths are limited to 900 characters")
     return bucket, (prefix if not prefix or prefix.endswith("/") else prefix + "/")
+
+
+def export_task_command(file_system_id: str, region: str, export_uri: str) -> str:
+    """The AWS CLI command that exports the files already under :data:`OUTPUT_PATH` to
+    ``export_uri``.
+
+    Automatic export acts on files as they are created, changed or deleted once the association
+    exists (FSx for Lustre User Guide, "Exporting changes to the data repository"); a file written
+    before it, such as a run finished before ``fsx_s3_export_uri`` was set, is exported only by
+    an ``EXPORT_TO_REPOSITORY`` data repository task, which exports what was created or changed
+    since the last export (the same page). ``--paths`` is relative to the file system's root
+    (FSx API Reference, CreateDataRepositoryTask ``Paths``); the report lists the files that
+    failed, under the export URI (CompletionReport ``Path``: within the linked repository).
+    ``aws fsx describe-data-repository-tasks --task-ids <id>`` shows its progress: done when its
+    ``Lifecycle`` is ``SUCCEEDED`` and ``Status.FailedCount`` is 0.
+    """
+    report = normalized_s3_uri(export_uri) + EXPORT_REPORT_PREFIX
+    return (
+        f"aws fsx create-data-repository-task --region {region} --file-system-id {file_system_id} "
+        f"--type EXPORT_TO_REPOSITORY --paths {OUTPUT_PATH.lstrip('/')} "
+        f"--report Enabled=true,Scope=FAILED_FILES_ONLY,Format=REPORT_CSV_20191124,Path={report}"
+    )
 
 
 def _is_ip(name: str) -> bool:
@@ -199,8 +239,10 @@ class TrainingFileSystem(Construct):
             compression: LZ4 data compression. Default True.
             s3_import_uri: S3 URI linked at :data:`DATASET_PATH`, with automatic import of new,
                 changed and deleted objects. Default None: no import.
-            s3_export_uri: S3 URI linked at :data:`OUTPUT_PATH`, with automatic export of new and
-                changed files (a file deleted on FSx stays in S3). Default None: no export.
+            s3_export_uri: S3 URI linked at :data:`OUTPUT_PATH`, with automatic export of the
+                files created, changed and deleted there from then on (:data:`EXPORT_EVENTS`; a
+                file deleted on FSx is deleted in S3). Files already there are exported by one
+                task (:func:`export_task_command`). Default None: no export.
             backup_retention_days: days of daily backups, 0 to 90 (0: none). Default None: 7 for
                 PERSISTENT_2, none for SCRATCH_2 (which has no backups).
             removal_policy: what a stack delete or a replacement does to the file system and its
@@ -322,7 +364,7 @@ class TrainingFileSystem(Construct):
                 "DatasetImport",
                 DATASET_PATH,
                 s3_import_uri,
-                import_events=["NEW", "CHANGED", "DELETED"],
+                import_events=list(IMPORT_EVENTS),
                 export_events=None,
             )
         if s3_export_uri:
@@ -331,7 +373,7 @@ class TrainingFileSystem(Construct):
                 OUTPUT_PATH,
                 s3_export_uri,
                 import_events=None,
-                export_events=["NEW", "CHANGED"],
+                export_events=list(EXPORT_EVENTS),
             )
         return associations
 

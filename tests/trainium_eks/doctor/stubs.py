@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import urllib.request
 from collections.abc import Iterable
 from typing import Any
@@ -370,4 +371,84 @@ def registry_answers(manifest_status: int = 200) -> RegistryAnswers:
     headers = {"docker-content-digest": DIGEST} if manifest_status == 200 else {}
     return RegistryAnswers(
         [HttpAnswer(200, {}, b'{"token": "anonymous"}'), HttpAnswer(manifest_status, headers)]
+    )
+
+
+# --- the deployed platform ----------------------------------------------------------------------
+
+#: A model bucket name as CloudFormation makes them (stack name, logical ID, random suffix).
+MODEL_BUCKET = "trn-bert-platform-modelbucketebb1adf4-0a1b2c3d4e5f"
+
+
+def describe_stack_call(outputs: dict[str, str] | None = None, status: str = "UPDATE_COMPLETE") -> Call:
+    """DescribeStacks of the platform stack with ``outputs``; ``None`` answers as CloudFormation
+    does for a stack that does not exist (ValidationError, HTTP 400)."""
+    call = Call(
+        "cloudformation",
+        "DescribeStacks",
+        {
+            "Stacks": [
+                {
+                    "StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/trn-bert-platform/"
+                    "0a1b2c3d-0000-1111-2222-333344445555",
+                    "StackName": "trn-bert-platform",
+                    "CreationTime": dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc),
+                    "StackStatus": status,
+                    "Outputs": [
+                        {"OutputKey": key, "OutputValue": value, "Description": "For the training stack"}
+                        for key, value in (outputs or {}).items()
+                    ],
+                }
+            ]
+        },
+        {"StackName": "trn-bert-platform"},
+    )
+    return call.failing("ValidationError", 400) if outputs is None else call
+
+
+def tls_only_policy(bucket: str = MODEL_BUCKET) -> str:
+    """The policy aws-cdk-lib writes for ``enforceSSL`` (as the synthesized template has it)."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Action": "s3:*",
+                    "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
+
+
+def _bucket_params(bucket: str) -> dict[str, Any]:
+    return {"Bucket": bucket, "ExpectedBucketOwner": ACCOUNT}
+
+
+def bucket_policy_call(policy: str | None = None, bucket: str = MODEL_BUCKET) -> Call:
+    return Call(
+        "s3", "GetBucketPolicy", {"Policy": policy or tls_only_policy(bucket)}, _bucket_params(bucket)
+    )
+
+
+def bucket_encryption_call(algorithm: str = "AES256", bucket: str = MODEL_BUCKET) -> Call:
+    rule = {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": algorithm}, "BucketKeyEnabled": False}
+    return Call(
+        "s3",
+        "GetBucketEncryption",
+        {"ServerSideEncryptionConfiguration": {"Rules": [rule]}},
+        _bucket_params(bucket),
+    )
+
+
+def public_access_block_call(bucket: str = MODEL_BUCKET, **off: bool) -> Call:
+    settings = {
+        name: off.get(name, True)
+        for name in ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+    }
+    return Call(
+        "s3", "GetPublicAccessBlock", {"PublicAccessBlockConfiguration": settings}, _bucket_params(bucket)
     )

@@ -7,14 +7,19 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from botocore.stub import Stubber
 
 from tests.trainium_eks.doctor.stubs import (
+    MODEL_BUCKET,
     StubbedAws,
     addresses_call,
     bootstrap_call,
+    bucket_encryption_call,
+    bucket_policy_call,
     cluster_versions_call,
+    describe_stack_call,
     head_object_call,
     identity_call,
     list_objects_call,
     offerings_call,
+    public_access_block_call,
     quota_call,
     reservation,
     reservations_call,
@@ -83,6 +88,10 @@ RECORDED = [
     reservations_call(reservation()),
     head_object_call("neuron-s3", "x.tar"),
     list_objects_call("bucket", "prefix/", 1),
+    describe_stack_call({"WorkloadModelBucketName": MODEL_BUCKET}),
+    bucket_policy_call(),
+    bucket_encryption_call(),
+    public_access_block_call(),
 ]
 
 

@@ -8,17 +8,22 @@ import json
 import pytest
 
 from tests.trainium_eks.doctor.stubs import (
+    MODEL_BUCKET,
     REQUIREMENT,
     RESERVATION,
     Call,
     addresses_call,
     aws_with,
     bootstrap_call,
+    bucket_encryption_call,
+    bucket_policy_call,
     cluster_versions_call,
     config,
+    describe_stack_call,
     head_object_call,
     identity_call,
     offerings_call,
+    public_access_block_call,
     quota_call,
     registry_answers,
     reservation,
@@ -60,6 +65,11 @@ def healthy_account() -> list[tuple[str, Call]]:
         ("dataset-source", head_object_call(BUCKET, KEY)),
         # Both phases by default: phase 2's shards too (its start is phase 1's checkpoint).
         ("phase2-dataset-source", head_object_call(*PHASE2_OBJECT)),
+        # Deployed already: its model bucket as the platform sets it.
+        ("model-bucket", describe_stack_call({"WorkloadModelBucketName": MODEL_BUCKET})),
+        ("model-bucket", bucket_policy_call()),
+        ("model-bucket", bucket_encryption_call()),
+        ("model-bucket", public_access_block_call()),
     ]
 
 

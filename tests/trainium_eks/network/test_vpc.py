@@ -1,7 +1,9 @@
-"""Network: subnets pinned by AZ ID, NAT, flow logs, and the existing-VPC option."""
+"""Network: subnets pinned by AZ ID, NAT, flow logs, the S3 gateway endpoint, and the
+existing-VPC option."""
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk.assertions import Match, Template
 
 from tests.support import NODEGROUP, k8s_manifests, resources, synth_platform
 from trainium_eks.network.vpc import TrainiumNetwork
@@ -27,6 +29,45 @@ def test_given_default_config_then_one_nat_gateway_and_vpc_flow_logs(platform_js
     assert flow_log["Properties"]["ResourceType"] == "VPC"
 
 
+def _route_tables_of(template_json, subnet_type):
+    """Logical IDs of the route tables associated with the created VPC's subnets of a type
+    (aws-cdk-lib's ``aws-cdk:subnet-type`` tag: Public or Private)."""
+    subnets = {
+        logical_id
+        for logical_id, subnet in resources(template_json, "AWS::EC2::Subnet").items()
+        if {"Key": "aws-cdk:subnet-type", "Value": subnet_type} in subnet["Properties"]["Tags"]
+    }
+    return {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in resources(template_json, "AWS::EC2::SubnetRouteTableAssociation").values()
+        if a["Properties"]["SubnetId"]["Ref"] in subnets
+    }
+
+
+def test_given_default_config_then_an_s3_gateway_endpoint_serves_the_private_subnets(
+    platform_template, platform_json
+):
+    # Amazon VPC User Guide, "Gateway endpoints for Amazon S3": the service is
+    # com.amazonaws.<region>.s3, of type Gateway, added as a route to the route tables given.
+    private, public = _route_tables_of(platform_json, "Private"), _route_tables_of(platform_json, "Public")
+    assert len(private) == 2 and len(public) == 2
+    platform_template.resource_count_is("AWS::EC2::VPCEndpoint", 1)
+    platform_template.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {
+            "VpcEndpointType": "Gateway",
+            "ServiceName": {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]},
+            "VpcId": {"Ref": Match.string_like_regexp("^NetworkVpc")},
+            "RouteTableIds": Match.array_with([{"Ref": table} for table in sorted(private)]),
+            # The default endpoint policy (full access): the nodes reach buckets of any account.
+            "PolicyDocument": Match.absent(),
+        },
+    )
+    # Only the private subnets' tables: the nodes live there; the public ones hold the NAT only.
+    (endpoint,) = resources(platform_json, "AWS::EC2::VPCEndpoint").values()
+    assert {t["Ref"] for t in endpoint["Properties"]["RouteTableIds"]} == private
+
+
 def test_given_default_config_then_stack_is_region_pinned_without_account(default_synth):
     manifest = (default_synth.outdir / "manifest.json").read_text()
     assert '"environment": "aws://unknown-account/us-west-2"' in manifest
@@ -39,6 +80,8 @@ def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subn
         existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
     )
     assert resources(template, "AWS::EC2::VPC") == {}
+    # Its route tables are its owner's (and take one S3 endpoint route each): none is added.
+    Template.from_json(template).resource_count_is("AWS::EC2::VPCEndpoint", 0)
     (trainium,) = [
         n
         for n in resources(template, "AWS::EKS::Nodegroup").values()

@@ -1,13 +1,16 @@
 """FSx for Lustre: properties, placement, exact network rules, RETAIN, S3 associations, FSx rules."""
 
+import shlex
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from tests.support import resources
+from tests.support import resources, synth_platform
 from trainium_eks.storage.fsx import (
     TrainingFileSystem,
+    export_task_command,
     parse_s3_uri,
     s3_uris_overlap,
     storage_capacity_problem,
@@ -215,9 +218,44 @@ def test_given_s3_uris_then_dataset_is_imported_and_outputs_exported_at_fixed_pa
     assert associations["/dataset"]["DataRepositoryPath"] == "s3://my-data/bert/hdf5/"
     assert associations["/dataset"]["BatchImportMetaDataOnCreate"] is True
     assert associations["/dataset"]["S3"] == {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
-    # Deleting a checkpoint on FSx never deletes its copy in S3.
-    assert associations["/runs"]["S3"] == {"AutoExportPolicy": {"Events": ["NEW", "CHANGED"]}}
+    # FSx API Reference, AutoExportPolicy: NEW, CHANGED and DELETED are its three events; with
+    # DELETED a checkpoint the trainer prunes on FSx is deleted in S3 too, not kept there forever.
+    assert associations["/runs"]["S3"] == {"AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}}
     assert associations["/runs"]["DataRepositoryPath"] == "s3://my-results/run1/"
+    assert associations["/runs"].get("BatchImportMetaDataOnCreate") is False
+
+
+def test_given_an_export_uri_then_the_export_task_command_is_what_the_aws_cli_takes():
+    command = export_task_command("fs-0123456789abcdef0", "us-west-2", "s3://my-results/run1")
+    # AWS CLI create-data-repository-task: --type EXPORT_TO_REPOSITORY, --paths relative to the
+    # file system's root (the association's /runs is "runs"), --report required; FSx API
+    # Reference, CompletionReport: with Enabled, Scope FAILED_FILES_ONLY, Format REPORT_CSV_20191124
+    # and a Path in the linked repository.
+    assert shlex.split(command) == [
+        "aws",
+        "fsx",
+        "create-data-repository-task",
+        "--region",
+        "us-west-2",
+        "--file-system-id",
+        "fs-0123456789abcdef0",
+        "--type",
+        "EXPORT_TO_REPOSITORY",
+        "--paths",
+        "runs",
+        "--report",
+        "Enabled=true,Scope=FAILED_FILES_ONLY,Format=REPORT_CSV_20191124,"
+        "Path=s3://my-results/run1/fsx-export-reports",
+    ]
+
+
+def test_given_an_export_uri_then_the_platform_outputs_the_export_task_command_for_its_file_system():
+    template = synth_platform(fsx_s3_export_uri="s3://my-results/runs")
+    (file_system_id,) = resources(template, "AWS::FSx::FileSystem")
+    (parts,) = template["Outputs"]["FsxExportCommand"]["Value"]["Fn::Join"][1:]
+    assert parts[1] == {"Ref": file_system_id}
+    assert parts[0].endswith("--file-system-id ") and "--type EXPORT_TO_REPOSITORY --paths runs" in parts[2]
+    assert "FsxExportCommand" not in synth_platform()["Outputs"]
 
 
 def test_given_no_s3_uris_then_no_associations(platform_json):
