@@ -177,9 +177,14 @@ class PlatformSettings:
     fsx_compression: bool = True
     """LZ4 compression on FSx (less capacity and throughput used by compressible files)."""
     fsx_s3_import_uri: str | None = None
-    """S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any."""
+    """S3 bucket/prefix imported at /dataset on FSx (e.g. the tokenized HDF5 shards), if any.
+    A file system linked to S3 gets no FSx backups.
+    """
     fsx_s3_export_uri: str | None = None
-    """S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any."""
+    """S3 bucket/prefix that /runs on FSx (checkpoints, TensorBoard logs) is exported to, if any:
+    files as they are created, changed or deleted from then on; files already there by one
+    export task (the FsxExportCommand stack output). A file system linked to S3 gets no FSx backups.
+    """
     ecr_keep_images: int = 20
     """Images the ECR repository keeps (newest first; untagged ones expire after 7 days)."""
     neuron_scheduler_extension: bool = False
