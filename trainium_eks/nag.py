@@ -493,6 +493,22 @@ KARPENTER_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: Every table of acknowledgements, by the construct that applies it (one place to read them all).
+ACKNOWLEDGEMENT_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "eks.Cluster": EKS_CLUSTER_ACKNOWLEDGEMENTS,
+    "TrainiumCluster": TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS,
+    "node role": NODE_ROLE_ACKNOWLEDGEMENTS,
+    "ModelBucket": MODEL_BUCKET_ACKNOWLEDGEMENTS,
+    "FsxCsiVolume": FSX_CSI_ACKNOWLEDGEMENTS,
+    "TrainingWorkload": WORKLOAD_ACKNOWLEDGEMENTS,
+    "image builds": IMAGE_BUILD_ACKNOWLEDGEMENTS,
+    "EBS CSI": EBS_CSI_ACKNOWLEDGEMENTS,
+    "Container Insights": CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS,
+    "node replacement": NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
+    "Karpenter": KARPENTER_ACKNOWLEDGEMENTS,
+}
+
+
 def cluster_name_field(cluster: eks.ICluster) -> dict[str, str]:
     """``<cluster-name>``: a cluster's name as cdk-nag prints it in a finding (``<LogicalId>`` for
     the ``Ref`` of a cluster this app defines; the name itself for an imported one)."""

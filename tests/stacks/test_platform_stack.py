@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from tests.support import PLATFORM_STACK, REPO, VENV_BIN, resources, run_cdk_synth
-from trainium_eks.nag import ACKNOWLEDGEMENTS, OPTIONAL_ACKNOWLEDGEMENTS, WORKLOAD_ACKNOWLEDGEMENTS
+from trainium_eks.nag import ACKNOWLEDGEMENT_TABLES
 
 
 def test_given_default_app_then_cdk_nag_reports_no_unacknowledged_findings(default_synth):
@@ -17,11 +17,7 @@ def test_given_default_app_then_cdk_nag_reports_no_unacknowledged_findings(defau
     assert plugin["conclusion"] == "success"
 
 
-@pytest.mark.parametrize(
-    "entries",
-    [ACKNOWLEDGEMENTS, WORKLOAD_ACKNOWLEDGEMENTS, *OPTIONAL_ACKNOWLEDGEMENTS.values()],
-    ids=["platform", "workload", *OPTIONAL_ACKNOWLEDGEMENTS],
-)
+@pytest.mark.parametrize("entries", list(ACKNOWLEDGEMENT_TABLES.values()), ids=list(ACKNOWLEDGEMENT_TABLES))
 def test_given_acknowledgements_then_each_has_a_reason_and_targets_one_finding(entries):
     assert len({(path, finding) for path, finding, _ in entries}) == len(entries)
     for path, finding, reason in entries:
