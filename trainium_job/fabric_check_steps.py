@@ -135,7 +135,12 @@ def measure_args(spec: LaunchSpec, check: FabricCheck, *, result_file: str = RES
         str(check.pair_iters),
     )
     trial = replace(
-        spec, module=MODULE, script_args=args, rdzv_id=f"{spec.rdzv_id}-fabric-check", max_restarts=0
+        spec,
+        module=MODULE,
+        script=None,
+        script_args=args,
+        rdzv_id=f"{spec.rdzv_id}-fabric-check",
+        max_restarts=0,
     )
     return torchrun_args(trial)
 

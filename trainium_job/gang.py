@@ -50,6 +50,10 @@ class Gang:
         env: the container's own variables, over the platform's. Default none.
         app_name: the ``app.kubernetes.io/name`` label of the Job and its pods (the PodMonitor,
             the NetworkPolicy and the alerts select it). Default "bert-pretrain".
+        runtime_image: an image holding the library's own programs (the tools image), for a
+            training image that does not: an init container copies them to
+            ``trainium_job.pod.RUNTIME_DIR`` and the pod program runs from there. Default None:
+            the training image holds them (the library's own training image).
     """
 
     facts: InstanceFacts
@@ -67,6 +71,7 @@ class Gang:
     max_retry: int = 3
     env: tuple[tuple[str, str], ...] = field(default=())
     app_name: str = "bert-pretrain"
+    runtime_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ def render_gang(
             node_labels=gang.node_labels,
             env=gang.env,
             app_name=gang.app_name,
+            runtime_image=gang.runtime_image,
         )
         return volcano_job(
             job_name=job_name,

@@ -52,11 +52,13 @@ class LaunchSpec:
             then resumes from the newest complete checkpoint.
         node_rank: only for fixed node ranks; elastic rendezvous assigns ranks itself.
         module: Python module run by each worker (``-m``).
-        script_args: arguments passed to the module, in order.
+        script_args: arguments passed to the module (or the script), in order.
         monitor_interval: seconds between torchrun's worker health checks (None: default).
         rdzv_conf: extra ``--rdzv_conf`` key/values (e.g. ``{"join_timeout": "900"}``);
             a mapping is accepted and stored sorted.
         torchrun: the launcher executable.
+        script: a Python script of the image each worker runs instead of ``module`` (a path;
+            torchrun's ``training_script``). None: ``module``.
     """
 
     nnodes: int
@@ -71,6 +73,7 @@ class LaunchSpec:
     monitor_interval: float | None = None
     rdzv_conf: tuple[tuple[str, str], ...] = field(default=())
     torchrun: str = "torchrun"
+    script: str | None = None
 
     def __post_init__(self) -> None:
         # Accept lists/dicts for convenience but store hashable tuples (frozen dataclass).
@@ -92,6 +95,12 @@ class LaunchSpec:
                 raise ValueError(f"node_rank: {self.node_rank} must be < nnodes ({self.nnodes})")
         if not isinstance(self.module, str) or not _MODULE_RE.match(self.module):
             raise ValueError(f"module: {self.module!r} is not a dotted Python module name")
+        if self.script is not None and (
+            not isinstance(self.script, str)
+            or not self.script.strip()
+            or any(c.isspace() for c in self.script)
+        ):
+            raise ValueError(f"script: {self.script!r} must be a path without whitespace")
         if self.monitor_interval is not None:
             if (
                 isinstance(self.monitor_interval, bool)
@@ -133,7 +142,8 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
         argv += ["--monitor_interval", _num(spec.monitor_interval)]
     if spec.rdzv_conf:
         argv += ["--rdzv_conf", ",".join(f"{k}={v}" for k, v in spec.rdzv_conf)]
-    return argv + ["-m", spec.module, *spec.script_args]
+    program = [spec.script] if spec.script is not None else ["-m", spec.module]
+    return argv + [*program, *spec.script_args]
 
 
 #: torchrun reads ``--rdzv_conf`` from this variable when the flag is absent; a flag on the command

@@ -28,7 +28,7 @@ from .scheduling import (
     TRAINIUM_NODE_LABEL,
     WORKLOAD_TOLERATION,
 )
-from .security import pod_security_context, training_security_context
+from .security import container_security_context, pod_security_context, training_security_context
 from .stop_budget import termination_grace_period_s
 from .telemetry import JOB_LABEL, metrics_container_port
 from .worker import container_command
@@ -75,6 +75,37 @@ VOLCANO_API = "batch.volcano.sh/v1alpha1"
 APP_LABEL = {"app.kubernetes.io/name": "bert-pretrain"}
 #: Name of the training container.
 CONTAINER_NAME = "trainer"
+
+
+#: Where a pod whose training image lacks the library gets it: an emptyDir the init container
+#: fills from the runtime image (:func:`runtime_init_container`).
+RUNTIME_DIR = "/opt/trainium-job-runtime"
+#: Where the library's packages are in the library's images (docker/*.Dockerfile WORKDIR).
+IMAGE_LIBRARY_DIR = "/opt/trainium-bert"
+#: The packages the pod program and the checks need (the training code's own ``training``
+#: package, which the fabric check imports, and the job contract).
+RUNTIME_PACKAGES = ("trainium_job", "training")
+
+
+def runtime_init_container(image: str) -> dict[str, Any]:
+    """The init container that copies the library's packages from ``image`` into the pod's
+    runtime volume, read-only root, as the image's own non-root user."""
+    return {
+        "name": "trainium-job-runtime",
+        "image": image,
+        "command": ["cp", "-R", *(f"{IMAGE_LIBRARY_DIR}/{p}" for p in RUNTIME_PACKAGES), RUNTIME_DIR],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+        "volumeMounts": [{"name": "runtime", "mountPath": RUNTIME_DIR}],
+        "securityContext": {
+            **container_security_context(read_only_root=True),
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+        },
+    }
 
 
 def node_name_env() -> dict[str, Any]:
@@ -154,6 +185,7 @@ def pod_template(
     node_labels: Mapping[str, str] | None = None,
     env: tuple[tuple[str, str], ...] = (),
     app_name: str = APP_LABEL["app.kubernetes.io/name"],
+    runtime_image: str | None = None,
 ) -> dict[str, Any]:
     """The pod of one node: all its Neuron devices and EFA interfaces, FSx at /data, /dev/shm,
     the metrics ports; CPU and memory are the node's less ``node_reserved`` (see
@@ -162,7 +194,8 @@ def pod_template(
     the container's environment);
     ``annotations``: the pod's, if any; ``node_labels``: labels its node must also carry (the node
     health check's ``passed``); ``env``: the job's own variables, over the platform's;
-    ``app_name``: its ``app.kubernetes.io/name`` label."""
+    ``app_name``: its ``app.kubernetes.io/name`` label; ``runtime_image``: the library's programs
+    are copied from it by an init container (a training image of the user's own)."""
     requests, limits = compute_resources(facts, node_reserved=node_reserved)
     devices = device_limits(neuron_devices=facts.neuron_devices, efa_interfaces=facts.efa_interfaces)
     variables = {**container_env(spec), **dict(env)}
@@ -182,6 +215,7 @@ def pod_template(
             # SIGTERM -> finish the step, write a checkpoint (training.trainer.stop): time derived from
             # a BERT-large state and the default FSx's throughput.
             "terminationGracePeriodSeconds": termination_grace_period_s(),
+            **({"initContainers": [runtime_init_container(runtime_image)]} if runtime_image else {}),
             "containers": [
                 {
                     "name": CONTAINER_NAME,
@@ -193,12 +227,22 @@ def pod_template(
                     ],
                     "ports": [metrics_container_port(), program_container_port()],
                     "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},
-                    "volumeMounts": volume_mounts(),
+                    "volumeMounts": [
+                        *volume_mounts(),
+                        *(
+                            [{"name": "runtime", "mountPath": RUNTIME_DIR, "readOnly": True}]
+                            if runtime_image
+                            else []
+                        ),
+                    ],
                     "securityContext": training_security_context(),
                 }
             ],
             "securityContext": pod_security_context(),
-            "volumes": volumes(claim_name),
+            "volumes": [
+                *volumes(claim_name),
+                *([{"name": "runtime", "emptyDir": {}}] if runtime_image else []),
+            ],
         },
     }
 

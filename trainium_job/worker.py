@@ -165,6 +165,18 @@ def job_description(
     return description
 
 
+#: How a training image that lacks the library starts the pod program: its runtime directory (the
+#: first argument) first on the program's own import path, not on PYTHONPATH (the job's commands
+#: do not see it), then the module as ``python -m`` runs it, with the description as its argument.
+BOOTSTRAP = (
+    "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+    f"runpy.run_module({d.MODULE!r}, run_name='__main__', alter_sys=True)"
+)
+
+
 def container_command(description: d.JobDescription) -> list[str]:
-    """The training container's command: the program, with the description as its one argument."""
+    """The training container's command: the program, with the description as its one argument
+    (started from the description's runtime directory when the image lacks the library)."""
+    if description.runtime is not None:
+        return ["python", "-c", BOOTSTRAP, description.runtime, d.dumps(description)]
     return ["python", "-m", d.MODULE, d.dumps(description)]

@@ -147,6 +147,10 @@ class JobDescription:
     ledger: bool = True
     #: Port of the program's own metrics (None: none).
     metrics_port: int | None = None
+    #: Where the library's own programs (the driver and fabric checks) are when the image does not
+    #: hold them (a job of the user's own image: an init container copies them there); they run
+    #: with it first on PYTHONPATH, the job's own commands without it. None: in the image.
+    runtime: str | None = None
     #: Seconds the driver and fabric checks may take together (a phase's bound before it trains is
     #: its waits' deadlines, its precompile's and this: :meth:`bound_s`).
     checks_s: int = 0

@@ -140,7 +140,7 @@ class Program:
         if self.at_ceiling():
             return BUDGET_EXIT_CODE
         if self.job.driver_check is not None:
-            ended = self.children.run(self.job.driver_check, self.pod.env)
+            ended = self.children.run(self.job.driver_check, self.library_env(self.pod.env))
             if ended.code != 0:
                 return ended.code
         fabric_checked = False
@@ -176,6 +176,16 @@ class Program:
     def phase_env(self, phase: Phase) -> dict[str, str]:
         """The phase's commands' environment: the pod's, the phase's, the rendezvous decision."""
         return {**self.pod.env, **dict(phase.env), **rendezvous_env(self.job.rendezvous, self.pod.hostname)}
+
+    def library_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` for the library's own programs: with the runtime first on PYTHONPATH when the
+        image does not hold them (the job's own commands never see it: its ``training`` package
+        could shadow the user's)."""
+        runtime = self.job.runtime
+        if runtime is None:
+            return dict(env)
+        path = env.get("PYTHONPATH")
+        return {**env, "PYTHONPATH": runtime if not path else f"{runtime}:{path}"}
 
     def prepare(self, phase: Phase) -> int | None:
         """The phase's waits and precompile; an exit code when the pod must end, else None."""
@@ -216,7 +226,7 @@ class Program:
             self.say(check.title)
         Path(check.result_file).unlink(missing_ok=True)
         start = time.monotonic()
-        env = self.phase_env(self.job.phases[0])
+        env = self.library_env(self.phase_env(self.job.phases[0]))
         measured = self.children.run(check.measure, env)
         if measured.stopped:
             return SIGTERM_EXIT_CODE

@@ -12,8 +12,17 @@ import pytest
 from tests.training.conftest import PYTHON, REPO, child_env, free_port
 from tests.training.node.test_efa_exporter import fake_efa
 from training.node.fabric_check import bus_bandwidth_gbps, judge, read_result, write_result
-from trainium_job.fabric_check_steps import EXIT_CODE, NOT_MEASURED_EXIT_CODE, FabricCheck, check_lines
+from trainium_job.fabric_check_steps import (
+    EXIT_CODE,
+    NOT_MEASURED_EXIT_CODE,
+    FabricCheck,
+    measure_args,
+    title,
+    verdict_args,
+)
 from trainium_job.launch import LaunchSpec
+from trainium_job.pod_program import MODULE, JobDescription, Phase, dumps
+from trainium_job.pod_program import FabricCheck as DescribedCheck
 
 RECORDED = Path(__file__).parent / "data" / "fabric_check"
 
@@ -210,9 +219,10 @@ def test_given_two_cpu_workers_with_flat_efa_counters_then_measure_records_and_v
     assert not v.passed and "not on EFA" in v.line
 
 
-def test_given_the_worker_lines_then_a_stand_in_torchrun_leads_to_the_verdicts_exit_code(tmp_path):
-    """The check's shell lines as the worker script runs them, torchrun replaced by a stand-in
-    that leaves a recorded result (the offline rehearsal does the same)."""
+def test_given_the_described_check_then_a_stand_in_torchrun_leads_to_the_verdicts_exit_code(tmp_path):
+    """The check as the pod program runs it from the job's description, torchrun replaced by a
+    stand-in that leaves a recorded result (the offline rehearsal does the same); training never
+    starts."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     result = tmp_path / "fabric.json"
@@ -221,13 +231,35 @@ def test_given_the_worker_lines_then_a_stand_in_torchrun_leads_to_the_verdicts_e
     stand_in.chmod(0o755)
     (bin_dir / "python").symlink_to(PYTHON)
     spec = LaunchSpec(nnodes=2, nproc_per_node=32, rdzv_endpoint="job-worker-0.job:29400", rdzv_id="job")
-    script = "\n".join(
-        ["set -euo pipefail", *check_lines(spec, FabricCheck(), result_file=str(result)), "echo trained"]
+    check = FabricCheck()
+    described = JobDescription(
+        job="job",
+        nodes=2,
+        phases=(
+            Phase(
+                name="phase 1",
+                run_dir=str(tmp_path / "run"),
+                complete_marker=str(tmp_path / "run" / "COMPLETE"),
+                train=("touch", str(tmp_path / "trained")),
+            ),
+        ),
+        fabric_check=DescribedCheck(
+            measure=tuple(measure_args(spec, check, result_file=str(result))),
+            verdict=tuple(verdict_args(check, nodes=2, result_file=str(result))),
+            result_file=str(result),
+            title=title(spec, check),
+        ),
+        ledger=False,
     )
     env = child_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.run(
-        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [PYTHON, "-m", MODULE, dumps(described)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == EXIT_CODE
     assert "fabric check: all-reduce across 2 nodes, floor 10 GB/s" in proc.stdout
-    assert "below the floor of 10 GB/s" in proc.stderr and "trained" not in proc.stdout
+    assert "below the floor of 10 GB/s" in proc.stderr and not (tmp_path / "trained").exists()

@@ -28,7 +28,7 @@ from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.fabric_check_steps import NOT_MEASURED_EXIT_CODE
 from trainium_job.hang import HANG_EXIT_CODE, PHASES
 from trainium_job.paths import HANG_MARKERS
-from trainium_job.pod import ABORT_POLICY, RESTART_POLICIES
+from trainium_job.pod import RESTART_POLICIES, abort_policies
 from trainium_job.restarts import drain_hang_markers
 
 
@@ -451,7 +451,7 @@ def test_given_the_exit_code_then_no_other_program_of_the_pod_uses_it():
 def test_given_a_hang_exit_then_the_volcano_job_restarts_whatever_code_reaches_it():
     # torchrun exits 1 once its restarts are spent, whatever its workers' codes (trainium_job.hang);
     # a policy of the hang code, should a pod ever end with it, must not abort the job either.
-    job = policies([ABORT_POLICY, *RESTART_POLICIES])
+    job = policies([*abort_policies(), *RESTART_POLICIES])
     assert action_for_failure(job, 1) == "RestartJob"
     assert action_for_failure(job, HANG_EXIT_CODE) == "RestartJob"
 
