@@ -19,10 +19,10 @@ RUN grep -E '^(tensorboard|prometheus-client|kubernetes)==' /tmp/requirements.tx
 WORKDIR /opt/trainium-bert
 # The exporters read their ports from the job contract (standard library only).
 COPY trainium_job/ trainium_job/
-COPY training/__init__.py training/
-COPY training/node/__init__.py training/node/efa_counters.py training/node/efa_exporter.py training/node/exporter.py \
-     training/node/fsx_exporter.py training/node/
-COPY training/launch/ training/launch/
+# All of the training package (sources, a few hundred kB): a job of the user's own image copies it
+# and trainium_job into its pods at start (trainium_eks.TrainiumTrainingJob's init container) for
+# the pod program, the driver check and the fabric check, which run there on the image's torch.
+COPY training/ training/
 ENV PYTHONPATH=/opt/trainium-bert \
     PYTHONUNBUFFERED=1
 

@@ -7,6 +7,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
 from trainium_job.plan import TrainingPlan, plan_training
+from trainium_job.program_job import JOB_ENV, ProgramJobSpec, TrainingCommand
 from trainium_job.scheduling import NEURON_TAINT, SYSTEM_NODE_LABEL, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
 from trainium_job.spec import BertJobSpec
 
@@ -17,13 +18,15 @@ from .addons.trainium_addons import TrainiumAddons
 from .cluster.eks_cluster import TrainiumCluster
 from .compatibility import KUBERNETES_COMPATIBILITY
 from .config import PlatformConfig, config_from_context
+from .images.directory_image import DirectoryImage
 from .images.repository import TrainingImageRepository
-from .images.training_image import TrainingImages
+from .images.training_image import ToolsImage, TrainingImages
 from .jobs.dataset_preparation import DatasetPreparation
 from .jobs.dataset_staging import PUBLIC_BERT_SHAPE, PUBLIC_BERT_SHARDS, DatasetStaging
 from .jobs.node_fit import NodeFit, node_fit
 from .jobs.tensorboard import TensorBoard
 from .jobs.training_job import BertPretrainingJob
+from .jobs.trainium_training_job import JobImage, TrainiumTrainingJob
 from .monitoring import AmpRemoteWrite, FsxCapacityAlarm, TrainingExporters
 from .monitoring.options import MonitoringOptions
 from .nag import (
@@ -33,7 +36,6 @@ from .nag import (
     acknowledge_findings,
     check_acknowledgements,
     nag_plugins,
-    suppress_workload_findings,
 )
 from .network.vpc import TrainiumNetwork
 from .nodes.karpenter import KarpenterController
@@ -56,6 +58,13 @@ from .versions import (
 from .workload import TrainingWorkload, WorkloadTarget
 
 __all__ = [
+    "JOB_ENV",
+    "DirectoryImage",
+    "JobImage",
+    "ProgramJobSpec",
+    "ToolsImage",
+    "TrainingCommand",
+    "TrainiumTrainingJob",
     "acknowledge_cluster_findings",
     "acknowledge_findings",
     "check_acknowledgements",
@@ -102,7 +111,6 @@ __all__ = [
     "PUBLIC_BERT_SHARDS",
     "repository_name",
     "StaleAcknowledgement",
-    "suppress_workload_findings",
     "SYSTEM_NODE_LABEL",
     "TensorBoard",
     "TRAINING_NAMESPACE",

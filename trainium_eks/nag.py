@@ -35,7 +35,7 @@ from aws_cdk import aws_eks_v2 as eks
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
-from .images.training_image import HANDLER_ID, PROJECT_ID
+from .images.image_build import HANDLER_ID, PROJECT_ID
 
 
 def _managed(policy: str) -> str:
@@ -138,48 +138,47 @@ FSX_CSI_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     ),
 )
 
-# The workload's entries (paths under the workload construct): the in-region image build's
-# boundary (trainium_eks/images/training_image.py).
-_BOUNDARY = "TrainingImages/BuildBoundary"
+# The hardening of a stack's image builds (paths under the construct whose image is the stack's
+# first to build: trainium_eks/images/training_image.py harden_builds).
 _BOUNDED = (
-    " The build role carries a permissions boundary (TrainingImages/BuildBoundary): s3:GetObject on "
-    "the two build-context objects only, push to the platform's repository only, its own log group and key, "
-    "kms:Decrypt through S3 only."
+    " The build role carries a permissions boundary (BuildBoundary, beside the stack's first image): "
+    "s3:GetObject on the build-context objects only, push to the platform's repository only, its own "
+    "log group and key, kms:Decrypt through S3 only."
 )
 #: The stack's partition, region and account in an ARN, as cdk-nag prints them (see :func:`resolve_finding`).
 _ARN = "arn:<stack-partition>:{service}:<stack-region>:<stack-account>"
-WORKLOAD_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+IMAGE_HARDENING_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
     (
-        _BOUNDARY,
+        "BuildBoundary",
         "AwsSolutions-IAM5[Resource::*]",
         "ecr:GetAuthorizationToken, ecr-public:GetAuthorizationToken, sts:GetServiceBearerToken and the "
         "ECR Public catalog reads support no resource-level permissions (Service Authorization Reference): "
         "they let the build log in to the registries and pull the public base images.",
     ),
     (
-        _BOUNDARY,
+        "BuildBoundary",
         f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
-        "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+        "<<logical-id:BuildLogs/Resource>>:*]",
         "Log streams are named by CodeBuild per build: the build may write streams of its own log group only.",
     ),
     (
-        _BOUNDARY,
+        "BuildBoundary",
         f"AwsSolutions-IAM5[Resource::{_ARN.format(service='kms')}:key/*]",
         "kms:Decrypt only with kms:ViaService s3.<region>.amazonaws.com: S3 decrypting the build context "
         "with the CDK bootstrap bucket's key (SSE-KMS; the aws/s3 key's ID is the account's own, unknown "
         "at synth), which the boundary would otherwise deny.",
     ),
     (
-        "TrainingImages/BuildResponderRole",
+        "BuildResponderRole",
         f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
-        "<<logical-id:TrainingImages/BuildLogs/Resource>>:*]",
+        "<<logical-id:BuildLogs/Resource>>:*]",
         "It reads the last lines of an ended build's log stream, named by CodeBuild per build, in the "
         "builds' own log group only.",
     ),
     (
-        "TrainingImages/BuildResponderRole",
+        "BuildResponderRole",
         f"AwsSolutions-IAM5[Resource::{_ARN.format(service='logs')}:log-group:"
-        "<<logical-id:TrainingImages/BuildResponderLogs/Resource>>:*]",
+        "<<logical-id:BuildResponderLogs/Resource>>:*]",
         "Lambda names its log streams per instance: the function writes streams of its own log group only.",
     ),
 )
@@ -500,8 +499,8 @@ ACKNOWLEDGEMENT_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "node role": NODE_ROLE_ACKNOWLEDGEMENTS,
     "ModelBucket": MODEL_BUCKET_ACKNOWLEDGEMENTS,
     "FsxCsiVolume": FSX_CSI_ACKNOWLEDGEMENTS,
-    "TrainingWorkload": WORKLOAD_ACKNOWLEDGEMENTS,
     "image builds": IMAGE_BUILD_ACKNOWLEDGEMENTS,
+    "image build hardening": IMAGE_HARDENING_ACKNOWLEDGEMENTS,
     "EBS CSI": EBS_CSI_ACKNOWLEDGEMENTS,
     "Container Insights": CONTAINER_INSIGHTS_ACKNOWLEDGEMENTS,
     "node replacement": NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
@@ -533,12 +532,22 @@ def acknowledge_cluster_findings(cluster: IConstruct) -> None:
     acknowledge_own_findings(cluster, EKS_CLUSTER_ACKNOWLEDGEMENTS)
 
 
-def suppress_workload_findings(workload: IConstruct) -> None:
-    """Acknowledge the findings the training workload accepts: :data:`WORKLOAD_ACKNOWLEDGEMENTS`,
-    and :data:`IMAGE_BUILD_ACKNOWLEDGEMENTS` on the image-build library's singletons of its stack;
-    checked at synth as the platform's."""
-    acknowledge_findings(workload, WORKLOAD_ACKNOWLEDGEMENTS, check_at_synth=True)
-    acknowledge_findings(Stack.of(workload), IMAGE_BUILD_ACKNOWLEDGEMENTS, check_at_synth=True)
+#: The attribute of a stack whose image-build findings are acknowledged.
+_IMAGE_BUILDS_ACKNOWLEDGED = "_trainium_eks_image_builds_acknowledged"
+
+
+def acknowledge_image_builds(owner: IConstruct) -> None:
+    """What the first image build of a stack accepts: :data:`IMAGE_HARDENING_ACKNOWLEDGEMENTS` on
+    ``owner`` (which holds the hardening), :data:`IMAGE_BUILD_ACKNOWLEDGEMENTS` on the image-build
+    library's singletons of its stack. Checked at synth."""
+    stack = Stack.of(owner)
+    if getattr(stack, _IMAGE_BUILDS_ACKNOWLEDGED, False):
+        raise RuntimeError(
+            f"{stack.node.path}'s image builds are acknowledged already (by their first owner)"
+        )
+    acknowledge_findings(owner, IMAGE_HARDENING_ACKNOWLEDGEMENTS, check_at_synth=True)
+    acknowledge_findings(stack, IMAGE_BUILD_ACKNOWLEDGEMENTS, check_at_synth=True)
+    setattr(stack, _IMAGE_BUILDS_ACKNOWLEDGED, True)
 
 
 # What cdk-nag's AwsSolutions EKS1/EKS2 check only on aws_eks clusters (their custom resource),

@@ -34,7 +34,6 @@ from .jobs.node_fit import node_fit
 from .jobs.tensorboard import TensorBoard
 from .jobs.training_job import BertPretrainingJob, add_job_outputs
 from .monitoring.exporters import TrainingExporters
-from .nag import suppress_workload_findings
 from .nodes.health_checks import NodeHealthCheck
 from .report.job_estimate import (
     Deadline,
@@ -205,7 +204,6 @@ class TrainingWorkload(Construct):
                 depends_on=[*claim_ready, *builds],
             )
         add_job_outputs(self, job=self.job, namespace=target.namespace)
-        suppress_workload_findings(self)
 
     def _stage_datasets(self, config: PlatformConfig, dataset: DatasetJobProps) -> None:
         """The first phase's shards (staged, or prepared from a corpus) and phase 2's, each a Job

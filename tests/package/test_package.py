@@ -1,6 +1,7 @@
 """The construct library as another CDK app uses it: its public API builds a cluster of its own
-and the workload on a cluster the user already has (examples/my_cluster), and the wheel carries
-what the installed copy needs.
+and the workload on a cluster the user already has (examples/my_cluster), the platform and a
+training job of the user's own program (examples/my_training_job), and the wheel carries what the
+installed copy needs.
 
 The same app synthesized with only the wheel and its declared dependencies installed is
 ``make test-package`` (tests/package/verify.py), which ``.ci/run`` runs.
@@ -44,6 +45,22 @@ def test_given_the_checkout_when_another_app_uses_the_library_then_both_stacks_s
     outdir, used = example
     assert used == str(REPO / "trainium_eks" / "__init__.py")
     verify.check_assembly(outdir)
+
+
+@pytest.fixture(scope="module")
+def job_example(tmp_path_factory) -> tuple[Path, str]:
+    """examples/my_training_job synthesized from the checkout, as :func:`example`."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workdir = tmp_path_factory.mktemp("job_example")
+    return verify.synth_example(sys.executable, workdir, env=env, example=verify.JOB_EXAMPLE)
+
+
+def test_given_the_checkout_when_an_app_runs_its_own_training_program_then_the_job_synthesizes(job_example):
+    # When an app of its own builds the platform and a job of its own image on it (cdk-nag gated),
+    # then the job's pods run its script under the library's pod program, from the tools image
+    outdir, used = job_example
+    assert used == str(REPO / "trainium_eks" / "__init__.py")
+    verify.check_job_assembly(outdir)
 
 
 def _selectors(values: Any, path: str = "") -> Iterator[tuple[str, dict[str, str], list[dict[str, str]]]]:

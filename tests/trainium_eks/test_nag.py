@@ -22,12 +22,13 @@ from trainium_eks.nag import (
     EBS_CSI_ACKNOWLEDGEMENTS,
     EKS_CLUSTER_ACKNOWLEDGEMENTS,
     FSX_CSI_ACKNOWLEDGEMENTS,
+    IMAGE_BUILD_ACKNOWLEDGEMENTS,
+    IMAGE_HARDENING_ACKNOWLEDGEMENTS,
     KARPENTER_ACKNOWLEDGEMENTS,
     NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
     NODE_ROLE_ACKNOWLEDGEMENTS,
     TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS,
     VALIDATION_REPORT,
-    WORKLOAD_ACKNOWLEDGEMENTS,
     PlatformChecks,
     StaleAcknowledgement,
     acknowledge_findings,
@@ -181,26 +182,33 @@ def _workload_on_a_bare_cluster() -> TrainingWorkload:
     return TrainingWorkload(stack, "Workload", target=target, config=config_from_context({}))
 
 
-def test_given_workload_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
-    import trainium_eks.workload as workload_module
+def test_given_image_build_acknowledgements_then_each_matches_a_finding_before_it_is_applied(monkeypatch):
+    import trainium_eks.images.training_image as training_image
 
-    applied: list[IConstruct] = []
-    # Built without acknowledgements: every workload entry must name something cdk-nag reports.
-    monkeypatch.setattr(workload_module, "suppress_workload_findings", applied.append)
+    owners: list[IConstruct] = []
+    # Built without acknowledgements: every image-build entry must name something cdk-nag reports.
+    monkeypatch.setattr(training_image, "acknowledge_image_builds", owners.append)
     workload = _workload_on_a_bare_cluster()
-    assert applied == [workload]
-    found = findings(workload)
-    for path, finding, _ in WORKLOAD_ACKNOWLEDGEMENTS:
-        base = f"T/Workload/{path}"
-        resolved = resolve_finding(workload, finding)  # as acknowledge_findings resolves it
-        assert any(rule == resolved and where.startswith(base) for where, rule in found), (path, resolved)
+    # The stack's first image (the workload's TrainingImages) holds the hardening, once per stack.
+    assert [owner.node.path for owner in owners] == ["T/Workload/TrainingImages"]
+    found = findings(cdk.Stack.of(workload))
+    for root, entries in (
+        (owners[0], IMAGE_HARDENING_ACKNOWLEDGEMENTS),
+        (cdk.Stack.of(workload), IMAGE_BUILD_ACKNOWLEDGEMENTS),
+    ):
+        for path, finding, _ in entries:
+            resolved = resolve_finding(root, finding)  # as acknowledge_findings resolves it
+            base = f"{root.node.path}/{path}"
+            assert any(rule == resolved and where.startswith(base) for where, rule in found), (base, resolved)
 
 
 def test_given_acknowledgements_split_by_owner_then_each_names_only_its_owners_constructs():
     # Each table's paths are under its owner: no entry reaches up into a composition (a path of
     # the platform or the workload), so an app that composes the pieces gets the same entries.
-    workload_roots = {"TrainingImages", "Training", "DatasetStaging", "DatasetPreparation", "TensorBoard"}
-    assert {path.split("/")[0] for path, _, _ in WORKLOAD_ACKNOWLEDGEMENTS} <= workload_roots
+    assert {path.split("/")[0] for path, _, _ in IMAGE_HARDENING_ACKNOWLEDGEMENTS} == {
+        "BuildBoundary",
+        "BuildResponderRole",
+    }
     platform_children = {"Cluster", "Network", "Trainium", "TrainiumPool", "StorageVolume", "Addons"}
     for owner, entries in OWNERS.items():
         assert not {path.split("/")[0] for path, _, _ in entries} & platform_children - {"Cluster"}, owner

@@ -42,7 +42,9 @@ from constructs import Construct
 import trainium_job
 
 from .. import _training
+from ..nag import acknowledge_image_builds
 from . import image_build
+from .image_build import HANDLER_ID, HANDLER_RUNTIME, PROJECT_ID
 
 DOCKER_DIR = Path(__file__).resolve().parents[1] / "_docker"
 TRAINING_DIR = Path(_training.__file__).resolve().parent
@@ -205,24 +207,21 @@ def build_boundary_statements(
 ENDED_WITHOUT_SUCCESS = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 #: The responder's source, inlined as the Lambda function's code.
 _RESPONDER_SOURCE = Path(__file__).with_name("build_responder.py")
-#: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
-#: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
-#: db740fd5-..., purpose DeployTimeBuildCustomResourceHandler). tests/contracts checks them.
-PROJECT_ID = "ContainerImageBuildAmd64e83729feb1564e709bec452b15847a30amd64"
-HANDLER_ID = "DeployTimeBuildCustomResourceHandlerdb740fd554364a848a09e6dfcd01f4f3"
-#: The newest Node.js Lambda runtime in aws-cdk-lib 2.275 (the library pins nodejs22.x as a raw
-#: string; its handler uses only the runtime's AWS SDK v3, which nodejs24.x also ships).
-HANDLER_RUNTIME = "nodejs24.x"
+
+
+#: The library's images: name -> its Dockerfile (the build context holds both).
+LIBRARY_IMAGES = {"training": "Dockerfile", "tensorboard": "tensorboard.Dockerfile"}
 
 
 class TrainingImages(Construct):
-    """Both images, built in the region into ``repository`` as ``training-<hash>`` and ``tensorboard-<hash>``.
+    """The library's images, built in the region into ``repository`` as ``training-<hash>`` and
+    ``tensorboard-<hash>`` (the tools image: TensorBoard, the exporters, the job's submitter).
 
     Attributes:
         training_image / tensorboard_image: image URIs in the platform repository (plain strings).
         training_tag / tensorboard_tag: the content-hash tags (plain strings: stable job names).
         builds: the ContainerImageBuild constructs (apply jobs after them).
-        project: the CodeBuild project that builds both (the library's per-stack singleton).
+        project: the CodeBuild project that builds them (the library's per-stack singleton).
     """
 
     def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository) -> None:
@@ -231,174 +230,243 @@ class TrainingImages(Construct):
             repository: the ECR repository the images are pushed to.
         """
         super().__init__(scope, id)
-        files = _context_files()
-        digest = context_digest(files)
-        context = _assemble(files, digest)
-        self.builds: list[ContainerImageBuild] = []
-        uris: dict[str, str] = {}
-        tags: dict[str, str] = {}
-        for name, dockerfile in (("training", "Dockerfile"), ("tensorboard", "tensorboard.Dockerfile")):
-            args = {image_build.BASE_DIGEST_ARG: image_build.base_digest_command(base_image(dockerfile))}
-            tags[name] = image_tag(name, digest, dockerfile, args)
-            uris[name] = f"{repository.repository_uri}:{tags[name]}"
-            build = ContainerImageBuild(
-                self,
-                f"{name.title()}Build",
-                directory=str(context),
-                file=dockerfile,
-                platform=ecr_assets.Platform.LINUX_AMD64,
-                repository=repository,
-                tag=tags[name],
-                build_args=args,
-            )
-            # The custom resource waits at most this long for the build's answer (the build's own
-            # limits stay under it: trainium_eks.images.image_build).
-            cfn_resource = build.node.find_child("Resource").node.default_child
-            assert isinstance(cfn_resource, CfnResource)
-            cfn_resource.add_property_override("ServiceTimeout", image_build.CUSTOM_RESOURCE_TIMEOUT_S)
-            self.builds.append(build)
-        self.project = self._harden(repository)
-        self.training_image, self.tensorboard_image = uris["training"], uris["tensorboard"]
-        self.training_tag, self.tensorboard_tag = tags["training"], tags["tensorboard"]
+        built = _library_builds(self, repository, tuple(LIBRARY_IMAGES))
+        self.builds = [build for build, _, _ in built.values()]
+        self.project = harden_builds(self, repository, self.builds)
+        (_, self.training_image, self.training_tag) = built["training"]
+        (_, self.tensorboard_image, self.tensorboard_tag) = built["tensorboard"]
 
-    def _harden(self, repository: ecr.IRepository) -> codebuild.Project:
-        """Set what the library leaves at defaults on its per-stack project and function."""
-        stack = Stack.of(self)
-        project = stack.node.try_find_child(PROJECT_ID)
-        handler = stack.node.try_find_child(HANDLER_ID)
-        if not isinstance(project, codebuild.Project) or not isinstance(handler, lambda_.Function):
-            raise LookupError(
-                f"cdklabs-deploy-time-build no longer names its project {PROJECT_ID} and function {HANDLER_ID}: "
-                "update trainium_eks.images.training_image for the installed version"
-            )
-        key = kms.Key(
-            self,
-            "BuildKey",
-            enable_key_rotation=True,
-            description="Image builds: CodeBuild artifacts and build logs",
-            removal_policy=RemovalPolicy.DESTROY,
+
+class ToolsImage(Construct):
+    """The library's tools image alone (``tensorboard-<hash>``), for a job of the user's own image:
+    its submitter, and the library's programs an init container copies into its pods.
+
+    Attributes: image (its URI), tag, builds, project (as :class:`TrainingImages`').
+    """
+
+    def __init__(self, scope: Construct, id: str, *, repository: ecr.IRepository) -> None:
+        """
+        Args:
+            repository: the ECR repository the image is pushed to.
+        """
+        super().__init__(scope, id)
+        build, self.image, self.tag = _library_builds(self, repository, ("tensorboard",))["tensorboard"]
+        self.builds = [build]
+        self.project = harden_builds(self, repository, self.builds)
+
+
+def _library_builds(
+    scope: Construct, repository: ecr.IRepository, names: tuple[str, ...]
+) -> dict[str, tuple[ContainerImageBuild, str, str]]:
+    """Name -> (its build, its URI, its tag) of each of the library's images in ``names``."""
+    files = _context_files()
+    digest = context_digest(files)
+    context = _assemble(files, digest)
+    built = {}
+    for name in names:
+        dockerfile = LIBRARY_IMAGES[name]
+        args = {image_build.BASE_DIGEST_ARG: image_build.base_digest_command(base_image(dockerfile))}
+        tag = image_tag(name, digest, dockerfile, args)
+        build = image_build_construct(
+            scope, f"{name.title()}Build", directory=str(context), dockerfile=dockerfile,
+            repository=repository, tag=tag, build_args=args,
+        )  # fmt: skip
+        built[name] = (build, f"{repository.repository_uri}:{tag}", tag)
+    return built
+
+
+def image_build_construct(
+    scope: Construct,
+    id: str,
+    *,
+    directory: str,
+    dockerfile: str,
+    repository: ecr.IRepository,
+    tag: str,
+    build_args: dict[str, str],
+) -> ContainerImageBuild:
+    """One in-region build of ``directory`` into ``repository:tag``."""
+    build = ContainerImageBuild(
+        scope,
+        id,
+        directory=directory,
+        file=dockerfile,
+        platform=ecr_assets.Platform.LINUX_AMD64,
+        repository=repository,
+        tag=tag,
+        build_args=build_args,
+    )
+    # The custom resource waits at most this long for the build's answer (the build's own limits
+    # stay under it: trainium_eks.images.image_build).
+    cfn_resource = build.node.find_child("Resource").node.default_child
+    assert isinstance(cfn_resource, CfnResource)
+    cfn_resource.add_property_override("ServiceTimeout", image_build.CUSTOM_RESOURCE_TIMEOUT_S)
+    return build
+
+
+#: The attribute of a stack that holds its image builds' hardening (their boundary), once set: the
+#: project is jsii's object, whose Python proxy keeps no attribute of ours.
+_HARDENED = "_trainium_eks_boundary"
+
+
+def harden_builds(
+    owner: Construct, repository: ecr.IRepository, builds: list[ContainerImageBuild]
+) -> codebuild.Project:
+    """Set what the library leaves at defaults on its per-stack project and function, once per
+    stack (the key, the logs, the boundary and the responder live under the first ``owner``);
+    a later caller's build contexts and repository are added to the boundary."""
+    stack = Stack.of(owner)
+    project = stack.node.try_find_child(PROJECT_ID)
+    handler = stack.node.try_find_child(HANDLER_ID)
+    if not isinstance(project, codebuild.Project) or not isinstance(handler, lambda_.Function):
+        raise LookupError(
+            f"cdklabs-deploy-time-build no longer names its project {PROJECT_ID} and function {HANDLER_ID}: "
+            "update trainium_eks.images.training_image for the installed version"
         )
-        key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
-        group = _encrypted_log_group(self, "BuildLogs", key)
-        cfn_project = project.node.default_child
-        assert isinstance(cfn_project, codebuild.CfnProject)
-        # Attribute setters, not overrides: cdk-nag reads the properties (CB4).
-        cfn_project.encryption_key = key.key_arn
-        cfn_project.timeout_in_minutes = image_build.BUILD_TIMEOUT_MINUTES
-        cfn_project.queued_timeout_in_minutes = image_build.BUILD_QUEUED_TIMEOUT_MINUTES
-        cfn_project.logs_config = codebuild.CfnProject.LogsConfigProperty(
-            cloud_watch_logs=codebuild.CfnProject.CloudWatchLogsConfigProperty(
-                status="ENABLED", group_name=group.log_group_name
-            )
+    contexts = [build.node.find_child("Source") for build in builds]
+    assert all(isinstance(c, s3_assets.Asset) for c in contexts)
+    # Builds of one context share one object (keyed by its asset hash).
+    context_arns = list(
+        {c.asset_hash: c.bucket.arn_for_objects(c.s3_object_key) for c in contexts}.values()  # type: ignore[attr-defined]
+    )
+    boundary = getattr(stack, _HARDENED, None)
+    if isinstance(boundary, iam.ManagedPolicy):
+        boundary.add_statements(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=context_arns),
+            iam.PolicyStatement(actions=list(ECR_PUSH_ACTIONS), resources=[repository.repository_arn]),
         )
-        cfn_project.add_property_override("Environment.ComputeType", image_build.BUILD_COMPUTE_TYPE)
-        source = stack.resolve(cfn_project.source)
-        cfn_project.source = codebuild.CfnProject.SourceProperty(
-            type=source["type"],
-            build_spec=json.dumps(image_build.skip_existing_tag(json.loads(source["buildSpec"])), indent=2),
-        )
-        key.grant_encrypt_decrypt(project)
-        group.grant_write(project)
-        contexts = [build.node.find_child("Source") for build in self.builds]
-        assert all(isinstance(c, s3_assets.Asset) for c in contexts)
-        boundary = iam.ManagedPolicy(
-            self,
-            "BuildBoundary",
-            description="Boundary of the image-build role: read the build contexts, push to the platform's repository",
-            statements=build_boundary_statements(
-                # Both images build from one context: one object (keyed by its asset hash).
-                context_object_arns=list(
-                    {c.asset_hash: c.bucket.arn_for_objects(c.s3_object_key) for c in contexts}.values()  # type: ignore[attr-defined]
-                ),
-                repository_arn=repository.repository_arn,
-                log_group_arn=_log_group_arn(stack, group.log_group_name),
-                key_arn=key.key_arn,
-                account_keys_arn=stack.format_arn(service="kms", resource="key", resource_name="*"),
-                region=stack.region,
-            ),
-        )
-        assert project.role is not None
-        iam.PermissionsBoundary.of(project.role).apply(boundary)
-        cfn_handler = handler.node.default_child
-        assert isinstance(cfn_handler, lambda_.CfnFunction)
-        cfn_handler.runtime = HANDLER_RUNTIME
-        self._answer_ended_builds(project, group, key)
         return project
+    key = kms.Key(
+        owner,
+        "BuildKey",
+        enable_key_rotation=True,
+        description="Image builds: CodeBuild artifacts and build logs",
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+    key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
+    group = _encrypted_log_group(owner, "BuildLogs", key)
+    _configure_project(project, key, group)
+    key.grant_encrypt_decrypt(project)
+    group.grant_write(project)
+    boundary = iam.ManagedPolicy(
+        owner,
+        "BuildBoundary",
+        description="Boundary of the image-build role: read the build contexts, push to the platform's repository",
+        statements=build_boundary_statements(
+            context_object_arns=context_arns,
+            repository_arn=repository.repository_arn,
+            log_group_arn=_log_group_arn(stack, group.log_group_name),
+            key_arn=key.key_arn,
+            account_keys_arn=stack.format_arn(service="kms", resource="key", resource_name="*"),
+            region=stack.region,
+        ),
+    )
+    assert project.role is not None
+    iam.PermissionsBoundary.of(project.role).apply(boundary)
+    setattr(stack, _HARDENED, boundary)
+    cfn_handler = handler.node.default_child
+    assert isinstance(cfn_handler, lambda_.CfnFunction)
+    cfn_handler.runtime = HANDLER_RUNTIME
+    _answer_ended_builds(owner, project, group, key)
+    acknowledge_image_builds(owner)
+    return project
 
-    def _answer_ended_builds(
-        self, project: codebuild.Project, build_logs: logs.LogGroup, key: kms.Key
-    ) -> None:
-        """A build that ends before its ``post_build`` (stopped at its limit, by hand, or failed in
-        CodeBuild) answers CloudFormation through :mod:`trainium_eks.images.build_responder`, with its
-        last log lines, instead of leaving the stack to wait out the custom resource's hour."""
-        stack = Stack.of(self)
-        own_logs = logs.LogGroup(
-            self,
-            "BuildResponderLogs",
-            retention=logs.RetentionDays.ONE_MONTH,
-            encryption_key=key,
-            removal_policy=RemovalPolicy.DESTROY,
+
+def _configure_project(project: codebuild.Project, key: kms.Key, group: logs.LogGroup) -> None:
+    """The project's key, limits, logs and buildspec (one that skips a tag already pushed)."""
+    cfn_project = project.node.default_child
+    assert isinstance(cfn_project, codebuild.CfnProject)
+    # Attribute setters, not overrides: cdk-nag reads the properties (CB4).
+    cfn_project.encryption_key = key.key_arn
+    cfn_project.timeout_in_minutes = image_build.BUILD_TIMEOUT_MINUTES
+    cfn_project.queued_timeout_in_minutes = image_build.BUILD_QUEUED_TIMEOUT_MINUTES
+    cfn_project.logs_config = codebuild.CfnProject.LogsConfigProperty(
+        cloud_watch_logs=codebuild.CfnProject.CloudWatchLogsConfigProperty(
+            status="ENABLED", group_name=group.log_group_name
         )
+    )
+    cfn_project.add_property_override("Environment.ComputeType", image_build.BUILD_COMPUTE_TYPE)
+    source = Stack.of(project).resolve(cfn_project.source)
+    cfn_project.source = codebuild.CfnProject.SourceProperty(
+        type=source["type"],
+        build_spec=json.dumps(image_build.skip_existing_tag(json.loads(source["buildSpec"])), indent=2),
+    )
 
-        def group_arns(name: str) -> list[str]:
-            arn = stack.format_arn(
-                service="logs",
-                resource="log-group",
-                resource_name=name,
-                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+
+def _answer_ended_builds(
+    owner: Construct, project: codebuild.Project, build_logs: logs.LogGroup, key: kms.Key
+) -> None:
+    """A build that ends before its ``post_build`` (stopped at its limit, by hand, or failed in
+    CodeBuild) answers CloudFormation through :mod:`trainium_eks.images.build_responder`, with its
+    last log lines, instead of leaving the stack to wait out the custom resource's hour."""
+    stack = Stack.of(owner)
+    own_logs = logs.LogGroup(
+        owner,
+        "BuildResponderLogs",
+        retention=logs.RetentionDays.ONE_MONTH,
+        encryption_key=key,
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+
+    def group_arns(name: str) -> list[str]:
+        arn = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return [arn, f"{arn}:*"]
+
+    role = iam.Role(
+        owner,
+        "BuildResponderRole",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        description="Answers CloudFormation for an image build that ended before answering it",
+        inline_policies={
+            "Answer": iam.PolicyDocument(
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["codebuild:BatchGetBuilds"], resources=[project.project_arn]
+                    ),
+                    iam.PolicyStatement(
+                        actions=["logs:GetLogEvents"], resources=group_arns(build_logs.log_group_name)
+                    ),
+                    iam.PolicyStatement(
+                        actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                        resources=group_arns(own_logs.log_group_name),
+                    ),
+                ]
             )
-            return [arn, f"{arn}:*"]
-
-        role = iam.Role(
-            self,
-            "BuildResponderRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Answers CloudFormation for an image build that ended before answering it",
-            inline_policies={
-                "Answer": iam.PolicyDocument(
-                    statements=[
-                        iam.PolicyStatement(
-                            actions=["codebuild:BatchGetBuilds"], resources=[project.project_arn]
-                        ),
-                        iam.PolicyStatement(
-                            actions=["logs:GetLogEvents"], resources=group_arns(build_logs.log_group_name)
-                        ),
-                        iam.PolicyStatement(
-                            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                            resources=group_arns(own_logs.log_group_name),
-                        ),
-                    ]
-                )
-            },
-        )
-        function = lambda_.Function(
-            self,
-            "BuildResponder",
-            runtime=lambda_.Runtime.PYTHON_3_14,
-            handler="index.handler",
-            # Its source file as it is, not the module: importing it would import boto3 at synth.
-            code=lambda_.Code.from_inline(_RESPONDER_SOURCE.read_text()),
-            timeout=Duration.minutes(1),
-            role=role,
-            log_group=own_logs,
-            # No reserved concurrency: Lambda reserves at most the account's unreserved concurrency
-            # minus 100 (Lambda Developer Guide, "Configuring reserved concurrency for a
-            # function"), so on an account whose quota is 10, as new accounts' often is, any
-            # reservation fails the stack. Nothing needs one: the rule sends one event per ended
-            # build, two builds a deploy.
-            description="Answers CloudFormation for an image build that ended before answering it",
-        )
-        events.Rule(
-            self,
-            "BuildEnded",
-            description="Image builds that ended without success: answer their custom resource",
-            event_pattern=events.EventPattern(
-                source=["aws.codebuild"],
-                detail_type=["CodeBuild Build State Change"],
-                detail={"project-name": [project.project_name], "build-status": list(ENDED_WITHOUT_SUCCESS)},
-            ),
-            targets=[targets.LambdaFunction(function, retry_attempts=2)],
-        )
+        },
+    )
+    function = lambda_.Function(
+        owner,
+        "BuildResponder",
+        runtime=lambda_.Runtime.PYTHON_3_14,
+        handler="index.handler",
+        # Its source file as it is, not the module: importing it would import boto3 at synth.
+        code=lambda_.Code.from_inline(_RESPONDER_SOURCE.read_text()),
+        timeout=Duration.minutes(1),
+        role=role,
+        log_group=own_logs,
+        # No reserved concurrency: Lambda reserves at most the account's unreserved concurrency
+        # minus 100 (Lambda Developer Guide, "Configuring reserved concurrency for a
+        # function"), so on an account whose quota is 10, as new accounts' often is, any
+        # reservation fails the stack. Nothing needs one: the rule sends one event per ended
+        # build, two builds a deploy.
+        description="Answers CloudFormation for an image build that ended before answering it",
+    )
+    events.Rule(
+        owner,
+        "BuildEnded",
+        description="Image builds that ended without success: answer their custom resource",
+        event_pattern=events.EventPattern(
+            source=["aws.codebuild"],
+            detail_type=["CodeBuild Build State Change"],
+            detail={"project-name": [project.project_name], "build-status": list(ENDED_WITHOUT_SUCCESS)},
+        ),
+        targets=[targets.LambdaFunction(function, retry_attempts=2)],
+    )
 
 
 def _encrypted_log_group(scope: Construct, id: str, key: kms.IKey) -> logs.LogGroup:

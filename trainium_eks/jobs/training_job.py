@@ -13,7 +13,7 @@ from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, phase_plan, render_job
-from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
+from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.paths import JobPaths
 from trainium_job.phases import TrainingPhases, as_phases
@@ -25,6 +25,8 @@ from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
 from .job_submission import JobSubmission
+from .trainium_training_job import apply_gang, service_account
+from .trainium_training_job import job_outputs as job_commands
 
 __all__ = [
     "BertPretrainingJob",
@@ -190,64 +192,21 @@ class BertPretrainingJob(Construct):
         depends_on: Sequence[IConstruct],
     ) -> None:
         """The service account, then the job (its submitter, or the Volcano Job named after its
-        digest), both after ``depends_on``."""
-        sa = eks.KubernetesManifest(
-            self,
-            "ServiceAccount",
-            cluster=cluster,
-            manifest=[
-                {
-                    "apiVersion": "v1",
-                    "kind": "ServiceAccount",
-                    "metadata": {"name": self.service_account, "namespace": namespace},
-                    # No token unless a pod asks (its fabric check marks a node it names:
-                    # trainium_job.pod); no AWS role but the node health check's, with healing.
-                    "automountServiceAccountToken": False,
-                }
-            ],
-        )
+        digest), both after ``depends_on``: as any job of the library (:func:`apply_gang`)."""
+        sa = service_account(self, cluster, name=self.service_account, namespace=namespace)
         self.service_account_manifest = sa
-        for dependency in depends_on:
-            sa.node.add_dependency(dependency)
         image, waits = submit
-        if image is not None:
-            self.submission = JobSubmission(
-                self,
-                "Submission",
-                cluster=cluster,
-                namespace=namespace,
-                job_name=rendered.name,
-                digest=rendered.digest,
-                job=self.job,
-                image=image,
-                claim_name=claim_name,
-                waits=waits,
-                budget=rendered.description.budget,
-                depends_on=[sa, *depends_on],
-            )
-            self.manifest = self.submission.manifest
-            return
-        self.manifest = eks.KubernetesManifest(
-            self, f"Job{rendered.digest}", cluster=cluster, manifest=[self.job]
+        self.manifest, self.submission = apply_gang(
+            self,
+            cluster,
+            rendered,
+            namespace=namespace,
+            claim_name=claim_name,
+            service_account_manifest=sa,
+            submit_image=image,
+            submit_waits=waits,
+            depends_on=depends_on,
         )
-        self.manifest.node.add_dependency(sa, *depends_on)
-
-
-def job_commands(*, job_name: str, namespace: str) -> dict[str, str]:
-    """The commands a user types to watch a job (also the stack's outputs).
-
-    Rank 0 runs in pod ``worker-0`` with the c10d rendezvous: torch assigns node ranks in the
-    sorted order of the agents' host names (``_mark_rendezvous_complete`` in
-    torch/distributed/elastic/rendezvous/dynamic_rendezvous.py), and Volcano names the pods
-    ``<job>-worker-<index>``. The etcd rendezvous ranks nodes by arrival instead: there, rank 0's
-    lines (the only INFO lines) may come from another pod (``kubectl logs -l trainium-eks/job=``).
-    """
-    pod0 = pod_host_name(job_name, 0)
-    return {
-        "Rank0Logs": f"kubectl logs -n {namespace} -f {pod0}",
-        "JobStatus": f"kubectl get vcjob -n {namespace} {job_name} -o wide",
-        "NeuronTop": f"kubectl exec -n {namespace} -it {pod0} -- neuron-top",
-    }
 
 
 def add_job_outputs(scope: Construct, *, job: BertPretrainingJob, namespace: str) -> None:

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainium_job.pod import APP_LABEL
 from trainium_job.pod_program.metrics import PROGRAM_METRICS_PORT, PROGRAM_METRICS_PORT_NAME
 from trainium_job.telemetry import JOB_LABEL, METRICS_PORT, METRICS_PORT_NAME
 
 from .names import NAMESPACE, RELEASE_LABEL, TRAINING_JOB_LABEL, node_relabeling
 
 API = "monitoring.coreos.com/v1"
+#: Every training gang's pods: they carry their job's name (``trainium_job.gang``), whatever their
+#: ``app.kubernetes.io/name``.
+TRAINING_PODS: dict[str, Any] = {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]}
 
 
 def _meta_label(label: str) -> str:
@@ -39,7 +41,7 @@ def pod_monitor(
     name: str,
     *,
     namespace: str,
-    selector: dict[str, str],
+    selector: dict[str, Any],
     endpoint: dict[str, Any] | list[dict[str, Any]],
     target_namespaces: list[str] | None = None,
     relabelings: list[dict[str, Any]] | None = None,
@@ -48,7 +50,7 @@ def pod_monitor(
     scraping ``endpoint`` (one, or several ports of the same pods)."""
     endpoints = endpoint if isinstance(endpoint, list) else [endpoint]
     spec: dict[str, Any] = {
-        "selector": {"matchLabels": dict(selector)},
+        "selector": dict(selector) if "matchExpressions" in selector else {"matchLabels": dict(selector)},
         "podMetricsEndpoints": [
             {**e, "relabelings": [node_relabeling(), *(relabelings or [])]} for e in endpoints
         ],
@@ -65,11 +67,12 @@ def pod_monitor(
 
 def training_pod_monitor(training_namespace: str) -> dict[str, Any]:
     """The training pods' metrics ports (the trainer's, the pod program's), with the pod's job name
-    as ``training_job``."""
+    as ``training_job``: every training gang's pods, the BERT job's and a job of the user's own
+    program (:data:`TRAINING_PODS`)."""
     return pod_monitor(
         "bert-training",
         namespace=NAMESPACE,
-        selector=APP_LABEL,
+        selector=TRAINING_PODS,
         target_namespaces=[training_namespace],
         endpoint=[
             {"port": METRICS_PORT_NAME, "path": "/metrics"},
@@ -88,10 +91,10 @@ def training_ingress_policy(training_namespace: str) -> dict[str, Any]:
         "kind": "NetworkPolicy",
         "metadata": {"name": "bert-training-ingress", "namespace": training_namespace},
         "spec": {
-            "podSelector": {"matchLabels": dict(APP_LABEL)},
+            "podSelector": dict(TRAINING_PODS),
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": [{"podSelector": {"matchLabels": dict(APP_LABEL)}}]},
+                {"from": [{"podSelector": dict(TRAINING_PODS)}]},
                 {
                     "from": [
                         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}

@@ -23,6 +23,7 @@ from trainium_eks.images.training_image import (
     image_tag,
 )
 from trainium_job.neuron_stack import NEURON_STACK
+from trainium_job.pod import IMAGE_LIBRARY_DIR, RUNTIME_PACKAGES
 
 BASE = NEURON_STACK.base_image
 
@@ -58,46 +59,55 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
     assert not any("__pycache__" in n for n in names)
 
 
-def _training_imports(path: Path) -> set[str]:
-    """The ``training....`` modules a module imports (dotted names)."""
-    import ast
-
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "training":
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "training"}
-    return found
-
-
-def _copied_training_files(dockerfile: str) -> set[str]:
-    """The files of ``training/`` the Dockerfile's ``COPY training/...`` instructions take."""
+def _copy_as_docker_would(dockerfile: str, context: Path, into: Path) -> Path:
+    """The files the Dockerfile's ``COPY`` instructions put under its ``WORKDIR``, copied from
+    ``context`` into ``into`` (a source ending in ``/`` is a folder, copied whole); the WORKDIR."""
     text = (DOCKER_DIR / dockerfile).read_text().replace("\\\n", " ")
-    files = set()
+    workdir = into
     for line in text.splitlines():
         words = line.split()
-        if words[:1] == ["COPY"] and words[1].startswith("training/"):
-            files |= {w for w in words[1:-1] if w.endswith(".py")}
-    return files
+        if words[:1] == ["WORKDIR"]:
+            workdir = into / words[1].lstrip("/")
+        elif words[:1] == ["COPY"] and not words[1].startswith("--"):
+            *sources, target = words[1:]
+            destination = (into / target.lstrip("/")) if target.startswith("/") else workdir / target
+            for source in sources:
+                if source.endswith("/"):
+                    shutil.copytree(context / source, destination, dirs_exist_ok=True)
+                else:
+                    destination.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(context / source, destination / Path(source).name)
+    return workdir
 
 
-def test_given_the_tools_image_then_the_training_modules_it_copies_import_only_each_other():
-    # Given the files the tools Dockerfile copies from training/ (its exporters' entry points)
-    copied = _copied_training_files("tensorboard.Dockerfile")
-    context = Path(build_context(None))
-    # When each one's imports of the training package are read
-    needed = set()
-    for file in copied:
-        for module in _training_imports(context / file):
-            parts = module.split(".")
-            needed.add("/".join(parts) + ".py")
-            needed |= {"/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts))}
-    # Then the image holds every one of them (a python -m of an exporter would fail otherwise), and
-    # the package files of each entry point
-    assert {"training/node/efa_exporter.py", "training/node/fsx_exporter.py"} <= copied
-    assert {"training/__init__.py", "training/node/__init__.py"} <= copied
-    assert needed - copied == set()
+def test_given_the_tools_image_then_it_holds_what_its_programs_and_a_jobs_runtime_import(tmp_path):
+    # Given the files the tools Dockerfile copies from the build context, where it copies them
+    workdir = _copy_as_docker_would("tensorboard.Dockerfile", Path(build_context(None)), tmp_path)
+    # Then the folder the runtime init container copies from is the image's WORKDIR, with each
+    # package it copies (trainium_job.pod)
+    assert workdir == tmp_path / IMAGE_LIBRARY_DIR.lstrip("/")
+    assert all((workdir / package / "__init__.py").is_file() for package in RUNTIME_PACKAGES)
+    # When the image's programs and those a job's pods run from the copy are imported from there alone
+    programs = [
+        "training.node.efa_exporter",
+        "training.node.fsx_exporter",
+        "training.launch.submit",
+        "trainium_job.pod_program.__main__",
+        "training.node.driver_check",
+        "training.node.fabric_check",
+    ]
+    script = f"import sys; sys.path.insert(0, {str(workdir)!r}); " + "; ".join(
+        f"import {m}" for m in programs
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script + "; print(training.__file__, trainium_job.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # Then each imports (a module the Dockerfile leaves out fails here, not in a pod)
+    assert result.returncode == 0, result.stderr
+    assert all(path.startswith(str(workdir)) for path in result.stdout.split()), result.stdout
 
 
 def test_given_a_changed_context_file_then_the_tag_changes_and_an_unchanged_one_keeps_it(tmp_path):
