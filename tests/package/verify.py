@@ -8,8 +8,8 @@ of the user's own program) synthesizes with the installed copy from a folder out
 repository, beside a ``training`` package of the app's own; ``mypy --strict`` passes over each
 against the installed package (with ``TRAINIUM_EKS_MYPY``, the development venv's mypy); the
 package carries its version, dependencies, data (the images' build contexts) and only its own
-top-level names; and the doctor refuses cleanly without credentials. ``tests/package/test_package.py`` runs the same assembly
-checks on the checkout in ``make test``.
+top-level names; and the doctor refuses cleanly without credentials.
+``tests/package/test_package.py`` runs the same assembly checks on the checkout in ``make test``.
 """
 
 from __future__ import annotations
