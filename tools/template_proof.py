@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/template_proof.py snapshot DIR    # before the change (and after)
     .venv/bin/python tools/template_proof.py compare OLD NEW  # cmp of every file; exit 1 on a difference
+    .venv/bin/python tools/template_proof.py changes OLD NEW  # what differs, resource by resource
 
 A snapshot holds three sets: every configuration in ``tests.support.VARIANTS`` as synthesized
 (``variants/``), the same with the image build context held to its Dockerfiles (``held/``: an edit
@@ -9,6 +10,10 @@ to ``training/`` or ``trainium_job/``, which the context ships and hashes into t
 image tag, does not show there), and the default app's real ``cdk synth`` (``cdkout/``). The
 ``*.metadata.json`` files are left out of the comparison: they hold the jsii kernel's temporary
 paths, which differ between two synths of the same tree.
+
+``changes`` is for a change that means to alter templates: per template, the resources added,
+removed and changed (logical ID and type; for a Kubernetes manifest, the objects in it by kind and
+name), and the outputs, so each difference can be named as intended.
 """
 
 from __future__ import annotations
@@ -90,6 +95,69 @@ def compare(old: Path, new: Path) -> int:
     return 1 if differs else 0
 
 
+def _objects(resource: dict) -> dict[str, object]:
+    """A Kubernetes manifest resource's objects by ``kind/namespace/name`` (tokens left as they are)."""
+    manifest = resource.get("Properties", {}).get("Manifest")
+    if not isinstance(manifest, str):
+        return {}
+    try:
+        objects = json.loads(manifest)
+    except json.JSONDecodeError:
+        return {}
+    return {
+        f"{o.get('kind')}/{o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}": o
+        for o in objects
+        if isinstance(o, dict)
+    }
+
+
+def _template_changes(before: dict, after: dict) -> list[str]:
+    lines = []
+    old, new = before.get("Resources", {}), after.get("Resources", {})
+    for lid in sorted(set(old) - set(new)):
+        lines.append(f"  - {lid} ({old[lid]['Type']})")
+    for lid in sorted(set(new) - set(old)):
+        lines.append(f"  + {lid} ({new[lid]['Type']})")
+    for lid in sorted(set(old) & set(new)):
+        if old[lid] == new[lid]:
+            continue
+        keys = sorted(k for k in set(old[lid]) | set(new[lid]) if old[lid].get(k) != new[lid].get(k))
+        lines.append(f"  ~ {lid} ({new[lid]['Type']}): {', '.join(keys)}")
+        objects_before, objects_after = _objects(old[lid]), _objects(new[lid])
+        for key in sorted(set(objects_before) | set(objects_after)):
+            if objects_before.get(key) != objects_after.get(key):
+                sign = "-" if key not in objects_after else "+" if key not in objects_before else "~"
+                lines.append(f"      {sign} {key}")
+    outputs_before, outputs_after = before.get("Outputs", {}), after.get("Outputs", {})
+    for key in sorted(set(outputs_before) | set(outputs_after)):
+        if outputs_before.get(key) != outputs_after.get(key):
+            sign = "-" if key not in outputs_after else "+" if key not in outputs_before else "~"
+            lines.append(f"  {sign} output {key}")
+    return lines
+
+
+def changes(old: Path, new: Path) -> int:
+    """Print what differs in each template of the two snapshots; exit 1 if anything does."""
+    differs = 0
+    for part in PARTS:
+        before, after = set(_files(old / part)), set(_files(new / part))
+        for name in sorted(before ^ after):
+            print(f"{part}/{name}: {'removed' if name in before else 'added'}")
+            differs += 1
+        for name in sorted(before & after):
+            if not name.endswith(".json") or filecmp.cmp(old / part / name, new / part / name, shallow=False):
+                continue
+            lines = _template_changes(
+                json.loads((old / part / name).read_text()), json.loads((new / part / name).read_text())
+            )
+            print(f"{part}/{name}:" + ("" if lines else " (formatting only)"))
+            for line in lines:
+                print(line)
+            differs += 1
+    print("IDENTICAL" if not differs else f"CHANGED ({differs} files)")
+    return 1 if differs else 0
+
+
 if __name__ == "__main__":
     match sys.argv[1:]:
         case ["snapshot", out]:
@@ -98,5 +166,7 @@ if __name__ == "__main__":
             _write_variants(Path(out), held="--held" in flags)
         case ["compare", old, new]:
             sys.exit(compare(Path(old), Path(new)))
+        case ["changes", old, new]:
+            sys.exit(changes(Path(old), Path(new)))
         case _:
             sys.exit(__doc__)
