@@ -15,6 +15,9 @@ PRETRAIN: Final = "training.trainer.pretrain"
 IMPORT_NEURON: Final = "training.trainer.import_neuron"
 #: A checkpoint -> a Hugging Face folder (config.json, model.safetensors, tokenizer).
 EXPORT: Final = "training.trainer.export"
+#: An exported folder -> S3 (``s3://<model bucket>/<run>/model/``), each file with its SHA-256
+#: checksum, then read back and compared (training image, the exporting pod).
+UPLOAD_MODEL: Final = "training.trainer.upload_model"
 #: The data tool: text corpus -> HDF5 shards, on one machine.
 PREPARE_DATA: Final = "training.dataprep.prepare_data"
 #: The data tool as an Indexed Job across pods (the platform's dataset preparation, training image).
@@ -43,6 +46,7 @@ ENTRY_POINTS: Final[dict[str, str]] = {
     PRETRAIN: "training",
     IMPORT_NEURON: "training",
     EXPORT: "training",
+    UPLOAD_MODEL: "training",
     PREPARE_DATA: "training",
     PREPARE_INDEXED: "training",
     SHARD_FORMAT: "training",
