@@ -36,6 +36,15 @@ OPTIONAL_IMPORTS: dict[str, str] = {
     # botocore 1.44.8 botocore/httpsession.py L95-100: ``try: from certifi import where`` / ``except
     # ImportError:`` falls back to its own DEFAULT_CA_BUNDLE; botocore's metadata does not require it.
     "certifi": "botocore",
+    # kubernetes 36.0.3 kubernetes/dynamic/client.py L24-34: ``try: import kubernetes_validate`` /
+    # ``except ImportError:`` (validation off, a stand-in error class); not in its metadata.
+    "kubernetes-validate": "kubernetes",
+    # oauthlib 4.0.1 oauthlib/signals.py L6-13 (required by requests-oauthlib, by kubernetes):
+    # ``try: from blinker import Namespace`` / ``except ImportError:`` no-op signals.
+    "blinker": "oauthlib",
+    # jsonschema 4.26.0 jsonschema/_format.py L455-456 (required by kubernetes-validate):
+    # ``with suppress(ImportError): import jsonpointer`` (the json-pointer format unchecked).
+    "jsonpointer": "jsonschema",
 }
 
 #: Run in a fresh interpreter: import the modules named in argv and print, as JSON, every module
@@ -152,7 +161,12 @@ def _inside(path: Path, folder: Path) -> bool:
 def undeclared(loaded: dict[str, str | None], allowed: Iterable[str]) -> dict[str, list[str]]:
     """Distribution -> the modules it gave, for every distribution not in ``allowed``."""
     allow = {canonicalize_name(a) for a in allowed}
-    allow |= {optional for optional, importer in OPTIONAL_IMPORTS.items() if importer in allow}
+    # An optional import brings what it requires, which may import optionally in turn.
+    while True:
+        more = closure(o for o, importer in OPTIONAL_IMPORTS.items() if importer in allow) - allow
+        if not more:
+            break
+        allow |= more
     found: dict[str, list[str]] = {}
     for origin in origins(loaded):
         if origin.distribution is not None and origin.distribution not in allow:

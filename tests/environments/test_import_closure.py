@@ -101,8 +101,9 @@ def test_given_the_training_image_entry_points_then_they_load_only_its_requireme
     assert undeclared(loaded(TRAINING_IMAGE), training_image_requirements()) == {}
 
 
-def test_given_the_tools_image_entry_points_then_they_load_only_the_two_packages_it_installs():
-    assert tools_image_packages() == ["tensorboard", "prometheus-client"]
+def test_given_the_tools_image_entry_points_then_they_load_only_the_packages_it_installs():
+    # TensorBoard, the exporters' client, and the submitter's Kubernetes client.
+    assert tools_image_packages() == ["tensorboard", "prometheus-client", "kubernetes"]
     assert undeclared(loaded(TOOLS_IMAGE), closure(tools_image_packages())) == {}
 
 
