@@ -35,7 +35,7 @@ from aws_cdk import aws_eks_v2 as eks
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
-from .images.image_build import HANDLER_ID, PROJECT_ID
+from .deploy_time_build import HANDLER_ID, PROJECT_ID
 
 
 def _managed(policy: str) -> str:

@@ -41,7 +41,9 @@ NOT_PROP_CHECKS = {
     ("__init__", "UnknownProfile"),
     # The image-build library's singletons are named by the library: an upgrade that renames them
     # must be caught at synth (a programming error, not a user's value).
-    ("_harden", "LookupError"),
+    ("harden_builds", "LookupError"),
+    # The stack's image builds acknowledged twice: only their first owner calls it (harden_builds).
+    ("acknowledge_image_builds", "RuntimeError"),
     # A descriptor read on its class (the dataclass machinery looking for a field's default):
     # Python's protocol for "no such attribute" (trainium_eks.arguments.ClusterArgument).
     ("__get__", "AttributeError"),

@@ -37,14 +37,6 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
-#: Construct IDs the library gives its per-stack singletons (0.1.14: ``SingletonProject`` with
-#: uuid e83729fe-..., purpose ContainerImageBuildAmd64; ``SingletonFunction`` with uuid
-#: db740fd5-..., purpose DeployTimeBuildCustomResourceHandler). tests/contracts checks them.
-PROJECT_ID: Final = "ContainerImageBuildAmd64e83729feb1564e709bec452b15847a30amd64"
-HANDLER_ID: Final = "DeployTimeBuildCustomResourceHandlerdb740fd554364a848a09e6dfcd01f4f3"
-#: The newest Node.js Lambda runtime in aws-cdk-lib 2.275 (the library pins nodejs22.x as a raw
-#: string; its handler uses only the runtime's AWS SDK v3, which nodejs24.x also ships).
-HANDLER_RUNTIME: Final = "nodejs24.x"
 #: The training image's size (GB) assumed for the build's push and the nodes' pulls.
 TRAINING_IMAGE_GB: Final = 20.0
 #: Transfer rate assumed for a pull or a push inside the region (GB per minute).

@@ -42,9 +42,9 @@ from constructs import Construct
 import trainium_job
 
 from .. import _training
+from ..deploy_time_build import HANDLER_ID, HANDLER_RUNTIME, PROJECT_ID
 from ..nag import acknowledge_image_builds
 from . import image_build
-from .image_build import HANDLER_ID, HANDLER_RUNTIME, PROJECT_ID
 
 DOCKER_DIR = Path(__file__).resolve().parents[1] / "_docker"
 TRAINING_DIR = Path(_training.__file__).resolve().parent
