@@ -4,7 +4,8 @@ For the configured region, AZ IDs, instance type and node count it asks AWS (wit
 credentials; nothing is created) and prints one line per check, ``ok|warn|FAIL <check>: <what was
 found>; <fix>``: the Trn vCPU quota, the instance type in the Trainium AZ ID, a configured
 reservation or Capacity Block, the Kubernetes version in EKS, the CDK bootstrap version, the base
-image, the dataset source, the VPC and Elastic IP quotas, and once the platform is deployed, its
+image, the dataset sources (their sizes and staging times against the waits derived from the sizes
+synth assumes), the VPC and Elastic IP quotas, and once the platform is deployed, its
 model bucket (TLS only, encrypted, no public access). It exits 1 when any line is FAIL
 (a deployment would fail on it); ``warn`` lines (could not tell, or a cost to know of) are not
 blockers. The IAM actions it needs: :data:`~.aws.IAM_ACTIONS`.

@@ -1,14 +1,20 @@
 """What the deployment pulls in: the Kubernetes version from EKS, the base image, the datasets and
-phase 2's start checkpoint."""
+phase 2's start checkpoint (their sizes, and their staging times against the waits derived from
+the sizes synth assumed)."""
 
 from __future__ import annotations
 
 import urllib.error
+from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from trainium_job.neuron_stack import NEURON_STACK
 
+from ..config import PlatformConfig
+from ..jobs.dataset_staging import PUBLIC_SOURCE_BYTES
+from ..report.job_estimate import first_data_deadline, phase2_data_deadline, staging_estimates
 from ..versions import KUBERNETES_RELEASES
 from .aws import ACCESS_DENIED_CODES, error_code
 from .check_list import PUBLIC_ECR, ImageRef, head_manifest
@@ -81,21 +87,23 @@ def base_image(t: Target) -> Verdict:
 
 def dataset_source(t: Target) -> Verdict:
     """Phase 1's ``s3://`` dataset readable without signing, as its staging Job reads it
-    (``aws s3 cp|sync --no-sign-request``, trainium_eks.jobs.dataset_staging)."""
+    (``aws s3 cp|sync --no-sign-request``, trainium_eks.jobs.dataset_staging), its size and
+    staging time against the wait derived from the table's size (:func:`_staging_time`)."""
     c = t.config
     if not c.training_enabled or c.preparation_enabled:
         return Verdict(Status.OK, "not used (training_enabled=false or preparation_enabled=true)")
     if c.training_phases == "2":
         return Verdict(Status.OK, "not used (training_phases=2: phase 1 is not trained)")
-    return _readable_unsigned(t, c.training_dataset_source, "training_dataset_source")
+    return _readable_unsigned(t, c.training_dataset_source, "training_dataset_source", phase=1)
 
 
 def phase2_dataset_source(t: Target) -> Verdict:
-    """Phase 2's ``s3://`` dataset, as :func:`dataset_source` checks phase 1's."""
+    """Phase 2's ``s3://`` dataset, as :func:`dataset_source` checks phase 1's (staged with
+    ``preparation_enabled`` too: the preparation makes phase 1's shards only)."""
     c = t.config
-    if not c.training_enabled or c.preparation_enabled or c.training_phases == "1":
-        return Verdict(Status.OK, "not used (no phase 2 from a staged dataset)")
-    return _readable_unsigned(t, c.phase2_dataset_source, "phase2_dataset_source")
+    if not c.training_enabled or c.training_phases == "1":
+        return Verdict(Status.OK, "not used (no phase 2)")
+    return _readable_unsigned(t, c.phase2_dataset_source, "phase2_dataset_source", phase=2)
 
 
 def phase2_start(t: Target) -> Verdict:
@@ -106,12 +114,39 @@ def phase2_start(t: Target) -> Verdict:
     c = t.config
     if not c.training_enabled or c.training_phases != "2":
         return Verdict(Status.OK, "not used (phase 2 starts from phase 1's checkpoint)")
-    return _readable_unsigned(t, c.phase2_init_from, "phase2_init_from")
+    return _readable_unsigned(t, c.phase2_init_from, "phase2_init_from", phase=2)
 
 
-def _readable_unsigned(t: Target, source: str, key_name: str) -> Verdict:
-    """An ``s3://`` object (a ``.tar`` or a ``.pt``) or prefix readable without signing; a
-    source on FSx is not checked from here."""
+#: Keys of one ListObjectsV2 page: S3's most ("returns some or all (up to 1,000) of the objects",
+#: Amazon S3 API Reference, ListObjectsV2).
+LIST_PAGE_KEYS = 1000
+#: Pages read of a prefix source at most (100,000 objects; a shard set has hundreds): beyond,
+#: the size summed is a lower bound.
+LIST_PAGES = 100
+
+
+@dataclass(frozen=True)
+class Size:
+    """Bytes of a source: an object's ``ContentLength``, or the sum of a prefix's objects."""
+
+    bytes: int
+    #: Objects summed (1 for an object).
+    objects: int = 1
+    #: False when a prefix had more than :data:`LIST_PAGES` pages: ``bytes`` is a lower bound.
+    complete: bool = True
+
+    def words(self) -> str:
+        gb = f"{self.bytes / 1e9:,.1f} GB"
+        if self.objects == 1 and self.complete:
+            return gb
+        if not self.complete:
+            return f"at least {gb} in its first {self.objects:,} objects"
+        return f"{gb} in {self.objects:,} objects"
+
+
+def _readable_unsigned(t: Target, source: str, key_name: str, *, phase: int) -> Verdict:
+    """An ``s3://`` object (a ``.tar`` or a ``.pt``) or prefix readable without signing, and its
+    size against phase ``phase``'s staging wait; a source on FSx is not checked from here."""
     if not source.startswith("s3://"):
         return Verdict(Status.OK, f"{source} is read on FSx by the staging Job; not checked from here")
     bucket, _, key = source.removeprefix("s3://").partition("/")
@@ -122,10 +157,9 @@ def _readable_unsigned(t: Target, source: str, key_name: str) -> Verdict:
     )
     try:
         if key.endswith((".tar", ".pt")):
-            head = s3.head_object(Bucket=bucket, Key=key)
-            size = head["ContentLength"] / 1e9
-            return Verdict(Status.OK, f"{source} is readable without signing ({size:,.1f} GB)")
-        listing = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+            size = Size(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        else:
+            size = _prefix_size(s3, bucket, key)
     except ClientError as err:
         code = error_code(err)
         if code in ACCESS_DENIED_CODES:
@@ -133,6 +167,64 @@ def _readable_unsigned(t: Target, source: str, key_name: str) -> Verdict:
         if code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound"):
             return Verdict(Status.FAIL, f"{source} does not exist ({code})", f"check {key_name}")
         raise
-    if listing.get("KeyCount", 0) == 0:
+    if size.objects == 0:
         return Verdict(Status.FAIL, f"no objects under {source}", f"check {key_name}")
-    return Verdict(Status.OK, f"{source} lists without signing")
+    return _staging_time(t.config, source, size, phase=phase)
+
+
+def _prefix_size(s3: Any, bucket: str, prefix: str) -> Size:
+    """The objects under ``prefix`` summed, as ``aws s3 sync`` copies them all, page by page up
+    to :data:`LIST_PAGES`."""
+    ask: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": LIST_PAGE_KEYS}
+    total = objects = 0
+    for _ in range(LIST_PAGES):
+        page = s3.list_objects_v2(**ask)
+        for row in page.get("Contents", ()):
+            total, objects = total + row["Size"], objects + 1
+        if not page.get("IsTruncated"):
+            return Size(total, objects)
+        ask["ContinuationToken"] = page["NextContinuationToken"]
+    return Size(total, objects, complete=False)
+
+
+def _staging_time(c: PlatformConfig, source: str, size: Size, *, phase: int) -> Verdict:
+    """The source's size and its phase's staging estimate at that size (the review's, with the
+    size read instead of the table's), against the wait for that staging: warn when the wait is
+    shorter than twice the estimate (the rule the derived waits follow, trainium_eks.jobs.staging_eta),
+    as it is when the source is larger than the table's figure the wait was derived from."""
+    real = staging_estimates(c, sizes={**PUBLIC_SOURCE_BYTES, source: size.bytes})[phase]
+    after_phase1 = phase == 2 and c.training_phases == "both"
+    wait = phase2_data_deadline(c) if after_phase1 else first_data_deadline(c)
+    table = PUBLIC_SOURCE_BYTES.get(source)
+    short_min = max(real.deadline_s - wait.seconds, 0) // 60
+    head = f"{source} is readable without signing: {size.words()}"
+    if not short_min and size.complete:
+        listed = f" (the table's {table / 1e9:,.1f} GB)" if table is not None else ""
+        return Verdict(
+            Status.OK,
+            f"{head}{listed}; staging: {real.explain()}, within its wait of {wait.seconds // 60} min",
+        )
+    if wait.why == "training_data_deadline_minutes":
+        derived = "its wait set by training_data_deadline_minutes"
+    elif table is not None and size.bytes > table:
+        more = (size.bytes - table) / 1e9
+        derived = f"{more:,.1f} GB more than the table's {table / 1e9:,.1f} GB its wait is derived from"
+    else:
+        derived = "a size synth does not know"
+    found = f"{head}, {derived}; staging: {real.explain()}; its wait allows {wait.seconds // 60} min"
+    if size.complete:
+        found += f", {short_min} min short of twice the estimate"
+    else:
+        found += ": the whole prefix takes longer"
+    if after_phase1:
+        under = f"{short_min} min" if size.complete else "the whole prefix's staging time"
+        return Verdict(
+            Status.WARN,
+            found,
+            f"none needed unless phase 1 takes under {under}: phase 2 is staged while phase 1 trains, "
+            "and this wait (no key sets it) starts when phase 1 ends",
+        )
+    least = f"at least {real.deadline_s // 60}"
+    if not size.complete:
+        least = f"twice the whole prefix's staging time ({least})"
+    return Verdict(Status.WARN, found, f"set training_data_deadline_minutes to {least}")

@@ -87,7 +87,8 @@ NEURON_PHASE1_CHECKPOINT = (
 )
 #: Bytes of each public source synth knows, for the review's staging time and the deadlines derived
 #: from it (``trainium_eks.jobs.staging_eta``; ``make doctor`` reads the real ``ContentLength``
-#: with an unsigned HeadObject, as staging reads the objects, and warns when it is larger):
+#: with an unsigned HeadObject, as staging reads the objects, and warns when the wait derived
+#: from this figure is shorter than twice the staging time at the real size):
 #:
 #: * the seq-128 tar: "BERT phase1 pretraining uses a 50+ GB WikiCorpus dataset"
 #:   (aws-neuron/aws-neuron-eks-samples ``dp_bert_hf_pretrain/README.md`` L389 at cecff9e; the

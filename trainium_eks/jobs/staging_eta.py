@@ -16,6 +16,7 @@ estimate is taken from list figures, the deadline is what a healthy staging neve
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -81,11 +82,18 @@ def fsx_bytes_per_s(storage_gib: int, mb_s_per_tib: int) -> float:
 
 
 def staging_estimate(
-    source: str, *, bytes_per_s: float, start: str = "", on_dataset_node: bool = True
+    source: str,
+    *,
+    bytes_per_s: float,
+    start: str = "",
+    on_dataset_node: bool = True,
+    sizes: Mapping[str, int] = PUBLIC_SOURCE_BYTES,
 ) -> StagingEstimate:
-    """The estimate of a staging Job of ``source`` (and ``start``) at ``bytes_per_s``."""
-    size = PUBLIC_SOURCE_BYTES.get(source)
-    start_size = PUBLIC_SOURCE_BYTES.get(start) if start.startswith("s3://") else None
+    """The estimate of a staging Job of ``source`` (and ``start``) at ``bytes_per_s``, from the
+    bytes of each source in ``sizes`` (default: the table synth knows; ``make doctor`` passes the
+    sizes it reads from S3)."""
+    size = sizes.get(source)
+    start_size = sizes.get(start) if start.startswith("s3://") else None
     unknown = size is None or (start.startswith("s3://") and start_size is None)
     moved = None
     if not unknown:

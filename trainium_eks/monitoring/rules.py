@@ -142,7 +142,8 @@ def _program_alerts() -> list[Alert]:
             "Every wait of the pod has a deadline (the review's staging lines) and ends the job when it "
             "passes, so its own bound was not kept: kubectl logs of the pod says what it waits for "
             "(its dataset, the precompile, the checks). Delete the job's submitter (kubectl delete job -n "
-            "training submit-<job>) to release the nodes; it is created again by the next deploy.",
+            "training submit-<job>): its Volcano Job goes with it and the nodes are released. A deploy "
+            "with unchanged settings applies nothing: destroy the training stack and deploy it again.",
         ),
         Alert(
             "TrainingBudgetNearCeiling",

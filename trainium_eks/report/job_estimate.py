@@ -3,6 +3,7 @@ the figures the review prints and the workload turns into the pods' deadlines an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainium_job.estimates import CHECKS_MINUTES, PhaseWork, default_budget_usd, job_hours
@@ -11,6 +12,7 @@ from trainium_job.spec import BertJobSpec
 from .._training.trainer.cli import build_parser
 from ..config import PlatformConfig
 from ..images.image_build import pull_minutes
+from ..jobs.dataset_staging import PUBLIC_SOURCE_BYTES
 from ..jobs.staging_eta import StagingEstimate, fsx_bytes_per_s, staging_estimate
 from ..nodes.gang_wait import NODE_LAUNCH_MINUTES, health_check_minutes
 from ..storage.fsx import resolved_throughput
@@ -77,19 +79,26 @@ def fsx_rate(c: PlatformConfig) -> float:
     return fsx_bytes_per_s(c.fsx_storage_gib, per_tib)
 
 
-def staging_estimates(c: PlatformConfig) -> dict[int, StagingEstimate]:
-    """Phase number -> its staging Job's estimate (none for a phase whose shards are prepared)."""
+def staging_estimates(
+    c: PlatformConfig, sizes: Mapping[str, int] = PUBLIC_SOURCE_BYTES
+) -> dict[int, StagingEstimate]:
+    """Phase number -> its staging Job's estimate (none for a phase whose shards are prepared),
+    from the sources' bytes in ``sizes`` (default: the table the deadlines are derived from)."""
     on_dataset_node = c.trainium_capacity == "karpenter"
     rate = fsx_rate(c)
     found = {}
     if not c.preparation_enabled and c.training_phases != "2":
         found[1] = staging_estimate(
-            c.training_dataset_source, bytes_per_s=rate, on_dataset_node=on_dataset_node
+            c.training_dataset_source, bytes_per_s=rate, on_dataset_node=on_dataset_node, sizes=sizes
         )
     if c.training_phases != "1":
         start = c.phase2_init_from if c.training_phases == "2" else ""
         found[2] = staging_estimate(
-            c.phase2_dataset_source, bytes_per_s=rate, start=start, on_dataset_node=on_dataset_node
+            c.phase2_dataset_source,
+            bytes_per_s=rate,
+            start=start,
+            on_dataset_node=on_dataset_node,
+            sizes=sizes,
         )
     return found
 

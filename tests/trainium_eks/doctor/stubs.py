@@ -322,31 +322,38 @@ def head_object_call(bucket: str, key: str, size: int = 45_000_000_000) -> Call:
     )
 
 
-def list_objects_call(bucket: str, prefix: str, count: int) -> Call:
+def list_objects_call(
+    bucket: str, prefix: str, sizes: Iterable[int] = (), *, after: str | None = None, more: str | None = None
+) -> Call:
+    """One page of ListObjectsV2 under ``prefix``: objects of ``sizes`` bytes; ``after``: the
+    continuation token the request carries; ``more``: the next page's token (the page is
+    truncated)."""
+    sizes = list(sizes)
+    first = 0 if after is None else int(after.rsplit("-", 1)[1])
     contents = [
         {
-            "Key": f"{prefix}part_training_{i}.hdf5",
+            "Key": f"{prefix}part_training_{first + i}.hdf5",
             "LastModified": dt.datetime(2023, 3, 1, tzinfo=dt.timezone.utc),
             "ETag": '"0123456789abcdef0123456789abcdef"',
-            "Size": 1_000_000,
+            "Size": size,
             "StorageClass": "STANDARD",
         }
-        for i in range(count)
+        for i, size in enumerate(sizes)
     ]
-    return Call(
-        "s3",
-        "ListObjectsV2",
-        {
-            "IsTruncated": False,
-            "Contents": contents,
-            "Name": bucket,
-            "Prefix": prefix,
-            "MaxKeys": 1,
-            "KeyCount": count,
-        },
-        {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1},
-        unsigned=True,
-    )
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
+    response: dict[str, Any] = {
+        "IsTruncated": more is not None,
+        "Contents": contents,
+        "Name": bucket,
+        "Prefix": prefix,
+        "MaxKeys": 1000,
+        "KeyCount": len(contents),
+    }
+    if after is not None:
+        params["ContinuationToken"] = response["ContinuationToken"] = after
+    if more is not None:
+        response["NextContinuationToken"] = more
+    return Call("s3", "ListObjectsV2", response, params, unsigned=True)
 
 
 # --- the registry -----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Kubernetes version in EKS, the base image in its registry, the dataset readable without signing."""
+"""Kubernetes version in EKS, the base image in its registry, the datasets readable without signing,
+their sizes against the waits derived from the sizes synth assumed."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from trainium_eks.jobs.dataset_staging import (
     NEURON_PHASE1_CHECKPOINT,
     PUBLIC_BERT_SHARDS,
     PUBLIC_BERT_SHARDS_512,
+    PUBLIC_SOURCE_BYTES,
 )
+from trainium_eks.jobs.staging_eta import UNKNOWN_SIZE_DEADLINE_S
+from trainium_eks.report.job_estimate import first_data_deadline, phase2_data_deadline
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
 from trainium_job.neuron_stack import NEURON_STACK
 
@@ -103,6 +107,12 @@ def test_given_a_refused_token_when_checked_then_the_status_is_reported():
 
 
 BUCKET, KEY = PUBLIC_BERT_SHARDS.removeprefix("s3://").split("/", 1)
+#: The table's figure of the public tar, which the default waits are derived from.
+TABLE_BYTES = PUBLIC_SOURCE_BYTES[PUBLIC_BERT_SHARDS]
+
+
+def minutes(seconds: int) -> int:
+    return seconds // 60
 
 
 def test_given_the_public_tar_when_checked_then_it_is_read_unsigned_like_the_staging_job():
@@ -111,7 +121,55 @@ def test_given_the_public_tar_when_checked_then_it_is_read_unsigned_like_the_sta
     aws.assert_all_asked()
     assert verdict.status is Status.OK
     assert aws.asked == [("s3", True)]
-    assert "readable without signing (45.0 GB)" in verdict.found
+    assert verdict.found.startswith(f"{PUBLIC_BERT_SHARDS} is readable without signing: 45.0 GB")
+
+
+@pytest.mark.parametrize("size", [TABLE_BYTES, TABLE_BYTES - 5 * 10**9], ids=["equal", "smaller"])
+def test_given_the_tar_no_larger_than_the_table_when_checked_then_ok_with_its_staging_time(size):
+    # HeadObject's ContentLength is the object's size in bytes (Amazon S3 API Reference,
+    # HeadObject, "Content-Length"): the bytes `aws s3 cp` streams into the staging Job.
+    aws = aws_with([head_object_call(BUCKET, KEY, size=size)])
+    verdict = sources.dataset_source(target(aws))
+    wait = minutes(first_data_deadline(config()).seconds)
+    assert verdict.status is Status.OK and verdict.fix == ""
+    assert (
+        f": {size / 1e9:,.1f} GB (the table's 50.0 GB); staging: {size / 1e9:,.0f} GB at the file system's"
+        in (verdict.found)
+    )
+    assert verdict.found.endswith(f"min, within its wait of {wait} min")
+
+
+def test_given_the_tar_larger_than_the_table_when_checked_then_warn_with_the_wait_it_needs():
+    aws = aws_with([head_object_call(BUCKET, KEY, size=TABLE_BYTES + 10 * 10**9)])
+    verdict = sources.dataset_source(target(aws))
+    wait = minutes(first_data_deadline(config()).seconds)
+    assert verdict.status is Status.WARN
+    assert "60.0 GB, 10.0 GB more than the table's 50.0 GB its wait is derived from" in verdict.found
+    assert "staging: 60 GB at the file system's" in verdict.found
+    needed = int(verdict.fix.removeprefix("set training_data_deadline_minutes to at least "))
+    assert needed > wait
+    assert verdict.found.endswith(
+        f"its wait allows {wait} min, {needed - wait} min short of twice the estimate"
+    )
+
+
+def test_given_the_wait_the_fix_names_when_checked_again_then_ok():
+    larger = head_object_call(BUCKET, KEY, size=TABLE_BYTES + 10 * 10**9)
+    fix = sources.dataset_source(target(aws_with([larger]))).fix
+    needed = fix.removeprefix("set training_data_deadline_minutes to at least ")
+    verdict = sources.dataset_source(
+        target(aws_with([larger]), config(training_data_deadline_minutes=needed))
+    )
+    assert verdict.status is Status.OK
+    assert verdict.found.endswith(f"within its wait of {needed} min")
+
+
+def test_given_a_wait_set_shorter_than_twice_the_staging_when_checked_then_warn_naming_the_key():
+    aws = aws_with([head_object_call(BUCKET, KEY, size=TABLE_BYTES)])
+    verdict = sources.dataset_source(target(aws, config(training_data_deadline_minutes="10")))
+    assert verdict.status is Status.WARN
+    assert "50.0 GB, its wait set by training_data_deadline_minutes" in verdict.found
+    assert "its wait allows 10 min, 40 min short of twice the estimate" in verdict.found
 
 
 @pytest.mark.parametrize(
@@ -131,11 +189,69 @@ def test_given_a_private_source_when_checked_then_the_fix_names_the_fsx_import()
     assert "fsx_s3_import_uri" in verdict.fix
 
 
-@pytest.mark.parametrize(("count", "status"), [(1, Status.OK), (0, Status.FAIL)])
-def test_given_a_prefix_source_when_checked_then_it_must_list_objects(count, status):
-    source = "s3://my-bucket/bert/shards/"
-    aws = aws_with([list_objects_call("my-bucket", "bert/shards/", count)])
-    assert sources.dataset_source(target(aws, config(training_dataset_source=source))).status is status
+PREFIX = "s3://my-bucket/bert/shards/"
+
+
+def test_given_a_prefix_source_when_checked_then_every_page_is_summed_unsigned():
+    # ListObjectsV2 answers at most MaxKeys keys a page; IsTruncated with NextContinuationToken
+    # asks for the next, sent back as ContinuationToken (Amazon S3 API Reference, ListObjectsV2).
+    aws = aws_with(
+        [
+            list_objects_call("my-bucket", "bert/shards/", [2 * 10**9] * 3, more="page-3"),
+            list_objects_call("my-bucket", "bert/shards/", [10**9] * 2, after="page-3"),
+        ]
+    )
+    verdict = sources.dataset_source(target(aws, config(training_dataset_source=PREFIX)))
+    aws.assert_all_asked()
+    assert verdict.status is Status.OK
+    assert verdict.found.startswith(
+        f"{PREFIX} is readable without signing: 8.0 GB in 5 objects; staging: 8 GB"
+    )
+    # Not in the table: its wait is the one for a source of unknown size.
+    assert verdict.found.endswith(f"within its wait of {minutes(UNKNOWN_SIZE_DEADLINE_S)} min")
+
+
+def test_given_a_prefix_too_large_for_the_wait_of_an_unknown_size_when_checked_then_warn():
+    aws = aws_with([list_objects_call("my-bucket", "bert/shards/", [1_000 * 10**9] * 2)])
+    verdict = sources.dataset_source(target(aws, config(training_dataset_source=PREFIX)))
+    assert verdict.status is Status.WARN
+    assert "2,000.0 GB in 2 objects, a size synth does not know" in verdict.found
+    assert verdict.fix.startswith("set training_data_deadline_minutes to at least ")
+
+
+def test_given_a_prefix_past_the_pages_read_when_checked_then_warn_that_the_sum_is_a_floor(monkeypatch):
+    monkeypatch.setattr(sources, "LIST_PAGES", 2)
+    aws = aws_with(
+        [
+            list_objects_call("my-bucket", "bert/shards/", [10**9], more="page-1"),
+            list_objects_call("my-bucket", "bert/shards/", [10**9], after="page-1", more="page-2"),
+        ]
+    )
+    verdict = sources.dataset_source(target(aws, config(training_dataset_source=PREFIX)))
+    aws.assert_all_asked()
+    assert verdict.status is Status.WARN
+    assert "at least 2.0 GB in its first 2 objects" in verdict.found
+    assert "twice the whole prefix's staging time" in verdict.fix
+
+
+def test_given_an_empty_prefix_when_checked_then_fail():
+    aws = aws_with([list_objects_call("my-bucket", "bert/shards/", [])])
+    verdict = sources.dataset_source(target(aws, config(training_dataset_source=PREFIX)))
+    assert verdict == (Status.FAIL, f"no objects under {PREFIX}", "check training_dataset_source")
+
+
+def test_given_a_listing_refused_on_its_second_page_when_checked_then_fail_as_not_readable():
+    aws = aws_with(
+        [
+            list_objects_call("my-bucket", "bert/shards/", [10**9], more="page-1"),
+            list_objects_call("my-bucket", "bert/shards/", after="page-1").failing("AccessDenied", 403),
+        ]
+    )
+    verdict = sources.dataset_source(target(aws, config(training_dataset_source=PREFIX)))
+    aws.assert_all_asked()
+    assert verdict.status is Status.FAIL
+    assert verdict.found == f"{PREFIX} is not readable without signing (AccessDenied)"
+    assert "fsx_s3_import_uri" in verdict.fix
 
 
 @pytest.mark.parametrize(
@@ -163,6 +279,21 @@ def test_given_both_phases_when_checked_then_phase2_shards_are_read_unsigned_too
     aws.assert_all_asked()
     assert verdict.status is Status.OK and aws.asked == [("s3", True)]
     assert verdict.found.startswith(PUBLIC_BERT_SHARDS_512)
+    assert verdict.found.endswith(f"within its wait of {minutes(phase2_data_deadline(config()).seconds)} min")
+
+
+def test_given_phase2_shards_larger_than_the_table_after_phase1_then_warn_that_no_key_sets_that_wait():
+    aws = aws_with([head_object_call(PHASE2_BUCKET, PHASE2_KEY, size=TABLE_BYTES + 10 * 10**9)])
+    verdict = sources.phase2_dataset_source(target(aws))
+    assert verdict.status is Status.WARN
+    assert "10.0 GB more than the table's 50.0 GB" in verdict.found
+    wait = minutes(phase2_data_deadline(config()).seconds)
+    short = int(verdict.found.rsplit(f"its wait allows {wait} min, ", 1)[1].split(" min short")[0])
+    # training_data_deadline_minutes sets the first phase's wait only (trainium_eks.workload).
+    assert short > 0 and "training_data_deadline_minutes" not in verdict.fix
+    assert verdict.fix.startswith(
+        f"none needed unless phase 1 takes under {short} min: phase 2 is staged while"
+    )
 
 
 def test_given_phase2_alone_when_checked_then_phase1_shards_are_not_asked_for():
@@ -179,11 +310,35 @@ def test_given_no_phase2_when_checked_then_its_shards_are_not_asked_for(context)
     assert aws.asked == []
 
 
+def test_given_a_prepared_phase1_when_checked_then_phase2_shards_are_still_read():
+    # The preparation makes phase 1's shards; phase 2's are staged from phase2_dataset_source
+    # (trainium_eks.workload: Phase2DatasetStaging whenever training_phases is not 1).
+    source = "s3://my-bucket/wiki512/"
+    aws = aws_with([list_objects_call("my-bucket", "wiki512/", [10**9])])
+    context = {"preparation_enabled": "true", "phase2_dataset_source": source}
+    verdict = sources.phase2_dataset_source(target(aws, config(**context)))
+    aws.assert_all_asked()
+    assert verdict.status is Status.OK and verdict.found.startswith(source)
+
+
 def test_given_phase2_alone_from_neurons_checkpoint_when_checked_then_it_is_read_unsigned():
     aws = aws_with([head_object_call(START_BUCKET, START_KEY, size=4_010_000_000)])
     verdict = sources.phase2_start(target(aws, config(**PHASE2_ALONE)))
     aws.assert_all_asked()
-    assert verdict == (Status.OK, f"{NEURON_PHASE1_CHECKPOINT} is readable without signing (4.0 GB)", "")
+    assert verdict.status is Status.OK
+    assert verdict.found.startswith(
+        f"{NEURON_PHASE1_CHECKPOINT} is readable without signing: 4.0 GB (the table's 4.0 GB); "
+        "staging: 50 GB + a 4.0 GB start checkpoint at the file system's"
+    )
+
+
+def test_given_a_start_checkpoint_larger_than_the_table_when_checked_then_warn_naming_the_first_wait():
+    table = PUBLIC_SOURCE_BYTES[NEURON_PHASE1_CHECKPOINT]
+    aws = aws_with([head_object_call(START_BUCKET, START_KEY, size=table + 40 * 10**9)])
+    verdict = sources.phase2_start(target(aws, config(**PHASE2_ALONE)))
+    assert verdict.status is Status.WARN
+    assert "44.0 GB, 40.0 GB more than the table's 4.0 GB its wait is derived from" in verdict.found
+    assert verdict.fix.startswith("set training_data_deadline_minutes to at least ")
 
 
 def test_given_a_start_checkpoint_that_does_not_exist_when_checked_then_fail_naming_the_key():
