@@ -86,6 +86,28 @@ class RenderedJob:
     description: JobDescription
 
 
+def gang_pod(
+    gang: Gang, *, job_name: str, image: str, launch: LaunchSpec, description: JobDescription
+) -> dict[str, Any]:
+    """The pod template of every node of ``gang``'s job ``job_name`` running ``image``: it runs
+    ``description``; ``launch`` is its first phase's torchrun (for the container's environment)."""
+    return pod_template(
+        job_name=job_name,
+        image=image,
+        facts=gang.facts,
+        spec=launch,
+        description=description,
+        claim_name=gang.claim_name,
+        service_account=gang.service_account,
+        node_reserved=gang.node_reserved,
+        annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang.gang_wait_minutes is not None else None,
+        node_labels=gang.node_labels,
+        env=gang.env,
+        app_name=gang.app_name,
+        runtime_image=gang.runtime_image,
+    )
+
+
 def render_gang(
     gang: Gang,
     *,
@@ -97,22 +119,8 @@ def render_gang(
     checks.dns_label("name_prefix", gang.name_prefix, max_len=max_name_prefix(gang.nodes))
 
     def build(job_name: str, image: str) -> dict[str, Any]:
-        first = launch(job_name)
-        description = describe(job_name)
-        template = pod_template(
-            job_name=job_name,
-            image=image,
-            facts=gang.facts,
-            spec=first,
-            description=description,
-            claim_name=gang.claim_name,
-            service_account=gang.service_account,
-            node_reserved=gang.node_reserved,
-            annotations={DO_NOT_DISRUPT_ANNOTATION: "true"} if gang.gang_wait_minutes is not None else None,
-            node_labels=gang.node_labels,
-            env=gang.env,
-            app_name=gang.app_name,
-            runtime_image=gang.runtime_image,
+        template = gang_pod(
+            gang, job_name=job_name, image=image, launch=launch(job_name), description=describe(job_name)
         )
         return volcano_job(
             job_name=job_name,

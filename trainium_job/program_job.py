@@ -10,8 +10,8 @@ may be served on); torchrun's own variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_R
 ``TORCHELASTIC_RESTART_COUNT``). What it is asked: to resume from its run directory when it finds a
 checkpoint there, to checkpoint and end on SIGTERM within the grace budget (a stop, a ceiling), and
 to write ``<run directory>/COMPLETE`` once its schedule is done (a redeploy then does not run it
-again). Standard library only: the CDK construct (``trainium_eks.TrainiumTrainingJob``) and tests
-import it alike.
+again). Standard library only: the CDK construct (``trainium_eks.TrainiumTrainingJob``), the
+TorchX component (``trainium_job.torchx_component.trn_program``) and tests import it alike.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .fabric_check_steps import DEFAULT_MIN_BUSBW_GBPS, FabricCheck
 from .gang import Gang, RenderedJob, render_gang
 from .instances import InstanceFacts
 from .launch import RDZV_BACKENDS, LaunchSpec, c10d_store_host, torchrun_args, without_conf
-from .paths import COMPLETE_MARKER, DATA_MOUNT
+from .paths import COMPLETE_MARKER, DATA_MOUNT, spend_dir
 from .pod import RUNTIME_DIR, rank0_endpoint
 from .pod_program import description as d
 from .pod_program.metrics import PROGRAM_METRICS_PORT
@@ -39,6 +39,10 @@ from .telemetry import METRICS_PORT
 from .waits import Wait
 from .worker import CHECKS_S, PRECOMPILE_DEADLINE_S, fabric_description
 
+#: The default prefix of a job's name (TorchX: its app's name), and the label of its pods.
+DEFAULT_JOB_PREFIX: Final = "trn-job"
+#: The ServiceAccount of a job's pods (no AWS role, no Kubernetes API token).
+JOB_SERVICE_ACCOUNT: Final = "trainium-job"
 #: The variables a training program reads of its job (set on its commands by the pod program).
 RUN_DIR_ENV: Final = "TRAINIUM_JOB_RUN_DIR"
 JOB_NAME_ENV: Final = "TRAINIUM_JOB_NAME"
@@ -190,6 +194,89 @@ def _phase(spec: ProgramJobSpec, launch: LaunchSpec, job_name: str) -> d.Phase:
     )
 
 
+def program_budget(
+    spec: ProgramJobSpec, facts: InstanceFacts, usd: int | None, *, node_start_s: int
+) -> d.Budget | None:
+    """The pods' spend ceiling of ``usd`` (None: none): node-hours at ``facts``' list price, each
+    node's start (``node_start_s``: its launch, join and image pull) counted once."""
+    if usd is None:
+        return None
+    checks.whole_number("budget_usd", usd, minimum=1)
+    if facts.on_demand_usd_per_hour is None:
+        raise ConfigError("budget_usd", usd, f"{facts.name} has no list price: a ceiling cannot be counted")
+    checks.whole_number("node_start_s", node_start_s, minimum=0)
+    return d.Budget(
+        usd=float(usd),
+        usd_per_node_hour=facts.on_demand_usd_per_hour,
+        spend_dir=spend_dir(spec.run_name),
+        node_start_s=node_start_s,
+    )
+
+
+def check_nodes(facts: InstanceFacts, nodes: int, *, field_name: str = "nodes") -> None:
+    """ConfigError unless ``nodes`` (pods = nodes of ``facts``) can form a job."""
+    checks.whole_number(field_name, nodes, minimum=1)
+    if nodes > 1 and not facts.multi_node:
+        raise ConfigError(
+            field_name, nodes, f"{facts.name} has no EFA for a multi-node job: use 1 node or trn1.32xlarge"
+        )
+
+
+def program_launch(spec: ProgramJobSpec, gang: Gang, *, rdzv_id: str, rdzv_endpoint: str) -> LaunchSpec:
+    """torchrun's spec of ``spec``'s command on ``gang``'s nodes, with its rendezvous ``rdzv_id``
+    (the job's name) at ``rdzv_endpoint``."""
+    facts = gang.facts
+    nproc = spec.nproc_per_node or facts.neuron_cores
+    if nproc > facts.neuron_cores:
+        raise ConfigError(
+            "nproc_per_node", nproc, f"at most {facts.neuron_cores}, the NeuronCores of {facts.name}"
+        )
+    base = LaunchSpec(
+        nnodes=gang.nodes,
+        nproc_per_node=nproc,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_backend=spec.rdzv_backend,
+        rdzv_id=rdzv_id,
+        max_restarts=spec.max_restarts,
+    )
+    return spec.command.launch(base)
+
+
+def program_description(
+    spec: ProgramJobSpec,
+    gang: Gang,
+    launch: LaunchSpec,
+    *,
+    job_name: str,
+    budget: d.Budget | None = None,
+) -> d.JobDescription:
+    """What every pod of the job ``job_name`` runs: ``spec`` launched as ``launch``
+    (:func:`program_launch`) on ``gang``, with its spend ceiling ``budget``
+    (:func:`program_budget`). With ``gang.runtime_image`` (the image lacks the library), the
+    library's own programs run from where that image's files are copied
+    (``trainium_job.pod.RUNTIME_DIR``)."""
+    facts = gang.facts
+    check = None
+    if spec.fabric_check and gang.nodes > 1 and facts.multi_node:
+        check = fabric_description(launch, FabricCheck(min_busbw_gbps=spec.fabric_check_min_busbw_gbps))
+    host = c10d_store_host(launch)
+    description = d.JobDescription(
+        job=job_name,
+        nodes=gang.nodes,
+        phases=(_phase(spec, launch, job_name),),
+        driver_check=("python", "-m", DRIVER_CHECK),
+        rendezvous=d.Rendezvous(host=host, conf=launch.rdzv_conf) if host is not None else None,
+        fabric_check=check,
+        budget=budget,
+        grace_s=termination_grace_period_s(),
+        metrics_port=PROGRAM_METRICS_PORT,
+        checks_s=CHECKS_S,
+        runtime=RUNTIME_DIR if gang.runtime_image is not None else None,
+    )
+    d.check(description)
+    return description
+
+
 def render_program_job(
     spec: ProgramJobSpec,
     gang: Gang,
@@ -198,15 +285,8 @@ def render_program_job(
     etcd_endpoint: str | None = None,
 ) -> RenderedJob:
     """The Volcano Job of ``spec`` on ``gang`` (its nodes, image, names); ``budget``: its spend
-    ceiling. With ``gang.runtime_image`` (the image lacks the library), the library's own programs
-    run from where that image's files are copied (``trainium_job.pod.RUNTIME_DIR``)."""
-    runtime = RUNTIME_DIR if gang.runtime_image is not None else None
-    facts: InstanceFacts = gang.facts
-    nproc = spec.nproc_per_node or facts.neuron_cores
-    if nproc > facts.neuron_cores:
-        raise ConfigError(
-            "nproc_per_node", nproc, f"at most {facts.neuron_cores}, the NeuronCores of {facts.name}"
-        )
+    ceiling (:func:`program_budget`). Its launch and description are :func:`program_launch`'s and
+    :func:`program_description`'s for its name (the TorchX component's too)."""
     if spec.rdzv_backend != "c10d" and not etcd_endpoint:
         raise ConfigError(
             "rdzv_backend", spec.rdzv_backend, "etcd rendezvous needs an etcd endpoint; use c10d"
@@ -214,36 +294,9 @@ def render_program_job(
 
     def launch(job_name: str) -> LaunchSpec:
         endpoint = rank0_endpoint(job_name) if spec.rdzv_backend == "c10d" else str(etcd_endpoint)
-        base = LaunchSpec(
-            nnodes=gang.nodes,
-            nproc_per_node=nproc,
-            rdzv_endpoint=endpoint,
-            rdzv_backend=spec.rdzv_backend,
-            rdzv_id=job_name,
-            max_restarts=spec.max_restarts,
-        )
-        return spec.command.launch(base)
+        return program_launch(spec, gang, rdzv_id=job_name, rdzv_endpoint=endpoint)
 
     def describe(job_name: str) -> d.JobDescription:
-        first = launch(job_name)
-        check = None
-        if spec.fabric_check and gang.nodes > 1 and facts.multi_node:
-            check = fabric_description(first, FabricCheck(min_busbw_gbps=spec.fabric_check_min_busbw_gbps))
-        host = c10d_store_host(first)
-        description = d.JobDescription(
-            job=job_name,
-            nodes=gang.nodes,
-            phases=(_phase(spec, first, job_name),),
-            driver_check=("python", "-m", DRIVER_CHECK),
-            rendezvous=d.Rendezvous(host=host, conf=first.rdzv_conf) if host is not None else None,
-            fabric_check=check,
-            budget=budget,
-            grace_s=termination_grace_period_s(),
-            metrics_port=PROGRAM_METRICS_PORT,
-            checks_s=CHECKS_S,
-            runtime=runtime,
-        )
-        d.check(description)
-        return description
+        return program_description(spec, gang, launch(job_name), job_name=job_name, budget=budget)
 
     return render_gang(gang, launch=launch, describe=describe)

@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from aws_cdk import CfnOutput, Token
 from aws_cdk import aws_ecr as ecr
@@ -29,9 +28,14 @@ from trainium_job.gang import Gang, RenderedJob
 from trainium_job.instances import InstanceFacts
 from trainium_job.naming import pod_host_name
 from trainium_job.node_health import HEALTH_LABEL, PASSED
-from trainium_job.paths import spend_dir
-from trainium_job.pod_program.description import Budget
-from trainium_job.program_job import ProgramJobSpec, render_program_job
+from trainium_job.program_job import (
+    DEFAULT_JOB_PREFIX,
+    JOB_SERVICE_ACCOUNT,
+    ProgramJobSpec,
+    check_nodes,
+    program_budget,
+    render_program_job,
+)
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.waits import Wait
 
@@ -41,10 +45,6 @@ from ..images.training_image import ToolsImage
 from ..nodes.gang_wait import gang_wait_floor
 from .job_submission import JobSubmission
 
-#: The default prefix of a job's name, and the label of its pods.
-DEFAULT_JOB_PREFIX: Final = "trn-job"
-#: The ServiceAccount of a job's pods (no AWS role, no Kubernetes API token).
-JOB_SERVICE_ACCOUNT: Final = "trainium-job"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
@@ -224,7 +224,7 @@ class TrainiumTrainingJob(Construct):
     ) -> None:
         super().__init__(scope, id)
         eks_cluster = require_cluster(cluster)
-        _check_props(facts, nodes, max_nodes, spec, image, budget_usd)
+        _check_props(facts, nodes, max_nodes, spec, image)
         for name, value in (
             ("namespace", namespace),
             ("queue", queue),
@@ -252,7 +252,7 @@ class TrainiumTrainingJob(Construct):
             app_name=name_prefix,
             runtime_image=None if image.has_library else self.tools_image,
         )
-        budget = _budget(facts, spec, budget_usd)
+        budget = program_budget(spec, facts, budget_usd, node_start_s=_node_start_s(facts))
         rendered = render_program_job(spec, gang, budget=budget, etcd_endpoint=etcd_endpoint)
         self.job_name, self.job, self.description = rendered.name, rendered.manifest, rendered.description
         self.service_account = service_account_name
@@ -287,39 +287,21 @@ def _check_props(
     max_nodes: int | None,
     spec: ProgramJobSpec,
     image: JobImage,
-    budget_usd: int | None,
 ) -> None:
-    """The props no dataclass checked: types, counts, the ceiling."""
+    """The props no dataclass checked: types, counts."""
     if not isinstance(facts, InstanceFacts):
         raise ConfigError(
             "facts", facts, 'give instance_facts("trn1.32xlarge") (trainium_job.instance_facts)'
         )
-    checks.whole_number("nodes", nodes, minimum=1)
+    check_nodes(facts, nodes)
     if max_nodes is not None:
         checks.whole_number("max_nodes", max_nodes, minimum=nodes)
-    if nodes > 1 and not facts.multi_node:
-        raise ConfigError(
-            "nodes", nodes, f"{facts.name} has no EFA for a multi-node job: use 1 node or trn1.32xlarge"
-        )
     if not isinstance(spec, ProgramJobSpec):
         raise ConfigError("spec", spec, "give a ProgramJobSpec(command=TrainingCommand(...), run_name=...)")
     if not isinstance(image, JobImage):
         raise ConfigError("image", image, "give JobImage.from_uri(...) or JobImage.from_directory(...)")
-    if budget_usd is not None:
-        checks.whole_number("budget_usd", budget_usd, minimum=1)
-        if facts.on_demand_usd_per_hour is None:
-            raise ConfigError(
-                "budget_usd", budget_usd, f"{facts.name} has no list price: a ceiling cannot be counted"
-            )
 
 
-def _budget(facts: InstanceFacts, spec: ProgramJobSpec, usd: int | None) -> Budget | None:
-    """The pods' spend ceiling: node-hours at the list price, each node's start counted once."""
-    if usd is None or facts.on_demand_usd_per_hour is None:
-        return None
-    return Budget(
-        usd=float(usd),
-        usd_per_node_hour=facts.on_demand_usd_per_hour,
-        spend_dir=spend_dir(spec.run_name),
-        node_start_s=int(gang_wait_floor(facts, health_check=True).minutes * 60),
-    )
+def _node_start_s(facts: InstanceFacts) -> int:
+    """What a node bills before its pod starts, for the spend ceiling: the gang wait's floor."""
+    return int(gang_wait_floor(facts, health_check=True).minutes * 60)
