@@ -326,6 +326,7 @@ def _pretraining_job(
         phase_waits=waits.phases,
         budget=_budget(config),
         submit_image=images.tensorboard_image,
+        submit_image_key=images.tensorboard_tag,
         submit_waits=waits.submitter,
         depends_on=depends_on,
     )

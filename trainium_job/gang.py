@@ -23,6 +23,7 @@ from .naming import content_named, max_name_prefix
 from .pod import pod_template, volcano_job
 from .pod_program.description import JobDescription
 from .scheduling import DO_NOT_DISRUPT_ANNOTATION
+from .submission import SUBMISSION_ANNOTATION
 
 #: Service account of the training pods (no AWS role, no Kubernetes API token).
 SERVICE_ACCOUNT = "bert-trainer"
@@ -54,6 +55,11 @@ class Gang:
             training image that does not: an init container copies them to
             ``trainium_job.pod.RUNTIME_DIR`` and the pod program runs from there. Default None:
             the training image holds them (the library's own training image).
+        runtime_image_key: a plain string identifying ``runtime_image`` (its tag), as
+            ``image_key`` does ``image``. Default None: ``runtime_image`` itself (a plain URI).
+        submission: the key of the submitter that creates the job
+            (:func:`trainium_job.submission.submission_key`), carried as the Job's annotation so
+            that its name changes with its submitter. Default None: the job is applied as it is.
     """
 
     facts: InstanceFacts
@@ -72,6 +78,8 @@ class Gang:
     env: tuple[tuple[str, str], ...] = field(default=())
     app_name: str = "bert-pretrain"
     runtime_image: str | None = None
+    runtime_image_key: str | None = None
+    submission: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,13 +95,17 @@ class RenderedJob:
 
 
 def gang_pod(
-    gang: Gang, *, job_name: str, image: str, launch: LaunchSpec, description: JobDescription
+    gang: Gang, *, job_name: str, launch: LaunchSpec, description: JobDescription, draft: bool = False
 ) -> dict[str, Any]:
-    """The pod template of every node of ``gang``'s job ``job_name`` running ``image``: it runs
-    ``description``; ``launch`` is its first phase's torchrun (for the container's environment)."""
+    """The pod template of every node of ``gang``'s job ``job_name``: it runs ``description``;
+    ``launch`` is its first phase's torchrun (for the container's environment). ``draft``: with
+    the images' keys for their URIs (the draft a job's name is hashed from)."""
+    runtime_image = gang.runtime_image
+    if draft and gang.runtime_image_key is not None:
+        runtime_image = gang.runtime_image_key
     return pod_template(
         job_name=job_name,
-        image=image,
+        image=gang.image_key if draft else gang.image,
         facts=gang.facts,
         spec=launch,
         description=description,
@@ -104,7 +116,7 @@ def gang_pod(
         node_labels=gang.node_labels,
         env=gang.env,
         app_name=gang.app_name,
-        runtime_image=gang.runtime_image,
+        runtime_image=runtime_image,
     )
 
 
@@ -118,9 +130,9 @@ def render_gang(
     first phase's torchrun spec and the description for a job name: the name appears in both)."""
     checks.dns_label("name_prefix", gang.name_prefix, max_len=max_name_prefix(gang.nodes))
 
-    def build(job_name: str, image: str) -> dict[str, Any]:
+    def build(job_name: str, draft: bool) -> dict[str, Any]:
         template = gang_pod(
-            gang, job_name=job_name, image=image, launch=launch(job_name), description=describe(job_name)
+            gang, job_name=job_name, launch=launch(job_name), description=describe(job_name), draft=draft
         )
         return volcano_job(
             job_name=job_name,
@@ -131,11 +143,10 @@ def render_gang(
             template=template,
             gang_wait_minutes=gang.gang_wait_minutes,
             app_name=gang.app_name,
+            annotations={SUBMISSION_ANNOTATION: gang.submission} if gang.submission else None,
         )
 
-    name, digest, manifest = content_named(
-        gang.name_prefix, build, image=gang.image, image_key=gang.image_key
-    )
+    name, digest, manifest = content_named(gang.name_prefix, build)
     return RenderedJob(
         name=name, digest=digest, launch=launch(name), manifest=manifest, description=describe(name)
     )

@@ -161,6 +161,7 @@ def render_job(
     fabric_heal: FabricHeal | None = None,
     waits: Sequence[tuple[Wait, ...] | None] | None = None,
     budget: Budget | None = None,
+    submission: str | None = None,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
@@ -175,7 +176,8 @@ def render_job(
     ``fabric_heal``: what the fabric check does to a node it names (:class:`FabricHeal`).
     ``waits``: per phase, what its pods wait for before it trains, each bounded (None: the phase's
     dataset marker, ``trainium_job.worker.dataset_wait``). ``budget``: the spend ceiling the pods
-    hold the job to (None: none).
+    hold the job to (None: none). ``submission``: the key of the submitter that creates it
+    (:attr:`trainium_job.gang.Gang.submission`; None: applied as it is).
 
     ``spec`` may be :class:`~trainium_job.phases.TrainingPhases`: the pods run each phase in turn
     (:mod:`trainium_job.pod_program`); ``plan`` is the first phase's, and each later phase gets
@@ -218,5 +220,6 @@ def render_job(
         gang_wait_minutes=gang_wait_minutes,
         node_labels=node_labels,
         max_retry=spec.max_retry,
+        submission=submission,
     )
     return render_gang(gang, launch=launch, describe=describe)

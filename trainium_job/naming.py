@@ -117,18 +117,17 @@ def hashed_name(base: str, spec: Any, *, field: str = "name_prefix") -> str:
 
 def content_named(
     base: str,
-    build: Callable[[str, str], Manifest],
+    build: Callable[[str, bool], Manifest],
     *,
-    image: str,
-    image_key: str,
     draft_name: str | None = None,
 ) -> tuple[str, str, Manifest]:
-    """``build(name, image)`` under a name that changes exactly when the object's content does.
+    """``build(name, False)`` under a name that changes exactly when the object's content does.
 
-    The image URI holds deploy-time tokens, so the name is hashed from a draft built with
-    ``draft_name`` (default ``base``) and ``image_key``, the image's content hash known at synth.
-    Returns the name (``<base>-<digest>``), the draft's digest and the object itself.
+    Image URIs hold deploy-time tokens (the repository's), which differ between two synths of the
+    same app, so the name is hashed from a draft, ``build(draft_name, True)`` (``draft_name``
+    defaults to ``base``), in which the builder puts each image's content key (its tag) known at
+    synth instead. Returns the name (``<base>-<digest>``), the draft's digest and the object itself.
     """
-    draft = build(draft_name or base, image_key)
+    draft = build(draft_name or base, True)
     name = hashed_name(base, draft)
-    return name, spec_digest(draft), build(name, image)
+    return name, spec_digest(draft), build(name, False)

@@ -263,19 +263,23 @@ def volcano_job(
     template: Mapping[str, Any],
     gang_wait_minutes: int | None = None,
     app_name: str = APP_LABEL["app.kubernetes.io/name"],
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Volcano Job: ``nodes`` pods started together (gang), restarted together on failure;
     with ``gang_wait_minutes``, aborted when its pods have not all run by then
-    (:func:`gang_wait_policy`)."""
+    (:func:`gang_wait_policy`); ``annotations``: the Job's own, if any."""
     gang_wait = [gang_wait_policy(gang_wait_minutes)] if gang_wait_minutes is not None else []
+    metadata: dict[str, Any] = {
+        "name": job_name,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/name": app_name},
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": VOLCANO_API,
         "kind": "Job",
-        "metadata": {
-            "name": job_name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": app_name},
-        },
+        "metadata": metadata,
         "spec": {
             "schedulerName": "volcano",
             "queue": queue,

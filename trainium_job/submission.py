@@ -29,6 +29,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .naming import spec_digest
 from .pod_program.description import Budget
 from .waits import Wait
 
@@ -45,6 +46,19 @@ JOB_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 JOB_UID_ENV: Final = "SUBMITTER_JOB_UID"
 JOB_NAME_ENV: Final = "SUBMITTER_JOB_NAME"
+#: The Volcano Job's annotation naming the submitter that creates it (:func:`submission_key`).
+SUBMISSION_ANNOTATION: Final = "trainium-eks/submission"
+
+
+def submission_key(waits: tuple[Wait, ...], image_key: str) -> str:
+    """What a job's submitter is, as a key the job's name hashes (the job carries it as
+    :data:`SUBMISSION_ANNOTATION`): its waits and its image (``image_key``: the tools image's tag).
+
+    A batch Job's pod template cannot change, so a changed submitter is a new Job; and the
+    Volcano Job is owned by its submitter, so the old submitter's deletion takes its Volcano Job
+    with it. The job's name must then change too, or the new submitter would find the old job
+    (409) and see it deleted."""
+    return spec_digest({"waits": [dataclasses.asdict(w) for w in waits], "image": image_key})
 
 
 @dataclass(frozen=True)

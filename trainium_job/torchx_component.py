@@ -275,7 +275,7 @@ def _program_app(spec: ProgramJobSpec, gang: Gang, budget: Budget | None) -> spe
     endpoint = rank0_endpoint(app_id, task_pod=_TASK_POD_0)
     launch = program_launch(spec, gang, rdzv_id=PROGRAM_APP_NAME, rdzv_endpoint=endpoint)
     description = program_description(spec, gang, launch, job_name=app_id, budget=budget)
-    pod = gang_pod(gang, job_name=app_id, image=gang.image, launch=launch, description=description)
+    pod = gang_pod(gang, job_name=app_id, launch=launch, description=description)
     role = _role(
         pod,
         nodes=gang.nodes,

@@ -117,7 +117,7 @@ class DatasetJob(Construct):
     ) -> None:
         """Name the Job ``build(name, image)`` makes after its content, and apply it."""
         self.job_name, digest, self.job = content_named(
-            base_name, build, image=image, image_key=image_key, draft_name=draft_name
+            base_name, lambda name, draft: build(name, image_key if draft else image), draft_name=draft_name
         )
         self.manifest = eks.KubernetesManifest(self, f"Job{digest}", cluster=cluster, manifest=[self.job])
         for dependency in depends_on:

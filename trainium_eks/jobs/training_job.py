@@ -10,7 +10,6 @@ from constructs import Construct, IConstruct
 
 from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
-from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
 from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, phase_plan, render_job
 from trainium_job.naming import DEFAULT_NAME_PREFIX
@@ -21,11 +20,12 @@ from trainium_job.plan import plan_training
 from trainium_job.pod_program.description import Budget
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
 from trainium_job.spec import BertJobSpec
+from trainium_job.submission import submission_key
 from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
 from .job_submission import JobSubmission
-from .trainium_training_job import apply_gang, service_account
+from .trainium_training_job import apply_gang, image_key_of, service_account
 from .trainium_training_job import job_outputs as job_commands
 
 __all__ = [
@@ -96,6 +96,9 @@ class BertPretrainingJob(Construct):
             so that no Trainium node is asked for before its data. Default None: the Volcano Job
             is applied as it is, its pods waiting on their nodes.
         submit_waits: what the submitter waits for, each bounded. Default ``()``.
+        submit_image_key: the tools image's tag: the job's name hashes it with ``submit_waits``
+            (a changed submitter submits a job of a new name, :func:`trainium_job.submission.submission_key`).
+            Default None: ``submit_image`` itself, which must then be a plain string.
         depends_on: constructs applied first (Volcano chart and queue, the claim). Default
             ``()``.
 
@@ -129,6 +132,7 @@ class BertPretrainingJob(Construct):
         budget: Budget | None = None,
         submit_image: str | None = None,
         submit_waits: Sequence[Wait] = (),
+        submit_image_key: str | None = None,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -153,7 +157,7 @@ class BertPretrainingJob(Construct):
             plan=self.plan,
             facts=facts,
             image=image,
-            image_key=_image_key(image, image_key),
+            image_key=image_key_of("image_key", image, image_key),
             name_prefix=name_prefix,
             namespace=namespace,
             queue=queue,
@@ -166,6 +170,13 @@ class BertPretrainingJob(Construct):
             fabric_heal=fabric_heal,
             waits=phase_waits,
             budget=budget,
+            submission=(
+                submission_key(
+                    tuple(submit_waits), image_key_of("submit_image_key", submit_image, submit_image_key)
+                )
+                if submit_image is not None
+                else None
+            ),
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch
@@ -213,16 +224,3 @@ def add_job_outputs(scope: Construct, *, job: BertPretrainingJob, namespace: str
     """CfnOutputs with the exact watch commands."""
     for key, command in job_commands(job_name=job.job_name, namespace=namespace).items():
         CfnOutput(scope, key, value=command, description=f"{key} of the training job")
-
-
-def _image_key(image: str, image_key: str | None) -> str:
-    """The plain string the job name is derived from: ``image_key``, else ``image`` if no token."""
-    if image_key is not None:
-        return image_key
-    if Token.is_unresolved(image):
-        raise ConfigError(
-            "image_key",
-            None,
-            "give the image's tag when image is a token (the job name must not depend on token numbering)",
-        )
-    return image

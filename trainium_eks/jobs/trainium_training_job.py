@@ -37,6 +37,7 @@ from trainium_job.program_job import (
     render_program_job,
 )
 from trainium_job.scheduling import TRAINING_NAMESPACE, TRAINING_QUEUE
+from trainium_job.submission import submission_key
 from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
@@ -95,6 +96,20 @@ def job_outputs(*, job_name: str, namespace: str) -> dict[str, str]:
         "JobStatus": f"kubectl get vcjob -n {namespace} {job_name} -o wide",
         "NeuronTop": f"kubectl exec -n {namespace} -it {pod0} -- neuron-top",
     }
+
+
+def image_key_of(field: str, image: str, key: str | None) -> str:
+    """The plain string a job's name hashes for ``image``: ``key``, else ``image`` without a token
+    (a token's number changes between two synths of the same app)."""
+    if key is not None:
+        return key
+    if Token.is_unresolved(image):
+        raise ConfigError(
+            field,
+            None,
+            "give the image's tag when its URI is a token (the job name must not depend on token numbering)",
+        )
+    return image
 
 
 def service_account(
@@ -234,7 +249,11 @@ class TrainiumTrainingJob(Construct):
                 checks.dns_label(name, value)
         self.spec = spec
         self._tools_builds: list[IConstruct] = []
-        self.tools_image = tools_image or self._tools_image(repository)
+        self.tools_image, tools_key = (
+            (tools_image, image_key_of("tools_image", tools_image, None))
+            if tools_image
+            else self._tools_image(repository)
+        )
         gang = Gang(
             facts=facts,
             nodes=nodes,
@@ -251,6 +270,8 @@ class TrainiumTrainingJob(Construct):
             max_retry=spec.max_retry,
             app_name=name_prefix,
             runtime_image=None if image.has_library else self.tools_image,
+            runtime_image_key=None if image.has_library else tools_key,
+            submission=submission_key(tuple(submit_waits), tools_key),
         )
         budget = program_budget(spec, facts, budget_usd, node_start_s=_node_start_s(facts))
         rendered = render_program_job(spec, gang, budget=budget, etcd_endpoint=etcd_endpoint)
@@ -271,14 +292,15 @@ class TrainiumTrainingJob(Construct):
         for key, command in job_outputs(job_name=self.job_name, namespace=namespace).items():
             CfnOutput(self, key, value=command, description=f"{key} of the training job")
 
-    def _tools_image(self, repository: ecr.IRepository | None) -> str:
+    def _tools_image(self, repository: ecr.IRepository | None) -> tuple[str, str]:
+        """The tools image built into ``repository``: (its URI, its tag)."""
         if repository is None:
             raise ConfigError(
                 "repository", None, "give the ECR repository the tools image is built into, or tools_image"
             )
         tools = ToolsImage(self, "ToolsImage", repository=repository)
         self._tools_builds = list(tools.builds)
-        return tools.image
+        return tools.image, tools.tag
 
 
 def _check_props(
