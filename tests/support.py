@@ -61,6 +61,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "trn2.48xlarge": {"instance_type": "trn2.48xlarge"},
     "karpenter": {"trainium_capacity": "karpenter"},
     "nodegroup": NODEGROUP,
+    "nodegroup preparation on": {**NODEGROUP, **PREPARATION_ON},
     "nodegroup capacity block": {**NODEGROUP, **CAPACITY_BLOCK},
     "karpenter capacity block": {"trainium_capacity": "karpenter", **CAPACITY_BLOCK},
     "trn1.2xlarge single node": {

@@ -16,6 +16,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda
 from constructs import Construct
 
+from trainium_job.allocatable import Resources
 from trainium_job.neuron_stack import NEURON_STACK
 
 
@@ -67,6 +68,46 @@ SYSTEM_NODE_INSTANCE_TYPE = "m7i.large"
 #: staging pod (2-4 vCPU, 4-8 GiB: ``STAGING_RESOURCES``), so staging never starts a Trainium
 #: node. 4 vCPU / 16 GiB: the pod and the node's DaemonSets fit beside each other.
 DATASET_NODE_INSTANCE_TYPE = "m7i.xlarge"
+
+
+@dataclass(frozen=True)
+class CpuNodeRange:
+    """CPU nodes a Karpenter NodePool launches in any size of one instance family up to a largest
+    one, under a vCPU limit (the most vCPUs of its nodes at once, whatever runs on them).
+
+    Attributes:
+        family: the instance family (requirement ``karpenter.k8s.aws/instance-family``).
+        largest: the largest type it launches, of ``largest_vcpus`` vCPUs (requirement
+            ``karpenter.k8s.aws/instance-cpu`` at most that).
+        largest_allocatable: what Karpenter takes a node of ``largest`` to offer pods: it launches a
+            node for a pod only if the pod and the node's DaemonSets fit in this.
+        limit_vcpus: the NodePool's ``limits.cpu``.
+    """
+
+    family: str
+    largest: str
+    largest_vcpus: int
+    largest_allocatable: Resources
+    limit_vcpus: int
+
+
+#: With ``trainium_capacity=karpenter``: the nodes Karpenter launches for the dataset preparation
+#: pods (``preparation_enabled``), so that CPU work never starts a Trainium node. m7i up to
+#: m7i.12xlarge (48 vCPU, 192 GiB: 4 GiB per vCPU, twice a preparation pod's 2 GiB per CPU), at
+#: most 192 vCPUs at once: 4 x m7i.12xlarge, $9.68/h at m7i's list price of $0.0504 per vCPU-hour
+#: (``trainium_eks.report.prices``), against $21.50/h for one trn1.32xlarge. The platform's own
+#: fact, not a key: the training stack refuses a preparation that does not fit under it
+#: (``trainium_eks.jobs.dataset_preparation.check_preparation_nodes``). m7i.12xlarge's
+#: allocatable is Karpenter's (aws/karpenter-provider-aws@1d927085, v1.14.1,
+#: website/content/en/v1.14/reference/instance-types.md L20379-20406: cpu 47810m, memory
+#: 178933Mi, pods 234).
+PREPARATION_NODES = CpuNodeRange(
+    family="m7i",
+    largest="m7i.12xlarge",
+    largest_vcpus=48,
+    largest_allocatable=Resources(millicpu=47810, memory_mib=178933, pods=234),
+    limit_vcpus=192,
+)
 
 #: Lustre version of the FSx file system: 2.15, the newest FSx offers (2.10, 2.12, 2.15; FSx API
 #: CreateFileSystem FileSystemTypeVersion) and the one FSx recommends for new file systems.

@@ -210,6 +210,7 @@ class TrainingWorkload(Construct):
         of its own with ``dataset``'s props; sets :attr:`staging` and :attr:`phase2_staging`.
         Phase 2's staging waits for phase 1's shards, so that the two never share the file
         system's throughput: it runs during phase 1's training."""
+        # With Karpenter, dataset work runs on CPU nodes it launches for it, never on a Trainium node.
         on_dataset_node = config.trainium_capacity == "karpenter"
         if config.preparation_enabled:
             self.staging = DatasetPreparation(
@@ -223,6 +224,7 @@ class TrainingWorkload(Construct):
                 args=dict(config.preparation_args),
                 facts=config.facts,
                 nodes=config.desired_nodes,
+                on_preparation_nodes=on_dataset_node,
             )
         elif config.training_phases != "2":
             self.staging = DatasetStaging(

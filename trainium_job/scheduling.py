@@ -14,8 +14,11 @@ SYSTEM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "system"}
 TRAINIUM_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "trainium"}
 #: Node label and taint of the nodes Karpenter launches for dataset staging
 #: (``trainium_capacity=karpenter``): the taint keeps every other pod off them, so they go as
-#: soon as staging ends.
+#: soon as staging ends. The preparation nodes carry the same taint.
 DATASET_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "dataset"}
+#: Node label of the CPU nodes Karpenter launches for the dataset preparation pods
+#: (``trainium_capacity=karpenter`` with ``preparation_enabled``), tainted with :data:`DATASET_TAINT`.
+PREPARATION_NODE_LABEL: Final = {NODE_POOL_LABEL_KEY: "preparation"}
 DATASET_TAINT: Final = {"key": "trainium-eks/dataset", "value": "true", "effect": "NoSchedule"}
 DATASET_TOLERATION: Final = {
     "key": DATASET_TAINT["key"],
@@ -29,7 +32,8 @@ INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 #: Taint that keeps everything but Trainium work (and the Neuron/EFA daemons) off Trainium nodes.
 NEURON_TAINT_KEY: Final = "aws.amazon.com/neuron"
 NEURON_TAINT: Final = {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-#: Toleration of training, staging and data-preparation pods: exactly the taint the nodegroup sets.
+#: Toleration of training pods, and of staging and data-preparation pods on the Trainium nodegroup:
+#: exactly the taint the nodegroup sets.
 WORKLOAD_TOLERATION: Final = {
     "key": NEURON_TAINT_KEY,
     "operator": "Equal",

@@ -476,10 +476,13 @@ KARPENTER_ALLOCATABLE = {
     "trn1n.32xlarge": (127610, 481894, 247, 16, 16),
     "trn2.48xlarge": (191450, 1938410, 100, 16, 16),
     "trn1.2xlarge": (7910, 29317, 58, 1, 0),
+    # The largest preparation node (L20379-20406).
+    "m7i.12xlarge": (47810, 178933, 234, 0, 0),
 }
 KARPENTER_ALLOCATABLE_SOURCE = (
     "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/reference/instance-types.md:"
-    "36674-36690 (trn1.2xlarge), 36708-36743 (trn1.32xlarge), 36744-36779 (trn1n), 36780-36815 (trn2)"
+    "36674-36690 (trn1.2xlarge), 36708-36743 (trn1.32xlarge), 36744-36779 (trn1n), 36780-36815 (trn2), "
+    "20379-20406 (m7i.12xlarge)"
 )
 
 #: Requirement keys Karpenter knows (``WellKnownLabels``): a NodePool requirement on another key in
@@ -488,4 +491,17 @@ WELL_KNOWN_REQUIREMENT_KEYS = {
     "node.kubernetes.io/instance-type": f"{_CORE}:pkg/apis/v1/labels.go:75-79",
     "karpenter.sh/capacity-type": f"{_CORE}:pkg/apis/v1/labels.go:45",
     "topology.k8s.aws/zone-id": f"{_AWS}:pkg/apis/v1/labels.go:33,58,172",
+    "karpenter.k8s.aws/instance-family": f"{_AWS}:pkg/apis/v1/labels.go:33,41,150",
+    "karpenter.k8s.aws/instance-cpu": f"{_AWS}:pkg/apis/v1/labels.go:33,45,154",
 }
+#: Requirement keys whose values Karpenter compares as integers (``Gt``, ``Lt``, ``Gte``, ``Lte``:
+#: one non-negative integer value), as the instance-type reference lists them for each type.
+NUMERIC_REQUIREMENT_KEYS = {
+    "karpenter.k8s.aws/instance-cpu": f"{_NODEPOOLS}:304-342; {_CORE}:pkg/scheduling/requirement.go:96-106",
+}
+#: The labels of the largest preparation node, m7i.12xlarge, in Karpenter's instance-type reference
+#: (its requirements must admit it): family and vCPUs.
+M7I_12XLARGE_LABELS = {"karpenter.k8s.aws/instance-family": "m7i", "karpenter.k8s.aws/instance-cpu": "48"}
+M7I_12XLARGE_SOURCE = (
+    "aws/karpenter-provider-aws@1d927085:website/content/en/v1.14/reference/instance-types.md:20379-20406"
+)

@@ -25,10 +25,12 @@ from tests.contracts.karpenter import (
     FINALIZER_IAM_CALLS,
     HELM_HANDLER_MEMBER,
     KARPENTER_ALLOCATABLE,
+    M7I_12XLARGE_LABELS,
     NARROWED_CONDITIONS,
     NARROWED_RESOURCES,
     NODE_CLASS_FIELDS,
     NODE_POOL_FIELDS,
+    NUMERIC_REQUIREMENT_KEYS,
     OMITTED_STATEMENTS,
     PUBLISHED_INTERRUPTION_EVENTS,
     PUBLISHED_POLICY,
@@ -77,7 +79,7 @@ def _one(template: Mapping[str, Any], kind: str, name: str = "trainium") -> dict
     return found
 
 
-@pytest.mark.parametrize("pool_name", ["trainium", "dataset"])
+@pytest.mark.parametrize("pool_name", ["trainium", "dataset", "preparation"])
 @pytest.mark.parametrize("variant", ["karpenter", "karpenter capacity block"])
 def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, pool_name):
     template = _platform(variant)
@@ -85,8 +87,11 @@ def test_given_karpenter_mode_then_each_field_is_one_the_crds_accept(variant, po
     assert spec_problems(pool["spec"], NODE_POOL_FIELDS, ("template.metadata.labels.",)) == []
     assert spec_problems(node_class["spec"], NODE_CLASS_FIELDS, ("tags.",)) == []
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
-    keys = {r["key"] for r in pool["spec"]["template"]["spec"]["requirements"]}
-    assert keys <= set(WELL_KNOWN_REQUIREMENT_KEYS)
+    requirements = pool["spec"]["template"]["spec"]["requirements"]
+    assert {r["key"] for r in requirements} <= set(WELL_KNOWN_REQUIREMENT_KEYS)
+    for r in requirements:
+        if r["operator"] in ("Gt", "Lt", "Gte", "Lte"):
+            assert r["key"] in NUMERIC_REQUIREMENT_KEYS and len(r["values"]) == 1 and int(r["values"][0]) >= 0
 
 
 def test_given_a_bad_value_then_the_field_check_names_it():
@@ -590,6 +595,40 @@ def test_given_karpenter_mode_then_staging_runs_on_the_dataset_pool_not_on_train
         assert [t["key"] for t in pod["tolerations"]] == [t["key"] for t in pool["spec"]["taints"]]
     requirements = {r["key"]: r["values"] for r in pool["spec"]["requirements"]}
     assert requirements["node.kubernetes.io/instance-type"][0] not in INSTANCE_FACTS  # not a Trainium type
+
+
+def _admits(requirement: Mapping[str, Any], value: str) -> bool:
+    operator, values = requirement["operator"], requirement["values"]
+    if operator == "In":
+        return value in values
+    bound = int(values[0])
+    return {"Lte": int(value) <= bound, "Lt": int(value) < bound, "Gte": int(value) >= bound}[operator]
+
+
+def test_given_karpenter_mode_then_preparation_runs_on_cpu_nodes_sized_as_karpenter_sizes_them():
+    # Given the preparation pool and the facts the synth check sizes a preparation by
+    from trainium_eks.versions import PREPARATION_NODES
+
+    pool = _one(_platform("karpenter"), "NodePool", "preparation")["spec"]
+    by_key = {r["key"]: r for r in pool["template"]["spec"]["requirements"]}
+    # Then the largest node it sizes against is one the pool admits (Karpenter's labels of it),
+    # and no larger: its vCPUs are the bound
+    for key, value in M7I_12XLARGE_LABELS.items():
+        assert _admits(by_key[key], value), key
+    assert not _admits(
+        by_key["karpenter.k8s.aws/instance-cpu"],
+        str(int(M7I_12XLARGE_LABELS["karpenter.k8s.aws/instance-cpu"]) * 2),
+    )
+    assert PREPARATION_NODES.largest == "m7i.12xlarge"
+    assert str(PREPARATION_NODES.largest_vcpus) == M7I_12XLARGE_LABELS["karpenter.k8s.aws/instance-cpu"]
+    # and its allocatable is Karpenter's, the limit the table's
+    cpu, memory, pods, _, _ = KARPENTER_ALLOCATABLE[PREPARATION_NODES.largest]
+    allocatable = PREPARATION_NODES.largest_allocatable
+    assert (allocatable.millicpu, allocatable.memory_mib, allocatable.pods) == (cpu, memory, pods)
+    assert pool["limits"] == {"cpu": str(PREPARATION_NODES.limit_vcpus)}
+    # and it is no Trainium type: requirements on the family, none on the Trainium instance type
+    assert by_key["karpenter.k8s.aws/instance-family"]["values"] == ["m7i"]
+    assert "node.kubernetes.io/instance-type" not in by_key
 
 
 def test_given_karpenter_mode_then_cfn_lint_finds_nothing(tmp_path):

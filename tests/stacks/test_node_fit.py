@@ -1,8 +1,17 @@
 """Every pod the stacks put on a Trainium node fits there at once: the DaemonSets read from the
-synthesized templates, the training gang's pod, and the dataset pods that share its nodes while
-it waits for their marker (the staging pod, or the preparation pods spread over the nodes)."""
+synthesized templates, the training gang's pod, and the dataset pods beside it.
+
+The training job is submitted once its first phase's shards are there
+(trainium_eks/jobs/job_submission.py), so the first phase's staging or preparation pods have ended
+when the gang comes. With Karpenter every dataset pod runs on CPU nodes of its own; on the
+Trainium nodegroup phase 2's staging pod, created at deploy, waits on a Trainium node through the
+first phase's dataset and phase 1's training (``training_phases=both``): the one dataset pod
+beside the gang, and beside the first phase's dataset pods before it."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -10,7 +19,7 @@ from tests.support import k8s_manifests, synth_app, variants
 from tests.trainium_eks.nodes.node_support import pod_spec_requests, template_daemons, workload_pods
 from trainium_eks.addons.node_daemons import on_trainium, total
 from trainium_eks.config import config_from_context
-from trainium_job.allocatable import Resources, node_allocatable
+from trainium_job.allocatable import NODE_MARGIN, Resources, node_allocatable
 
 VARIANTS = variants(
     "default",
@@ -20,11 +29,24 @@ VARIANTS = variants(
     "trn2.48xlarge",
     "trn1.2xlarge single node",
     "nodegroup",
+    "nodegroup preparation on",
 )
 
 
+def _phase2_staging(config: Any, pods: Mapping[str, tuple[Mapping[str, Any], int]]) -> Resources:
+    """The requests of the dataset pod that waits on a Trainium node beside everything else: phase
+    2's staging pod on the nodegroup with both phases (the staging Jobs' pods ask the same)."""
+    if config.trainium_capacity != "nodegroup" or config.training_phases != "both":
+        return Resources()
+    spec, _ = pods["dataset-staging"]
+    assert on_trainium(spec, config.instance_type)
+    return pod_spec_requests(spec)
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_given_the_stacks_then_gang_dataset_pods_and_daemonsets_fit_one_node_together(variant):
+def test_given_the_stacks_then_the_gang_the_dataset_pods_beside_it_and_daemonsets_fit_one_node_together(
+    variant,
+):
     context = VARIANTS[variant]
     config = config_from_context(context)
     templates = list(synth_app(**context).values())
@@ -35,23 +57,34 @@ def test_given_the_stacks_then_gang_dataset_pods_and_daemonsets_fit_one_node_tog
     training_spec, replicas = pods["training"]
     assert replicas == config.desired_nodes
     assert on_trainium(training_spec, config.instance_type)
-    training = pod_spec_requests(training_spec)
-    if config.preparation_enabled:
-        spec, parallel = pods["dataset-preparation"]
-        dataset = pod_spec_requests(spec).times(-(-parallel // config.desired_nodes))
-    else:
-        spec, _ = pods["dataset-staging"]
-        dataset = pod_spec_requests(spec)
-    # With Karpenter the staging pod has a node of its own (the "dataset" NodePool).
-    staged_elsewhere = config.trainium_capacity == "karpenter" and not config.preparation_enabled
-    assert on_trainium(spec, config.instance_type) is not staged_elsewhere
-    if staged_elsewhere:
-        dataset = Resources()
+    # The first phase's dataset pods: on the Trainium nodes only with the nodegroup.
+    spec, _ = pods["dataset-preparation" if config.preparation_enabled else "dataset-staging"]
+    assert on_trainium(spec, config.instance_type) is (config.trainium_capacity == "nodegroup")
 
-    together = daemons + training + dataset
+    together = daemons + pod_spec_requests(training_spec) + _phase2_staging(config, pods)
     assert together.fits_in(node), f"{together.describe()} ({together.pods} pods) > {node.describe()}"
-    # What is left is the stated margin, no more: the pod takes the rest of the node.
-    assert node - together == Resources(500, 1024, node.pods - together.pods)
+    # What is left is the stated margin, no more: the pod takes the rest of the node, and leaves
+    # room for exactly what shares it.
+    assert node - together == Resources(
+        NODE_MARGIN.millicpu, NODE_MARGIN.memory_mib, node.pods - together.pods
+    )
+
+
+@pytest.mark.parametrize("variant", ["nodegroup", "nodegroup preparation on"])
+def test_given_the_nodegroup_then_the_first_phases_dataset_pods_fit_a_node_before_the_gang(variant):
+    # Given the first phase's dataset pods on the Trainium nodes, spread evenly (the preparation's
+    # maxSkew 1), and phase 2's staging pod waiting there
+    context = VARIANTS[variant]
+    config = config_from_context(context)
+    templates = list(synth_app(**context).values())
+    node = node_allocatable(config.facts).allocatable
+    daemons = total(template_daemons(templates, config.instance_type))
+    pods = workload_pods(templates)
+    spec, parallel = pods["dataset-preparation" if config.preparation_enabled else "dataset-staging"]
+    first = pod_spec_requests(spec).times(-(-parallel // config.desired_nodes))
+    # Then they fit with the DaemonSets and the margin: all of them run at once
+    together = daemons + first + _phase2_staging(config, pods) + NODE_MARGIN
+    assert together.fits_in(node), f"{together.describe()} ({together.pods} pods) > {node.describe()}"
 
 
 @pytest.mark.parametrize("variant", ["default", "all add-on options"])

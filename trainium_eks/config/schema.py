@@ -297,8 +297,10 @@ class PlatformSettings:
     """
     preparation_vocab: str = "fsx:/dataset/vocab.txt"
     preparation_pods: int = 4
-    """Pods of the Indexed Job (all run at once, spread over the Trainium nodes: they must fit on
-    ``desired_nodes``) and CPUs of each (= its worker processes).
+    """Pods of the Indexed Job and CPUs of each (= its worker processes). All run at once: with
+    trainium_capacity=karpenter on CPU nodes it launches for them, which must hold them
+    (``PREPARATION_NODES``: m7i up to 48 vCPUs, 192 vCPUs in all); with the nodegroup spread over
+    its ``desired_nodes`` Trainium nodes.
     """
     preparation_cpus_per_pod: int = 16
     preparation_args: Mapping[str, str] = field(default_factory=dict)

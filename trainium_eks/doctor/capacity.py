@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..nodes.node_pool import CAPACITY_BLOCK_DRAIN_MINUTES
-from ..versions import DATASET_NODE_INSTANCE_TYPE, SYSTEM_NODE_INSTANCE_TYPE
+from ..versions import DATASET_NODE_INSTANCE_TYPE, PREPARATION_NODES, SYSTEM_NODE_INSTANCE_TYPE
 from .aws import error_code
 from .findings import Status, Verdict
 from .quotas import TRN_VCPUS, quota_value, renamed
@@ -83,19 +83,26 @@ def system_offering(t: Target) -> Verdict:
 
 
 def dataset_offering(t: Target) -> Verdict:
-    """With Karpenter: the staging node's type offered in the Trainium AZ ID (beside FSx)."""
+    """With Karpenter: the staging node's type offered in the Trainium AZ ID (beside FSx), and with
+    ``preparation_enabled`` the largest preparation node's type, which the preparation's size is
+    checked against at synth."""
     c = t.config
     if c.trainium_capacity != "karpenter":
-        return Verdict(Status.OK, "not used: dataset staging runs on the Trainium nodegroup")
-    if c.trainium_az_id in _offered_in(t, DATASET_NODE_INSTANCE_TYPE, [c.trainium_az_id]):
-        return Verdict(
-            Status.OK, f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is offered in {c.trainium_az_id}"
-        )
-    return Verdict(
-        Status.FAIL,
-        f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is not offered in {c.trainium_az_id}",
-        "change DATASET_NODE_INSTANCE_TYPE in trainium_eks/versions.py to a type offered there",
-    )
+        return Verdict(Status.OK, "not used: dataset staging and preparation run on the Trainium nodegroup")
+    wanted = {DATASET_NODE_INSTANCE_TYPE: ("staging node", "DATASET_NODE_INSTANCE_TYPE")}
+    if c.preparation_enabled:
+        wanted[PREPARATION_NODES.largest] = ("largest preparation node", "PREPARATION_NODES")
+    found = []
+    for instance_type, (what, where) in wanted.items():
+        if c.trainium_az_id not in _offered_in(t, instance_type, [c.trainium_az_id]):
+            return Verdict(
+                Status.FAIL,
+                f"{instance_type} ({what}) is not offered in {c.trainium_az_id}",
+                f"change {where} in trainium_eks/versions.py to a type offered there",
+            )
+        found.append(f"{instance_type} ({what})")
+    verb = "are" if len(found) > 1 else "is"
+    return Verdict(Status.OK, f"{' and '.join(found)} {verb} offered in {c.trainium_az_id}")
 
 
 #: ``capacity_type`` -> the reservation's ``ReservationType`` (EC2 API CapacityReservation).

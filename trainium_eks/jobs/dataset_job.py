@@ -1,5 +1,6 @@
-"""What the two dataset constructs share: a batch Job on the Trainium nodes that writes the
-training job's dataset to FSx, named after its content, applied after what it needs.
+"""What the two dataset constructs share: a batch Job that writes the training job's dataset to
+FSx (on CPU nodes Karpenter launches for it, or on the Trainium nodegroup), named after its
+content, applied after what it needs.
 
 :class:`~trainium_eks.jobs.dataset_staging.DatasetStaging` copies a published shard set;
 :class:`~trainium_eks.jobs.dataset_preparation.DatasetPreparation` makes one from a text corpus.
@@ -18,6 +19,7 @@ from trainium_job.paths import DATA_MOUNT, JobPaths
 from trainium_job.scheduling import (
     DATASET_NODE_LABEL,
     DATASET_TOLERATION,
+    PREPARATION_NODE_LABEL,
     TRAINIUM_NODE_LABEL,
     WORKLOAD_TOLERATION,
 )
@@ -45,6 +47,11 @@ def trainium_placement() -> dict[str, Any]:
 def dataset_node_placement() -> dict[str, Any]:
     """On the small node Karpenter launches for staging (``trainium_capacity=karpenter``)."""
     return {"nodeSelector": dict(DATASET_NODE_LABEL), "tolerations": [dict(DATASET_TOLERATION)]}
+
+
+def preparation_node_placement() -> dict[str, Any]:
+    """On the CPU nodes Karpenter launches for the preparation pods (``trainium_capacity=karpenter``)."""
+    return {"nodeSelector": dict(PREPARATION_NODE_LABEL), "tolerations": [dict(DATASET_TOLERATION)]}
 
 
 def dataset_container(

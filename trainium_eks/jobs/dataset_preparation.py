@@ -1,7 +1,9 @@
 """Dataset preparation on the cluster: your own text corpus on FSx -> a shard set, as an Indexed Job.
 
 The Job runs ``python -m training.dataprep.prepare_indexed`` (the training image has it) on ``pods`` pods
-at once, spread over the Trainium nodes; each tokenizes and masks its share of the corpus with
+at once, on CPU nodes Karpenter launches for them (``trainium_capacity=karpenter``: the
+``preparation`` NodePool, :data:`~trainium_eks.versions.PREPARATION_NODES`) or spread over the
+Trainium nodegroup's nodes; each tokenizes and masks its share of the corpus with
 ``cpus_per_pod`` processes, and pod 0 shuffles, writes and publishes the shard set into the
 training job's dataset directory, then writes the marker the training pods wait for. The set is
 the one ``python -m training.dataprep.prepare_data`` makes on one machine with the same seed and settings,
@@ -11,7 +13,8 @@ The corpus and the vocabulary are paths on FSx (``fsx:/dataset/...`` with ``fsx_
 imports an S3 prefix there). Idempotent like the staging Job: with the marker present the pods
 exit at once. A usage error (invalid bytes, say) fails the whole Job at once (exit code 2);
 other pod failures are retried per index. All pods must fit on the nodes together: they wait for
-each other between the tokenizing, pool and sample phases.
+each other between the tokenizing, pool and sample phases. The training job is submitted once
+their marker is there, so they never share a node with its pods.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, NoReturn
 from constructs import Construct, IConstruct
 
 from trainium_job import checks
-from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources, share_problem
+from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, NODE_MARGIN, Resources, node_allocatable
 from trainium_job.entry_points import PREPARE_INDEXED
 from trainium_job.errors import ConfigError
 from trainium_job.instances import InstanceFacts
@@ -39,7 +42,16 @@ from .._training.dataprep.text_input import UsageError
 from ..addons.node_daemons import total
 from ..addons.registry import configured_node_daemons
 from ..arguments import AnyCluster, require_cluster
-from .dataset_job import DatasetJob, dataset_container, dataset_volumes, pod_identity, trainium_placement
+from ..versions import PREPARATION_NODES
+from .dataset_job import (
+    DatasetJob,
+    dataset_container,
+    dataset_volumes,
+    pod_identity,
+    preparation_node_placement,
+    trainium_placement,
+)
+from .dataset_staging import STAGING_RESOURCES
 
 #: ``python -m training.dataprep.prepare_data`` settings a deployment may give (``preparation_args``):
 #: flag -> takes a value (False: a switch, given as "true"). The rest (inputs, output, workers,
@@ -63,6 +75,8 @@ SETTING_FLAGS: dict[str, bool] = {
     "no_lower_case": False,
     "input_pattern": True,
 }
+#: What waits beside the preparation pods on a node by default: nothing.
+NOTHING_BESIDE = Resources()
 #: Memory per CPU of a preparation pod: each worker process peaks at a few hundred MiB.
 MEMORY_GIB_PER_CPU = 2
 #: Exit code of the tools' one-line usage errors (argparse's): retrying cannot help.
@@ -164,22 +178,85 @@ def check_pods(
     nodes: int | None = None,
     *,
     daemons: Resources = DEFAULT_NODE_DAEMONS,
+    beside: Resources = NOTHING_BESIDE,
 ) -> None:
-    """Whole numbers; and with the node type and count, that all pods fit on the nodes at once
-    beside the training pod, which waits on the same nodes for their marker (they also wait for
-    each other: a pod left pending would stall the others). ``daemons``: the nodes' DaemonSets."""
+    """Whole numbers; and with the Trainium node type and count (the nodegroup's), that all pods
+    fit on the nodes at once (they wait for each other: a pod left pending would stall the others),
+    beside the nodes' DaemonSets (``daemons``), whatever else waits there meanwhile (``beside``:
+    phase 2's staging pod) and :data:`~trainium_job.allocatable.NODE_MARGIN`. The training job
+    is submitted once their marker is there: its pod is not beside them."""
     for field, value in (("pods", pods), ("cpus_per_pod", cpus_per_pod)):
         checks.whole_number(field, value, minimum=1)
     if facts is None or nodes is None:
         return
     per_node = pods_per_node(pods, nodes)
-    problem = share_problem(facts, daemons + pod_resources(cpus_per_pod).times(per_node))
-    if problem:
+    need = daemons + beside + pod_resources(cpus_per_pod).times(per_node) + NODE_MARGIN
+    allocatable = node_allocatable(facts).allocatable
+    if not need.fits_in(allocatable):
         raise ConfigError(
             "pods",
             pods,
-            f"{pods} pods x {cpus_per_pod} CPUs put {per_node} on some of the {nodes} {facts.name} node(s), "
-            f"beside the training pod: {problem}; all pods must run at once: use fewer pods or CPUs per pod",
+            f"{pods} pods x {cpus_per_pod} CPUs put {per_node} on some of the {nodes} {facts.name} node(s): with "
+            f"the node's DaemonSets{' and what waits beside them' if beside.pods else ''} and a margin of "
+            f"{NODE_MARGIN.describe()} that is {need.describe()} ({need.pods} pods), more than its allocatable "
+            f"{allocatable.describe()} ({allocatable.pods} pods); all pods must run at once: use fewer pods "
+            "or CPUs per pod",
+        )
+
+
+def preparation_node_room(daemons: Resources = DEFAULT_NODE_DAEMONS) -> Resources:
+    """What the largest preparation node leaves the preparation pods: Karpenter's allocatable of
+    ``PREPARATION_NODES.largest`` less ``daemons`` and :data:`~trainium_job.allocatable.NODE_MARGIN`."""
+    return PREPARATION_NODES.largest_allocatable - daemons - NODE_MARGIN
+
+
+def preparation_nodes_taken(
+    pods: int, cpus_per_pod: int, *, daemons: Resources = DEFAULT_NODE_DAEMONS
+) -> tuple[int, int]:
+    """(pods per node, nodes) of the preparation on the largest preparation nodes (0 per node: one
+    pod does not fit; then 0 nodes)."""
+    room, pod = preparation_node_room(daemons), pod_resources(cpus_per_pod)
+    per_node = max(0, min(room.millicpu // pod.millicpu, room.memory_mib // pod.memory_mib, room.pods))
+    return per_node, (-(-pods // per_node) if per_node else 0)
+
+
+def check_preparation_nodes(
+    pods: int, cpus_per_pod: int, *, daemons: Resources = DEFAULT_NODE_DAEMONS
+) -> None:
+    """With ``trainium_capacity=karpenter``: that the pods fit on the preparation nodes Karpenter
+    launches for them (:data:`~trainium_eks.versions.PREPARATION_NODES`), all at once.
+
+    One pod must fit on the largest node beside ``daemons`` (the Trainium nodes' DaemonSets: every
+    DaemonSet of a preparation node runs on a Trainium node too, tests/stacks/
+    test_trainium_placement.py) and the margin. Karpenter fills a new node with as many pending
+    pods as the largest type holds and, while it launches, counts it at the vCPUs of the largest
+    type it may be against the pool's limit (kubernetes-sigs/karpenter v1.14.1
+    pkg/controllers/provisioning/scheduling/scheduler.go L707-720, L786, L1068-1085): the pods
+    take ceil(pods / per node) x its vCPUs of the limit.
+    """
+    checks.whole_number("pods", pods, minimum=1)
+    checks.whole_number("cpus_per_pod", cpus_per_pod, minimum=1)
+    nodes, room = PREPARATION_NODES, preparation_node_room(daemons)
+    per_node, launched = preparation_nodes_taken(pods, cpus_per_pod, daemons=daemons)
+    where = "the preparation nodes: PREPARATION_NODES in trainium_eks/versions.py, docs/capacity.md"
+    if per_node < 1:
+        most = min(room.millicpu // 1000, room.memory_mib // (MEMORY_GIB_PER_CPU * 1024))
+        raise ConfigError(
+            "cpus_per_pod",
+            cpus_per_pod,
+            f"a pod of {cpus_per_pod} CPUs and {cpus_per_pod * MEMORY_GIB_PER_CPU} GiB does not fit on the "
+            f"largest preparation node, a {nodes.largest} ({nodes.largest_allocatable.describe()} allocatable, "
+            f"less {daemons.describe()} of DaemonSets and a margin of {NODE_MARGIN.describe()}): give at most "
+            f"{most} ({where})",
+        )
+    if launched * nodes.largest_vcpus > nodes.limit_vcpus:
+        raise ConfigError(
+            "pods",
+            pods,
+            f"{pods} pods x {cpus_per_pod} CPUs take {launched} preparation nodes ({per_node} per {nodes.largest}), "
+            f"{launched * nodes.largest_vcpus} vCPUs, over the preparation NodePool's limit of "
+            f"{nodes.limit_vcpus}: Karpenter would not launch the rest, and all pods must run at once: give at "
+            f"most {nodes.limit_vcpus // nodes.largest_vcpus * per_node} pods of {cpus_per_pod} CPUs ({where})",
         )
 
 
@@ -217,6 +294,21 @@ def preparation_command(
     ]
 
 
+def _spread(job_name: str) -> dict[str, Any]:
+    """On the Trainium nodes, the Job's pods spread evenly over them (maxSkew 1)."""
+    return {
+        **trainium_placement(),
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": job_name}},
+            }
+        ],
+    }
+
+
 def preparation_job(
     *,
     name: str,
@@ -227,8 +319,13 @@ def preparation_job(
     cpus_per_pod: int,
     claim_name: str,
     service_account: str,
+    on_preparation_nodes: bool = False,
 ) -> dict[str, Any]:
-    """The batch/v1 Indexed Job."""
+    """The batch/v1 Indexed Job: on the Trainium nodes, spread evenly; or with
+    ``on_preparation_nodes`` on the CPU nodes Karpenter launches for it, packed (Karpenter takes a
+    preferred spread as required until a pod fails to fit: kubernetes-sigs/karpenter v1.14.1
+    pkg/controllers/provisioning/scheduling/scheduler.go L84-85, preferences.go L38-44, L90-92, so
+    a spread would launch a node per pod)."""
     labels = {"app.kubernetes.io/name": "dataset-preparation"}
     resources = {"cpu": str(cpus_per_pod), "memory": f"{cpus_per_pod * MEMORY_GIB_PER_CPU}Gi"}
     return {
@@ -259,15 +356,7 @@ def preparation_job(
                 "spec": {
                     **pod_identity(service_account),
                     "securityContext": pod_security_context(),
-                    **trainium_placement(),
-                    "topologySpreadConstraints": [
-                        {
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
-                        }
-                    ],
+                    **(preparation_node_placement() if on_preparation_nodes else _spread(name)),
                     # Work files go to FSx beside the output.
                     "containers": [
                         dataset_container(
@@ -284,6 +373,14 @@ def preparation_job(
     }
 
 
+def _waiting_beside(c: Any) -> Resources:
+    """What waits on a Trainium nodegroup's node beside the preparation pods: phase 2's staging
+    pod, created at deploy, which waits there for phase 1's shards (``training_phases=both``)."""
+    if c.training_phases != "both":
+        return NOTHING_BESIDE
+    return Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)
+
+
 def validate_preparation_config(c: Any) -> None:
     """The ``preparation_*`` fields of ``PlatformConfig``, with the construct's rules."""
     checks.flag("preparation_enabled", c.preparation_enabled)
@@ -298,20 +395,38 @@ def validate_preparation_config(c: Any) -> None:
     try:
         # Sizes are checked against the nodes (and the DaemonSets this configuration puts
         # there) only when the Job is deployed.
+        check_pods(c.preparation_pods, c.preparation_cpus_per_pod)
         if c.preparation_enabled:
-            daemons = configured_node_daemons(c)
-            check_pods(
-                c.preparation_pods,
-                c.preparation_cpus_per_pod,
-                c.facts,
-                c.desired_nodes,
-                daemons=total(daemons),
-            )
-        else:
-            check_pods(c.preparation_pods, c.preparation_cpus_per_pod)
+            daemons = total(configured_node_daemons(c))
+            if c.trainium_capacity == "karpenter":
+                check_preparation_nodes(c.preparation_pods, c.preparation_cpus_per_pod, daemons=daemons)
+            else:
+                check_pods(
+                    c.preparation_pods,
+                    c.preparation_cpus_per_pod,
+                    c.facts,
+                    c.desired_nodes,
+                    daemons=daemons,
+                    beside=_waiting_beside(c),
+                )
         check_settings(c.preparation_args)
     except ConfigError as err:
         raise ConfigError(f"preparation_{err.field_name}", err.value, err.fix) from None
+
+
+def _check_size(
+    pods: int,
+    cpus_per_pod: int,
+    facts: InstanceFacts | None,
+    nodes: int | None,
+    *,
+    on_preparation_nodes: bool,
+) -> None:
+    """The pods fit where they run, all at once (:func:`check_preparation_nodes`, :func:`check_pods`)."""
+    if on_preparation_nodes:
+        check_preparation_nodes(pods, cpus_per_pod)
+    else:
+        check_pods(pods, cpus_per_pod, facts, nodes)
 
 
 class DatasetPreparation(DatasetJob):
@@ -340,6 +455,7 @@ class DatasetPreparation(DatasetJob):
         args: Mapping[str, Any] | None = None,
         facts: InstanceFacts | None = None,
         nodes: int | None = None,
+        on_preparation_nodes: bool = False,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         """
@@ -352,8 +468,10 @@ class DatasetPreparation(DatasetJob):
                 CPU). Default 16.
             args: more ``prepare_data`` settings, see :data:`SETTING_FLAGS`. Default None: the
                 tool's defaults (seq 128, 20 predictions, dupe factor 5, seed 12345).
-            facts, nodes: the Trainium node type and count; given, the pods are checked to fit.
-                Default None: not checked.
+            facts, nodes: the Trainium node type and count; given, the pods are checked to fit
+                on them (without ``on_preparation_nodes``). Default None: not checked.
+            on_preparation_nodes: run on the CPU nodes of :class:`~trainium_eks.nodes.node_pool.TrainiumNodePool`'s
+                ``preparation`` NodePool, checked to fit (:func:`check_preparation_nodes`). Default False.
 
         The other props: :class:`~trainium_eks.jobs.dataset_job.DatasetJobProps`.
         """
@@ -361,7 +479,7 @@ class DatasetPreparation(DatasetJob):
         cluster = require_cluster(cluster)
         self.paths = paths
         args = dict(args or {})
-        check_pods(pods, cpus_per_pod, facts, nodes)
+        _check_size(pods, cpus_per_pod, facts, nodes, on_preparation_nodes=on_preparation_nodes)
         settings = {"corpus": corpus, "vocab": vocab, "pods": pods, "args": args, "data_dir": paths.data_dir}
         # A work folder per settings: a changed spec never meets the leftovers of another run.
         self.work_dir = posixpath.join(
@@ -388,6 +506,7 @@ class DatasetPreparation(DatasetJob):
                 cpus_per_pod=cpus_per_pod,
                 claim_name=claim_name,
                 service_account=service_account,
+                on_preparation_nodes=on_preparation_nodes,
             ),
             draft_name="prepare",
             cluster=cluster,

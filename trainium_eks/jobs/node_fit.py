@@ -1,11 +1,14 @@
 """How one Trainium node is shared: the kubelet's allocatable, the platform's DaemonSets, the
-dataset pods and the training pod, for a configuration.
+dataset pods that run beside the training pod, and the training pod, for a configuration.
 
-The training pod takes what is left (:func:`trainium_job.allocatable.training_resources`); the
-dataset pods are counted beside it because they share its nodes at the same time: the training
-gang waits on its nodes for the dataset marker, so the staging pod (on one node, which cannot be
-known: reserved on every node) or the preparation pods (spread evenly; a failed one is retried
-while the gang holds the nodes) must fit next to it, or the job waits forever.
+The training pod takes what is left (:func:`trainium_job.allocatable.training_resources`). The
+training job is submitted once its first phase's shards are there
+(:mod:`trainium_eks.jobs.job_submission`), so the first phase's staging or preparation pods are
+gone before its pods come. What remains beside them is phase 2's staging pod
+(``training_phases=both``), created at deploy and waiting for phase 1's shards, then staging
+during phase 1: on a Trainium node with ``trainium_capacity=nodegroup`` (on one node, which cannot
+be known: reserved on every node), on a CPU node of its own with Karpenter. It must fit next to
+the training pod, or it waits through phase 1 and phase 2 never finds its shards.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from trainium_job.instances import InstanceFacts
 
 from ..addons.node_daemons import DaemonSettings, NodeDaemon, total
 from ..addons.registry import configured_node_daemons
-from .dataset_preparation import pod_resources, pods_per_node
 from .dataset_staging import STAGING_RESOURCES
 
 
@@ -38,7 +40,7 @@ class NodeFit:
         facts: the instance type's facts row.
         node: its allocatable and the derivation.
         daemons: the DaemonSets on it.
-        dataset: (what, requests) of the dataset pods that may share it with the training pod.
+        dataset: (what, requests) of the dataset pods that share it with the training pod.
     """
 
     facts: InstanceFacts
@@ -92,26 +94,17 @@ class FitSettings(DaemonSettings, Protocol):
     @property
     def desired_nodes(self) -> int: ...
     @property
-    def preparation_enabled(self) -> bool: ...
-    @property
-    def preparation_pods(self) -> int: ...
-    @property
-    def preparation_cpus_per_pod(self) -> int: ...
+    def training_phases(self) -> str: ...
     @property
     def trainium_capacity(self) -> str: ...
 
 
 def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
-    """The dataset pods that may share a node with the training pod, with their requests."""
-    if not c.training_enabled:
+    """The dataset pods that share a node with the training pod, with their requests: phase 2's
+    staging pod on the Trainium nodegroup (module docstring)."""
+    if not c.training_enabled or c.trainium_capacity == "karpenter" or c.training_phases != "both":
         return ()
-    if c.preparation_enabled:
-        per_node = pods_per_node(c.preparation_pods, c.desired_nodes)
-        requests = pod_resources(c.preparation_cpus_per_pod).times(per_node)
-        return ((f"{per_node} preparation pod(s)", requests),)
-    if c.trainium_capacity == "karpenter":
-        return ()  # staging has a node of its own (the "dataset" NodePool)
-    return (("staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
+    return (("phase 2's staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
 
 
 def node_fit(c: FitSettings) -> NodeFit:
@@ -123,8 +116,8 @@ def node_fit(c: FitSettings) -> NodeFit:
 
 def check_node_fit(c: FitSettings) -> None:
     """ConfigError (naming ``instance_type``) when the training pod would get too little of a
-    node beside the DaemonSets and the staging pod; the preparation pods' own check
-    (:func:`~trainium_eks.jobs.dataset_preparation.check_pods`) names the preparation keys."""
+    node beside the DaemonSets and phase 2's staging pod; the preparation pods, which run before
+    it, have their own check (:func:`~trainium_eks.jobs.dataset_preparation.validate_preparation_config`)."""
     if not c.training_enabled:
         return
     problem = share_problem(c.facts, node_fit(c).reserved)

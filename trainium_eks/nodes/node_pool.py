@@ -36,6 +36,7 @@ from trainium_job.scheduling import (
     DATASET_TAINT,
     INSTANCE_TYPE_LABEL,
     NEURON_TAINT,
+    PREPARATION_NODE_LABEL,
     SYSTEM_NODE_LABEL,
     TRAINIUM_NODE_LABEL,
 )
@@ -45,7 +46,7 @@ from ..arguments import AnyCluster, check_subnet_az, require_cluster
 from ..cluster.eks_cluster import check_system_nodes, node_role
 from ..cluster.system_nodes import check_node_selector, refuse_auto_mode, require_system_capacity
 from ..nag import NODE_ROLE_ACKNOWLEDGEMENTS, acknowledge_own_findings
-from ..versions import DATASET_NODE_INSTANCE_TYPE
+from ..versions import DATASET_NODE_INSTANCE_TYPE, PREPARATION_NODES
 from .gang_wait import gang_wait_floor
 from .health_checks import warn_unlifted_taint
 from .karpenter import KarpenterController, LaunchResources
@@ -77,9 +78,12 @@ TRAINIUM_CAPACITY_MODES = ("nodegroup", "karpenter")
 NODE_POOL_NAME = "trainium"
 #: Name of the NodePool and EC2NodeClass of the dataset staging node.
 DATASET_POOL_NAME = "dataset"
-#: The staging node's root volume (GiB): the training image it runs is ~20 GB (image_build.py).
+#: Name of the NodePool and EC2NodeClass of the dataset preparation nodes.
+PREPARATION_POOL_NAME = "preparation"
+#: The staging and preparation nodes' root volume (GiB): the training image they run is ~20 GB
+#: (image_build.py).
 DATASET_ROOT_VOLUME_GIB = 100
-#: Minutes an empty staging node is kept: a retried staging pod comes back within seconds.
+#: Minutes an empty staging or preparation node is kept: a retried pod comes back within seconds.
 DATASET_IDLE_MINUTES = 1
 #: API groups and versions of the two objects (Karpenter v1).
 NODE_POOL_API = "karpenter.sh/v1"
@@ -87,6 +91,13 @@ NODE_CLASS_API = "karpenter.k8s.aws/v1"
 #: Karpenter's well-known requirement keys (pkg/apis/v1/labels.go at v1.14.1).
 ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+#: The AWS provider's instance requirement keys (aws/karpenter-provider-aws v1.14.1
+#: pkg/apis/v1/labels.go L41, L45, L150, L154: well-known labels, so a NodePool may narrow them and
+#: Karpenter picks among the types that match): the family, and the vCPUs, compared as an integer
+#: with ``Lte`` (kubernetes-sigs/karpenter v1.14.1 pkg/apis/crds/karpenter.sh_nodepools.yaml
+#: L304-342, pkg/scheduling/requirement.go L101-106).
+INSTANCE_FAMILY_LABEL = "karpenter.k8s.aws/instance-family"
+INSTANCE_CPU_LABEL = "karpenter.k8s.aws/instance-cpu"
 #: How long a draining node may hold pods that carry do-not-disrupt: a Capacity Block's node is
 #: drained 40 minutes before the block ends and EC2 starts terminating it 30 minutes before
 #: (Karpenter v1.14.1 ec2nodeclass_status.go L238, docs tasks/odcrs.md L88-99); the training pod's
@@ -341,15 +352,22 @@ def node_pool(
     return pool
 
 
-def dataset_node_class(
-    *, release_version: str, instance_profile: str, subnet_id: str, security_group_id: str, name_prefix: str
+def _cpu_node_class(
+    *,
+    name: str,
+    tag: str,
+    release_version: str,
+    instance_profile: str,
+    subnet_id: str,
+    security_group_id: str,
 ) -> dict[str, Any]:
-    """The EC2NodeClass of the staging node: the same AMI release (its standard variant, for a type
-    without accelerators), subnet and IMDS settings; the cluster group only; an encrypted gp3 root."""
+    """An EC2NodeClass of CPU nodes: the Trainium nodes' AMI release (its standard variant, for a
+    type without accelerators), subnet and IMDS settings; the cluster group only; an encrypted gp3
+    root."""
     return {
         "apiVersion": NODE_CLASS_API,
         "kind": "EC2NodeClass",
-        "metadata": {"name": DATASET_POOL_NAME},
+        "metadata": {"name": name},
         "spec": {
             "amiSelectorTerms": [{"alias": ami_alias(release_version)}],
             "instanceProfile": instance_profile,
@@ -357,33 +375,59 @@ def dataset_node_class(
             "securityGroupSelectorTerms": [{"id": security_group_id}],
             "metadataOptions": _imds_v2(),
             "blockDeviceMappings": [_root_volume(DATASET_ROOT_VOLUME_GIB)],
-            "tags": {"Name": node_name(name_prefix, DATASET_NODE_INSTANCE_TYPE)},
+            "tags": {"Name": tag},
         },
     }
 
 
-def dataset_node_pool(*, az_id: str) -> dict[str, Any]:
-    """The NodePool of the staging node: one small on-demand node in the Trainium AZ (beside FSx),
-    tainted so that only the staging pod lands there, gone a minute after it ends."""
+def dataset_node_class(
+    *, release_version: str, instance_profile: str, subnet_id: str, security_group_id: str, name_prefix: str
+) -> dict[str, Any]:
+    """The EC2NodeClass of the staging node (:func:`_cpu_node_class`)."""
+    return _cpu_node_class(
+        name=DATASET_POOL_NAME,
+        tag=node_name(name_prefix, DATASET_NODE_INSTANCE_TYPE),
+        release_version=release_version,
+        instance_profile=instance_profile,
+        subnet_id=subnet_id,
+        security_group_id=security_group_id,
+    )
+
+
+def preparation_node_class(
+    *, release_version: str, instance_profile: str, subnet_id: str, security_group_id: str, name_prefix: str
+) -> dict[str, Any]:
+    """The EC2NodeClass of the preparation nodes (:func:`_cpu_node_class`)."""
+    return _cpu_node_class(
+        name=PREPARATION_POOL_NAME,
+        tag=node_name(name_prefix, PREPARATION_POOL_NAME),
+        release_version=release_version,
+        instance_profile=instance_profile,
+        subnet_id=subnet_id,
+        security_group_id=security_group_id,
+    )
+
+
+def _cpu_node_pool(
+    *, name: str, labels: Mapping[str, str], types: list[dict[str, Any]], az_id: str, cpu_limit: int
+) -> dict[str, Any]:
+    """A NodePool of on-demand CPU nodes of the ``types`` requirements in the Trainium AZ (beside
+    FSx), tainted so that only dataset pods land there, gone a minute after they end."""
     return {
         "apiVersion": NODE_POOL_API,
         "kind": "NodePool",
-        "metadata": {"name": DATASET_POOL_NAME},
+        "metadata": {"name": name},
         "spec": {
             "template": {
-                "metadata": {"labels": dict(DATASET_NODE_LABEL)},
+                "metadata": {"labels": dict(labels)},
                 "spec": {
                     "nodeClassRef": {
                         "group": "karpenter.k8s.aws",
                         "kind": "EC2NodeClass",
-                        "name": DATASET_POOL_NAME,
+                        "name": name,
                     },
                     "requirements": [
-                        {
-                            "key": INSTANCE_TYPE_LABEL,
-                            "operator": "In",
-                            "values": [DATASET_NODE_INSTANCE_TYPE],
-                        },
+                        *types,
                         {"key": ZONE_ID_LABEL, "operator": "In", "values": [az_id]},
                         {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": ["on-demand"]},
                     ],
@@ -395,10 +439,41 @@ def dataset_node_pool(*, az_id: str) -> dict[str, Any]:
                 "consolidateAfter": f"{DATASET_IDLE_MINUTES}m",
                 "budgets": [dict(b) for b in DISRUPTION_BUDGETS],
             },
-            # One staging node (4 vCPU), and room for a second while the first drains.
-            "limits": {"cpu": "8"},
+            "limits": {"cpu": str(cpu_limit)},
         },
     }
+
+
+def dataset_node_pool(*, az_id: str) -> dict[str, Any]:
+    """The NodePool of the staging node: one small node (:data:`DATASET_NODE_INSTANCE_TYPE`, 4
+    vCPU), and room for a second while the first drains (8 vCPU)."""
+    return _cpu_node_pool(
+        name=DATASET_POOL_NAME,
+        labels=DATASET_NODE_LABEL,
+        types=[{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [DATASET_NODE_INSTANCE_TYPE]}],
+        az_id=az_id,
+        cpu_limit=8,
+    )
+
+
+def preparation_node_pool(*, az_id: str) -> dict[str, Any]:
+    """The NodePool of the preparation nodes: any size of :data:`PREPARATION_NODES`' family up to
+    its largest, at most its ``limit_vcpus`` at once. A pool of its own, apart from the staging
+    node's, so that the staging pods keep their one small type and the preparation's size is
+    checked against a limit no staging pod takes from: Karpenter packs a pool's pending pods
+    together, and phase 2's staging pod, created at deploy, waits until the preparation's shards
+    are there, then stages: in one pool it would take room on a large preparation node and keep
+    that node (``WhenEmpty``) until it has staged."""
+    return _cpu_node_pool(
+        name=PREPARATION_POOL_NAME,
+        labels=PREPARATION_NODE_LABEL,
+        types=[
+            {"key": INSTANCE_FAMILY_LABEL, "operator": "In", "values": [PREPARATION_NODES.family]},
+            {"key": INSTANCE_CPU_LABEL, "operator": "Lte", "values": [str(PREPARATION_NODES.largest_vcpus)]},
+        ],
+        az_id=az_id,
+        cpu_limit=PREPARATION_NODES.limit_vcpus,
+    )
 
 
 def _prefix_length(subnet: ec2.ISubnet) -> int | None:
@@ -447,9 +522,9 @@ class TrainiumNodePool(Construct):
 
     The counterpart of :class:`~trainium_eks.nodes.nodegroup.TrainiumNodegroup` for
     ``trainium_capacity=karpenter``: the same node role policies, EFA security group, cluster
-    placement group and node settings (module docstring), plus Karpenter itself, and a second
-    NodePool (``dataset``) of one small node for dataset staging, so staging never starts a
-    Trainium node.
+    placement group and node settings (module docstring), plus Karpenter itself, and two NodePools
+    of CPU nodes so that dataset work never starts a Trainium node: ``dataset``, one small node for
+    staging, and ``preparation``, nodes for the preparation pods (:data:`PREPARATION_NODES`).
 
     Attributes:
         facts, subnet: as the nodegroup's; az_id: the subnet's AZ ID.
@@ -457,7 +532,7 @@ class TrainiumNodePool(Construct):
         efa_security_group: all traffic to and from itself.
         placement_group: the cluster placement group (one AZ).
         karpenter: the :class:`KarpenterController`.
-        manifest: the EC2NodeClass and NodePool; what waits for Trainium capacity waits for it.
+        manifest: the EC2NodeClasses and NodePools; what waits for Trainium capacity waits for it.
     """
 
     def __init__(
@@ -595,7 +670,8 @@ class TrainiumNodePool(Construct):
         max_nodes: int,
         idle_minutes: int,
     ) -> list[dict[str, Any]]:
-        """The Trainium EC2NodeClass and NodePool, then the dataset staging node's pair."""
+        """The Trainium EC2NodeClass and NodePool, then the staging node's pair and the preparation
+        nodes' pair."""
         subnet_id = options.subnet.subnet_id
         node_class = ec2_node_class(
             facts=options.facts,
@@ -618,14 +694,21 @@ class TrainiumNodePool(Construct):
             reserved=options.capacity_reservation_id is not None,
             health_check=options.health_check,
         )
-        dataset_class = dataset_node_class(
-            release_version=self.release_version,
-            instance_profile=instance_profile,
-            subnet_id=subnet_id,
-            security_group_id=security_group_ids[0],
-            name_prefix=options.name_prefix,
-        )
-        return [node_class, pool, dataset_class, dataset_node_pool(az_id=az_id)]
+        cpu_nodes = {
+            "release_version": self.release_version,
+            "instance_profile": instance_profile,
+            "subnet_id": subnet_id,
+            "security_group_id": security_group_ids[0],
+            "name_prefix": options.name_prefix,
+        }
+        return [
+            node_class,
+            pool,
+            dataset_node_class(**cpu_nodes),
+            dataset_node_pool(az_id=az_id),
+            preparation_node_class(**cpu_nodes),
+            preparation_node_pool(az_id=az_id),
+        ]
 
     @property
     def capacity(self) -> eks.KubernetesManifest:

@@ -67,10 +67,14 @@ NAT_DATA_PROCESSED: Final = Price(0.045, "GB", "Amazon VPC pricing: NAT gateway,
 PUBLIC_IPV4: Final = Price(0.005, "address-hour", "Amazon VPC pricing: public IPv4 address, per hour")
 
 #: EC2 on-demand, Linux, per instance-hour: the system nodes' type
-#: (:data:`trainium_eks.versions.SYSTEM_NODE_INSTANCE_TYPE`; a test keeps it in this table).
+#: (:data:`trainium_eks.versions.SYSTEM_NODE_INSTANCE_TYPE`; a test keeps it in this table), the
+#: staging node's and the largest preparation node's (``DATASET_NODE_INSTANCE_TYPE``,
+#: ``PREPARATION_NODES.largest``). m7i is priced per vCPU, $0.0504 an hour in every size: the
+#: m7i.12xlarge row is 24 x m7i.large's, not read separately.
 EC2_ON_DEMAND: Final = {
     "m7i.large": Price(0.1008, "instance-hour", "Amazon EC2 On-Demand pricing: m7i.large, Linux"),
     "m7i.xlarge": Price(0.2016, "instance-hour", "Amazon EC2 On-Demand pricing: m7i.xlarge, Linux"),
+    "m7i.12xlarge": Price(2.4192, "instance-hour", "Amazon EC2 On-Demand pricing: m7i.12xlarge, Linux"),
 }
 
 #: FSx for Lustre PERSISTENT_2 (SSD) storage by throughput tier (MB/s per TiB). The 250, 500 and

@@ -19,6 +19,7 @@ from ..config.platform_checks import offering_warnings
 from ..images.image_build import BUILD_MINUTES_ESTIMATE, pull_minutes
 from ..images.image_build import review_lines as image_review_lines
 from ..images.training_image import build_context, context_bytes
+from ..jobs.dataset_preparation import pods_per_node, preparation_nodes_taken
 from ..jobs.node_fit import node_fit
 from ..monitoring.rules import BUDGET_ALERT_SHARE
 from ..monitoring.stack_values import retention_size_gib
@@ -42,7 +43,7 @@ from ..storage.model_bucket import (
     NONCURRENT_VERSION_DAYS,
     model_key_prefix,
 )
-from ..versions import SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
+from ..versions import PREPARATION_NODES, SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 from . import prices
 from .job_estimate import (
     SCRATCH_2_MB_S_PER_TIB,
@@ -432,12 +433,36 @@ def training_review(c: PlatformConfig) -> list[str]:
     lines += start_review(c)
     lines += budget_review(c)
     if c.preparation_enabled:
-        lines.append(
-            f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
-            f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{spec.dataset_name}"
-        )
+        lines += preparation_review(c, spec.dataset_name)
     lines += model_review(c)
     return lines
+
+
+def preparation_review(c: PlatformConfig, dataset_name: str) -> list[str]:
+    """The ``dataset:`` lines of a preparation: its pods, and the nodes they run on: with Karpenter
+    the CPU nodes it launches for them and what those cost at most (a node with fewer pods may be
+    a smaller type)."""
+    head = (
+        f"  dataset:      prepared from {c.preparation_corpus} by {c.preparation_pods} pods x "
+        f"{c.preparation_cpus_per_pod} CPUs into /data/datasets/{dataset_name}"
+    )
+    if c.trainium_capacity != "karpenter":
+        per_node = pods_per_node(c.preparation_pods, c.desired_nodes)
+        return [
+            head,
+            f"                on the Trainium nodes ({per_node} pods per node), before the training job is submitted",
+        ]
+    nodes = PREPARATION_NODES
+    per_node, launched = preparation_nodes_taken(
+        c.preparation_pods, c.preparation_cpus_per_pod, daemons=node_fit(c).daemon_requests
+    )
+    price = prices.EC2_ON_DEMAND[nodes.largest].usd
+    return [
+        head,
+        f"                on CPU nodes Karpenter launches for them, not on Trainium: at most {launched} x "
+        f"{nodes.largest} (up to {per_node} pods each), ${launched * price:,.2f}/h while they run; the pool's limit "
+        f"{nodes.limit_vcpus} vCPUs of {nodes.family} (${nodes.limit_vcpus // nodes.largest_vcpus * price:,.2f}/h)",
+    ]
 
 
 def phase_review(c: PlatformConfig, number: int, job: BertJobSpec) -> list[str]:

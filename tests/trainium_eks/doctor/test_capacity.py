@@ -18,7 +18,7 @@ from tests.trainium_eks.doctor.stubs import (
 )
 from trainium_eks.doctor import capacity
 from trainium_eks.doctor.findings import Status
-from trainium_eks.versions import DATASET_NODE_INSTANCE_TYPE, SYSTEM_NODE_INSTANCE_TYPE
+from trainium_eks.versions import DATASET_NODE_INSTANCE_TYPE, PREPARATION_NODES, SYSTEM_NODE_INSTANCE_TYPE
 from trainium_job.instances import instance_facts
 
 TRN = ("ec2", "L-2C3B7624", "Running On-Demand Trn instances")
@@ -111,6 +111,25 @@ def test_given_karpenter_when_the_staging_type_is_missing_in_the_trainium_az_the
     verdict = capacity.dataset_offering(target(aws, config(trainium_capacity="karpenter")))
     assert verdict.status is Status.FAIL
     assert f"{DATASET_NODE_INSTANCE_TYPE} (staging node) is not offered in usw2-az4" == verdict.found
+
+
+def test_given_karpenter_and_preparation_then_the_largest_preparation_type_is_checked_too():
+    cfg = config(trainium_capacity="karpenter", preparation_enabled="true", training_phases="1")
+    staging = offerings_call(DATASET_NODE_INSTANCE_TYPE, ["usw2-az4"], ["usw2-az4"])
+    aws = aws_with([staging, offerings_call(PREPARATION_NODES.largest, ["usw2-az4"], ["usw2-az4"])])
+    verdict = capacity.dataset_offering(target(aws, cfg))
+    aws.assert_all_asked()
+    assert verdict.status is Status.OK
+    assert (
+        verdict.found
+        == "m7i.xlarge (staging node) and m7i.12xlarge (largest preparation node) are offered in usw2-az4"
+    )
+    # Missing, it fails naming the table to change: the preparation's size is checked against it
+    aws = aws_with([staging, offerings_call(PREPARATION_NODES.largest, [], ["usw2-az4"])])
+    verdict = capacity.dataset_offering(target(aws, cfg))
+    assert verdict.status is Status.FAIL
+    assert verdict.found == "m7i.12xlarge (largest preparation node) is not offered in usw2-az4"
+    assert "PREPARATION_NODES" in verdict.fix
 
 
 def test_given_the_nodegroup_mode_then_the_staging_type_is_not_asked_about():

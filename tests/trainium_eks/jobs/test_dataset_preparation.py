@@ -156,10 +156,40 @@ def test_given_the_jobs_own_command_run_as_local_pods_then_the_set_equals_the_si
 @pytest.mark.parametrize(
     "context, field, fix",
     [
+        # On the Trainium nodegroup: all pods at once on desired_nodes nodes, beside the DaemonSets.
         (
-            {"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "40"},
+            {
+                "trainium_capacity": "nodegroup",
+                "preparation_enabled": "true",
+                "training_phases": "1",
+                "preparation_pods": "40",
+            },
             "preparation_pods",
-            r"all pods must run at once",
+            r"put 20 on some of the 2 trn1\.32xlarge node\(s\).*all pods must run at once",
+        ),
+        (
+            {
+                "trainium_capacity": "nodegroup",
+                "preparation_enabled": "true",
+                "training_phases": "1",
+                "preparation_pods": "8",
+                "preparation_cpus_per_pod": "32",
+            },
+            "preparation_pods",
+            r"put 4 on some of the 2 trn1\.32xlarge node\(s\)",
+        ),
+        # With Karpenter (the default): under the preparation NodePool's limit, 2 pods of 16 CPUs
+        # per m7i.12xlarge, 4 nodes of 48 vCPUs at most.
+        (
+            {"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "9"},
+            "preparation_pods",
+            r"9 pods x 16 CPUs take 5 preparation nodes \(2 per m7i\.12xlarge\), 240 vCPUs, over the "
+            r"preparation NodePool's limit of 192.*give at most 8 pods of 16 CPUs",
+        ),
+        (
+            {"preparation_enabled": "true", "training_phases": "1", "preparation_cpus_per_pod": "47"},
+            "preparation_cpus_per_pod",
+            r"does not fit on the largest preparation node, a m7i\.12xlarge .*give at most 46 .*PREPARATION_NODES",
         ),
         ({"preparation_cpus_per_pod": "0"}, "preparation_cpus_per_pod", r"at least 1"),
         ({"preparation_corpus": "s3://bucket/corpus"}, "preparation_corpus", r"fsx:/dataset/corpus"),
@@ -206,17 +236,73 @@ def test_given_a_bad_preparation_key_then_one_error_names_it(context, field, fix
     assert err.value.field_name == field and re.search(fix, err.value.fix), str(err.value)
 
 
-def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_comes_from():
+@pytest.mark.parametrize(
+    ("capacity", "pods", "cpus"),
+    [("karpenter", "8", "16"), ("karpenter", "1", "46"), ("nodegroup", "8", "31")],
+)
+def test_given_the_largest_preparation_that_fits_then_it_is_accepted(capacity, pods, cpus):
+    # One more pod or CPU is refused (the cases above; 8 x 32 on the nodegroup: 4 x 32 CPUs and the
+    # DaemonSets are more than a trn1.32xlarge's 127.61 allocatable vCPUs).
+    config_from_context(
+        {
+            "trainium_capacity": capacity,
+            "preparation_enabled": "true",
+            "training_phases": "1",
+            "preparation_pods": pods,
+            "preparation_cpus_per_pod": cpus,
+        }
+    )
+
+
+def test_given_preparation_enabled_then_the_synth_review_says_where_the_dataset_comes_from_and_on_what():
     from trainium_eks.report.review import training_review
 
     assert not any("prepared from" in line for line in training_review(config_from_context({})))
-    lines = training_review(
-        config_from_context({"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "6"})
-    )
-    assert (
+    prepared = {"preparation_enabled": "true", "training_phases": "1", "preparation_pods": "6"}
+    lines = training_review(config_from_context(prepared))
+    head = (
         "  dataset:      prepared from fsx:/dataset/corpus by 6 pods x 16 CPUs into "
         "/data/datasets/bert-wikicorpus-seq128"
-    ) in lines
+    )
+    # 3 nodes of 2 pods each at m7i.12xlarge's $2.4192/h; the pool's limit 4 of them
+    assert lines[lines.index(head) + 1] == (
+        "                on CPU nodes Karpenter launches for them, not on Trainium: at most 3 x m7i.12xlarge "
+        "(up to 2 pods each), $7.26/h while they run; the pool's limit 192 vCPUs of m7i ($9.68/h)"
+    )
+    lines = training_review(config_from_context({**prepared, "trainium_capacity": "nodegroup"}))
+    assert lines[lines.index(head) + 1] == (
+        "                on the Trainium nodes (3 pods per node), before the training job is submitted"
+    )
+
+
+@pytest.mark.parametrize("capacity", ["karpenter", "nodegroup"])
+def test_given_a_capacity_mode_then_the_preparation_pods_run_on_its_cpu_nodes_or_spread_on_trainium(capacity):
+    # With Karpenter on the preparation NodePool's nodes, packed (a preferred spread would make
+    # Karpenter launch a node per pod); on the nodegroup spread over the Trainium nodes.
+    template = synth_training(**({**PREPARATION_ON, "trainium_capacity": capacity}))
+    (prep,) = [
+        o
+        for _, o in k8s_manifests(template)
+        if o["kind"] == "Job" and o["metadata"]["name"].startswith("prepare-")
+    ]
+    pod = prep["spec"]["template"]["spec"]
+    if capacity == "karpenter":
+        assert pod["nodeSelector"] == {"trainium-eks/pool": "preparation"}
+        assert pod["tolerations"] == [
+            {"key": "trainium-eks/dataset", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        ]
+        assert "topologySpreadConstraints" not in pod
+    else:
+        assert pod["nodeSelector"] == {"trainium-eks/pool": "trainium"}
+        assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_given_the_construct_on_preparation_nodes_then_its_size_is_checked_against_that_pool():
+    prep = preparation(on_preparation_nodes=True)
+    assert prep.job["spec"]["template"]["spec"]["nodeSelector"] == {"trainium-eks/pool": "preparation"}
+    with pytest.raises(ConfigError) as err:
+        preparation(on_preparation_nodes=True, pods=9, cpus_per_pod=16)
+    assert err.value.field_name == "pods" and "preparation NodePool's limit" in err.value.fix
 
 
 def test_given_preparation_enabled_then_it_replaces_staging_and_the_job_is_submitted_after_it():

@@ -13,14 +13,17 @@ from trainium_eks.nodes.gang_wait import MIN_GANG_WAIT_MINUTES, gang_wait_floor
 from trainium_eks.nodes.node_pool import (
     ami_alias,
     check_karpenter_bounds,
+    dataset_node_pool,
     efa_only_interfaces,
     karpenter_warnings,
     node_pool,
     nodes_in_subnet,
+    preparation_node_pool,
 )
 from trainium_job.errors import ConfigError
 from trainium_job.instances import instance_facts
 from trainium_job.pod import gang_wait_policy
+from trainium_job.scheduling import DATASET_TAINT
 
 
 def test_given_an_ami_release_then_the_alias_is_its_build_date():
@@ -67,6 +70,29 @@ def test_given_a_pool_then_it_is_bounded_by_max_nodes_and_releases_empty_nodes_a
     assert spec["disruption"]["consolidateAfter"] == "7m"
     requirement = {r["key"]: r["values"] for r in spec["template"]["spec"]["requirements"]}
     assert requirement["karpenter.sh/capacity-type"] == ["reserved"]
+
+
+def test_given_the_preparation_pool_then_m7i_up_to_48_vcpus_at_most_192_at_once_tainted_like_staging():
+    # Given the preparation pool beside the staging node's
+    preparation, staging = preparation_node_pool(az_id="usw2-az4"), dataset_node_pool(az_id="usw2-az4")
+    spec = preparation["spec"]
+    requirements = [(r["key"], r["operator"], r["values"]) for r in spec["template"]["spec"]["requirements"]]
+    # Then a range of one family, not a Trainium type, on demand in the Trainium AZ, bounded in vCPUs
+    assert requirements == [
+        ("karpenter.k8s.aws/instance-family", "In", ["m7i"]),
+        ("karpenter.k8s.aws/instance-cpu", "Lte", ["48"]),
+        ("topology.k8s.aws/zone-id", "In", ["usw2-az4"]),
+        ("karpenter.sh/capacity-type", "In", ["on-demand"]),
+    ]
+    assert spec["limits"] == {"cpu": "192"}
+    assert (
+        spec["template"]["spec"]["taints"] == staging["spec"]["template"]["spec"]["taints"] == [DATASET_TAINT]
+    )
+    assert spec["template"]["metadata"]["labels"] == {"trainium-eks/pool": "preparation"}
+    assert (
+        spec["template"]["spec"]["nodeClassRef"]["name"] == preparation["metadata"]["name"] == "preparation"
+    )
+    assert spec["disruption"] == staging["spec"]["disruption"]  # empty nodes go after a minute
 
 
 def test_given_nodes_on_demand_then_volcano_runs_without_enqueue_and_otherwise_as_the_chart():

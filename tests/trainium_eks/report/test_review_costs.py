@@ -20,7 +20,7 @@ from trainium_eks.report.review import (
     platform_review,
 )
 from trainium_eks.storage.fsx import PERSISTENT_2_THROUGHPUT_TIERS
-from trainium_eks.versions import SYSTEM_NODE_INSTANCE_TYPE
+from trainium_eks.versions import DATASET_NODE_INSTANCE_TYPE, PREPARATION_NODES, SYSTEM_NODE_INSTANCE_TYPE
 from trainium_job import estimates
 
 KARPENTER = {"trainium_capacity": "karpenter"}
@@ -80,6 +80,12 @@ def test_given_the_table_then_every_row_names_its_page_and_monthly_rows_use_730_
 
 def test_given_the_platform_choices_then_the_table_prices_each_of_them():
     assert SYSTEM_NODE_INSTANCE_TYPE in prices.EC2_ON_DEMAND
+    assert DATASET_NODE_INSTANCE_TYPE in prices.EC2_ON_DEMAND
+    # m7i is priced per vCPU: the largest preparation node at the small one's rate
+    largest = prices.EC2_ON_DEMAND[PREPARATION_NODES.largest].usd
+    assert largest == pytest.approx(
+        prices.EC2_ON_DEMAND["m7i.large"].usd * PREPARATION_NODES.largest_vcpus / 2
+    )
     assert tuple(prices.FSX_PERSISTENT_2) == PERSISTENT_2_THROUGHPUT_TIERS
     assert prices.fsx_storage("SCRATCH_2", None) is prices.FSX_SCRATCH_2
     with pytest.raises(KeyError):
