@@ -5,6 +5,7 @@ Job the TorchX component renders.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from typing import Any
 
 from tests.support import helm_charts, k8s_manifests, resources, synth_app, variants
 from trainium_job.node_health import HEALTH_LABEL, PASSED, PENDING_TAINT
+from trainium_job.pod_program import MODULE, loads
+from trainium_job.pod_program.description import JobDescription, Phase
 
 #: Configurations whose output is checked: the default (Karpenter's capacity), the fixed nodegroup
 #: and every option that changes what is emitted (add-ons, data preparation, the etcd rendezvous,
@@ -71,12 +74,24 @@ def _templates() -> Iterator[tuple[str, dict[str, Any]]]:
 
 @cache
 def manifests() -> tuple[Emitted, ...]:
-    """Every Kubernetes object the stacks apply, in every variant, and the TorchX Volcano Job."""
-    found = [
-        Emitted(f"{where} / {logical_id} / {obj['kind']} {obj['metadata'].get('name')}", obj)
-        for where, template in _templates()
-        for logical_id, obj in k8s_manifests(template)
-    ]
+    """Every Kubernetes object the stacks apply, in every variant, the Volcano Jobs their
+    submitters create (each from its ConfigMap, trainium_eks.jobs.job_submission), and the TorchX
+    Volcano Job."""
+    from trainium_job.submission import MANIFEST_KEY
+
+    found = []
+    for where, template in _templates():
+        for logical_id, obj in k8s_manifests(template):
+            found.append(
+                Emitted(f"{where} / {logical_id} / {obj['kind']} {obj['metadata'].get('name')}", obj)
+            )
+            if obj["kind"] == "ConfigMap" and MANIFEST_KEY in obj.get("data", {}):
+                job = json.loads(obj["data"][MANIFEST_KEY])
+                found.append(
+                    Emitted(
+                        f"{where} / {logical_id} / submitted {job['kind']} {job['metadata']['name']}", job
+                    )
+                )
     return (*found, Emitted("TorchX component (kubernetes scheduler dry run)", torchx_job()))
 
 
@@ -194,3 +209,22 @@ def containers(pod: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def environment(container: Mapping[str, Any]) -> dict[str, str | None]:
     """A container's variables: name -> value (None where it comes from ``valueFrom``)."""
     return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def description(container: Mapping[str, Any]) -> JobDescription | None:
+    """The job description a container's pod program runs (its command's last argument), if it
+    runs the pod program (``python -m trainium_job.pod_program``, or its bootstrap from the
+    runtime copy)."""
+    argv = [*container.get("command", []), *container.get("args", [])]
+    if not any(MODULE in str(a) for a in argv[:-1]):
+        return None
+    return loads(argv[-1])
+
+
+def phase_environments(container: Mapping[str, Any]) -> list[tuple[Phase, dict[str, str | None]]]:
+    """Each phase of a pod program's container with the variables its commands run with: the
+    container's, then the phase's own (the program sets them on the phase's children)."""
+    described = description(container)
+    if described is None:
+        return []
+    return [(phase, {**environment(container), **dict(phase.env)}) for phase in described.phases]

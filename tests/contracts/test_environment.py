@@ -4,7 +4,7 @@ the version the image pins, with a value it accepts; and the consumers get what 
 from __future__ import annotations
 
 from tests.contracts.check import check_env, check_training_env
-from tests.contracts.emitted import containers, environment, manifests, pod_specs
+from tests.contracts.emitted import containers, environment, manifests, phase_environments, pod_specs
 
 
 def _containers():
@@ -27,18 +27,17 @@ def test_given_the_training_pods_then_they_carry_what_efa_and_the_compile_cache_
     checked = 0
     problems = []
     for emitted, _, container in _containers():
-        command = " ".join(container.get("command", []) + container.get("args", []))
-        if "torchrun" not in command:
+        phases = phase_environments(container)
+        if not phases:
             continue
         requests = container.get("resources", {}).get("limits", {})
-        problems += [
-            f"{emitted.where}: {p}"
-            for p in check_training_env(
-                environment(container),
-                efa="vpc.amazonaws.com/efa" in requests,
-                precompiles="neuron_parallel_compile" in command,
-            )
-        ]
+        for phase, env in phases:
+            problems += [
+                f"{emitted.where} ({phase.name}): {p}"
+                for p in check_training_env(
+                    env, efa="vpc.amazonaws.com/efa" in requests, precompiles=phase.precompile is not None
+                )
+            ]
         checked += 1
     assert checked >= 7  # the Volcano Job of each configuration and TorchX's
     assert problems == []

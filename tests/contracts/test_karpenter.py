@@ -47,6 +47,7 @@ from tests.support import (
     helm_charts,
     k8s_manifests,
     resources,
+    submitted_jobs,
     synth_platform,
     synth_training,
 )
@@ -511,11 +512,8 @@ def test_given_a_drifted_node_class_then_the_comparison_sees_it():
 
 
 def _volcano_job(template: Mapping[str, Any]) -> dict[str, Any]:
-    (job,) = [
-        obj
-        for _, obj in k8s_manifests(template)
-        if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh")
-    ]
+    """The training job, as its submitter creates it (the stack applies no Volcano Job itself)."""
+    (job,) = submitted_jobs(template)
     return job
 
 
@@ -586,7 +584,12 @@ def test_given_karpenter_mode_then_the_training_pod_and_the_daemons_fit_what_kar
 
 def test_given_karpenter_mode_then_staging_runs_on_the_dataset_pool_not_on_trainium():
     template = synth_training(**VARIANTS["karpenter"])
-    stagings = [o for _, o in k8s_manifests(template) if o["kind"] == "Job" and o["apiVersion"] == "batch/v1"]
+    stagings = [
+        o
+        for _, o in k8s_manifests(template)
+        if o["kind"] == "Job"
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "dataset-staging"
+    ]
     assert len(stagings) == 2  # phase 1's shards and phase 2's
     pool = _one(_platform("karpenter"), "NodePool", "dataset")["spec"]["template"]
     for staging in stagings:

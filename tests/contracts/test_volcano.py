@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from tests.contracts.check import check_policies, check_queue, check_volcano_job
-from tests.contracts.emitted import manifests, pod_specs
+from tests.contracts.emitted import description, manifests, pod_specs
 from tests.contracts.volcano import POD_HOST_FORMAT, SVC_ARGUMENTS
 
 
@@ -31,11 +29,11 @@ def test_given_a_job_then_the_rendezvous_endpoint_is_the_host_name_the_svc_plugi
         (task,) = job["spec"]["tasks"]
         host = POD_HOST_FORMAT.format(job=job["metadata"]["name"], task=task["name"], index=0)
         (pod,) = pod_specs({"spec": {"tasks": [task]}})
-        endpoint = re.search(r"--rdzv_endpoint (\S+)", pod["containers"][0]["command"][-1])
-        assert endpoint is not None, emitted.where
-        rdzv_backend = re.search(r"--rdzv_backend (\S+)", pod["containers"][0]["command"][-1])
-        if rdzv_backend and rdzv_backend.group(1) == "c10d":
-            assert endpoint.group(1).split(":")[0] == host, emitted.where
+        described = description(pod["containers"][0])
+        assert described is not None, emitted.where
+        train = list(described.phases[0].train)
+        if train[train.index("--rdzv_backend") + 1] == "c10d":
+            assert train[train.index("--rdzv_endpoint") + 1].split(":")[0] == host, emitted.where
 
 
 def test_given_wrong_names_then_the_volcano_checks_fail():

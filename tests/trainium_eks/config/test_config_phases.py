@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainium_eks.jobs.training_support import manifests_of
+from tests.trainium_eks.jobs.training_support import manifests_of, submitted_jobs
 from trainium_eks.config import config_from_context
 from trainium_eks.jobs.dataset_staging import (
     NEURON_PHASE1_CHECKPOINT,
@@ -18,7 +18,9 @@ from trainium_eks.jobs.dataset_staging import (
     PUBLIC_BERT_VOCAB,
 )
 from trainium_eks.report.review import training_review
+from trainium_job.dataset_runner import DatasetRun
 from trainium_job.errors import ConfigError
+from trainium_job.pod_program import loads
 
 
 def test_given_defaults_then_both_phases_in_order_the_second_from_the_first_each_exported():
@@ -119,28 +121,35 @@ def test_given_the_default_training_stack_then_one_job_runs_both_phases_and_each
     training_json,
 ):
     manifests = manifests_of(training_json)
-    (job,) = [m for m in manifests if m["kind"] == "Job" and m["apiVersion"].startswith("batch.volcano.sh")]
+    (job,) = submitted_jobs(training_json)
     (container,) = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
-    script = container["command"][2]
-    trainings = [
-        x
-        for x in script.splitlines()
-        if x.strip().startswith("torchrun ") and "-m training.trainer.pretrain" in x
-    ]
+    phases = loads(container["command"][-1]).phases
+    trainings = [" ".join(phase.train) for phase in phases]
+    assert all("-m training.trainer.pretrain" in t for t in trainings) and len(trainings) == 2
     assert [
         "--output_dir /data/runs/bert-large-phase1" in trainings[0],
         "--output_dir /data/runs/bert-large-phase2" in trainings[1],
     ] == [True, True]
     assert "--init_from /data/runs/bert-large-phase1 " in trainings[1] and "--seq_len 512" in trainings[1]
-    assert script.count("python -m training.trainer.export") == 2
-    stagings = [m for m in manifests if m["kind"] == "Job" and m["apiVersion"] == "batch/v1"]
+    assert [
+        phase.export is not None and "training.trainer.export" in phase.export.argv for phase in phases
+    ] == [
+        True,
+        True,
+    ]
+    stagings = [
+        m
+        for m in manifests
+        if m["kind"] == "Job" and m["metadata"]["labels"].get("app.kubernetes.io/name") == "dataset-staging"
+    ]
     staged = sorted(
         next(
             line
-            for line in m["spec"]["template"]["spec"]["containers"][0]["command"][2].splitlines()
+            for line in DatasetRun.loads(m["spec"]["template"]["spec"]["containers"][0]["command"][-1])
+            .command[-1]
+            .splitlines()
             if "aws s3 cp" in line
         )
         for m in stagings
-        if m["metadata"]["labels"].get("app.kubernetes.io/name") == "dataset-staging"
     )
     assert [PUBLIC_BERT_SHARDS in line or PUBLIC_BERT_SHARDS_512 in line for line in staged] == [True, True]

@@ -23,6 +23,7 @@ from trainium_job.fabric_check_steps import MODULE as FABRIC_CHECK_MODULE
 from trainium_job.instances import instance_facts
 from trainium_job.node_health import COMPUTE_PARALLEL
 from trainium_job.pod import GANG_WAIT_EVENT
+from trainium_job.pod_program import loads
 
 KARPENTER = {"trainium_capacity": "karpenter"}
 #: The figures written out: the image lines' 20 GB at 2.5 GB/min, the compute check's rounds of
@@ -100,10 +101,11 @@ def test_given_the_job_then_the_fabric_check_runs_in_the_training_container_afte
     # PodRunningEvent; job_controller.go L411-452 CleanPodDelayActionsIfNeed cancels the pending
     # action on any pod event but PodPending), and a pod is Running once its containers have
     # started (k8s.io/api core/v1 types.go PodPending, PodRunning). The fabric check is in the
-    # training container's script, not an init container that would keep the pod Pending, so the
+    # training container's program, not an init container that would keep the pod Pending, so the
     # floor leaves it out.
     job = job_stack(gang_wait_minutes=30).job
     pod = job["spec"]["tasks"][0]["template"]["spec"]
     assert "initContainers" not in pod
-    assert f"python -m {FABRIC_CHECK_MODULE}" in pod["containers"][0]["command"][2]
+    described = loads(pod["containers"][0]["command"][-1])
+    assert described.fabric_check is not None and FABRIC_CHECK_MODULE in described.fabric_check.measure
     assert {"event": GANG_WAIT_EVENT, "action": "AbortJob", "timeout": "30m"} in job["spec"]["policies"]

@@ -16,6 +16,7 @@ from tests.support import (
     helm_charts,
     k8s_manifests,
     resources,
+    submitted_jobs,
     synth_platform,
     synth_training,
     validate_k8s,
@@ -27,6 +28,7 @@ from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, instance_facts
 from trainium_job.node_health import CHECKS, HEALTH_LABEL, PENDING_TAINT, failed_taint
+from trainium_job.pod_program import loads
 from trainium_job.scheduling import NEURON_TAINT
 
 TRN1 = instance_facts("trn1.32xlarge")
@@ -78,7 +80,8 @@ def _pod_spec(daemonset: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _volcano_pod(template: Mapping[str, Any]) -> dict[str, Any]:
-    (job,) = [o for _, o in k8s_manifests(template) if o["apiVersion"].startswith("batch.volcano.sh")]
+    """The training pod, as the job's submitter creates its Volcano Job."""
+    (job,) = submitted_jobs(template)
     return job["spec"]["tasks"][0]["template"]["spec"]
 
 
@@ -332,11 +335,11 @@ def test_given_replacement_then_terminate_is_the_roles_only_action_scoped_to_the
 
 
 def _verdict_line(template: Mapping[str, Any]) -> list[str]:
-    """The fabric check's verdict command of the training pods' script, split."""
+    """The fabric check's verdict command of the training pods' program (its description)."""
     (container,) = _volcano_pod(template)["containers"]
-    script = container["command"][-1]
-    (line,) = [x for x in script.splitlines() if "training.node.fabric_check verdict" in x]
-    return line.split()
+    check = loads(container["command"][-1]).fabric_check
+    assert check is not None and "training.node.fabric_check" in check.verdict
+    return list(check.verdict)
 
 
 @pytest.mark.parametrize(
