@@ -38,8 +38,11 @@ def test_given_another_construct_id_then_the_platform_builds_and_its_ids_carry_i
 
 def test_given_one_stack_then_the_job_is_applied_after_volcano_the_claim_etcd_and_the_images(composed):
     _, _, workload, template = composed
+    # The job's submitter (which creates the Volcano Job) comes after them.
     (job_id,) = [
-        lid for lid, obj in k8s_manifests(template) if obj["apiVersion"].startswith("batch.volcano.sh")
+        lid
+        for lid, obj in k8s_manifests(template)
+        if obj["kind"] == "Job" and obj["metadata"]["labels"].get("app.kubernetes.io/name") == "job-submitter"
     ]
     depends = set(template["Resources"][job_id]["DependsOn"])
     for prefix in (

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from tests.support import k8s_manifests, resources, synth_app, synth_platform
+from tests.support import k8s_manifests, resources, submitted_jobs, synth_app, synth_platform
 from tests.trainium_eks.jobs.training_support import baseline_violations
 
 LEVELS = ("privileged", "baseline", "restricted")
 
 
 def _manifests() -> list[dict]:
-    """The Kubernetes objects both stacks of the default app apply."""
-    return [obj for template in synth_app().values() for _, obj in k8s_manifests(template)]
+    """The Kubernetes objects both stacks of the default app apply, and the Volcano Jobs their
+    submitters create (the admission controller sees those as it sees the others)."""
+    templates = synth_app().values()
+    return [
+        *(obj for template in templates for _, obj in k8s_manifests(template)),
+        *(job for template in templates for job in submitted_jobs(template)),
+    ]
 
 
 def _objects(kind: str) -> list[dict]:

@@ -15,6 +15,7 @@ from tests.training.conftest import REPO, child_env
 from training.trainer import checkpoint as ckpt
 from training.trainer import restart_totals
 from training.trainer.prom_metrics import TrainingMetrics
+from trainium_job import exit_codes
 from trainium_job import restarts as ledger
 from trainium_job.hang import HANG_EXIT_CODE
 from trainium_job.paths import HANG_MARKERS, RESTART_LEDGER
@@ -99,9 +100,12 @@ def test_given_the_ledger_reader_then_it_knows_the_checkpoint_layout_and_the_exi
 
     assert ckpt.checkpoint_root("/run").name == ledger.CHECKPOINT_DIR
     assert ledger._STEP_RE.match(ckpt.step_dir_name(1200)) and ledger._META == ckpt.META_FILE
-    assert ledger.DRIVER_EXIT_CODE == MISMATCH_EXIT_CODE
-    assert ledger.SIGTERM_EXIT_CODE == STOP_EXIT_CODE
-    assert ledger.cause_of(HANG_EXIT_CODE) == "hang"
+    # The ledger names a pod's end by the one table of exit codes the programs exit with.
+    assert exit_codes.DRIVER_EXIT_CODE == MISMATCH_EXIT_CODE
+    assert exit_codes.SIGTERM_EXIT_CODE == STOP_EXIT_CODE
+    assert (
+        exit_codes.cause_of(HANG_EXIT_CODE) == "hang" and exit_codes.cause_of(MISMATCH_EXIT_CODE) == "driver"
+    )
 
 
 def test_given_a_checkpoint_then_the_ledger_finds_its_step_and_time(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import PLATFORM_STACK, helm_charts, resources, synth_app, synth_platform
+from tests.support import PLATFORM_STACK, helm_charts, resources, submitted_jobs, synth_app, synth_platform
 from tests.trainium_eks.addons import ALL_OPTIONS, chart, depends_on, logical_ids, nodegroup_id, objects
 from trainium_eks.config import PlatformConfig, config_from_context
 from trainium_eks.monitoring.options import MonitoringOptions, check_monitoring_options
@@ -62,31 +62,53 @@ def test_given_default_config_then_neuron_monitor_runs_as_neuron_publishes_it_on
     assert monitor["spec"]["selector"]["matchLabels"] == daemonset["spec"]["selector"]["matchLabels"]
 
 
+def _selects(selector: dict, labels: dict) -> bool:
+    """Kubernetes' LabelSelector: every ``matchLabels`` pair and every ``matchExpressions``
+    requirement, ANDed (k8s.io/apimachinery pkg/apis/meta/v1 types.go LabelSelector; operators
+    In, NotIn, Exists, DoesNotExist)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for requirement in selector.get("matchExpressions", []):
+        key, operator, values = requirement["key"], requirement["operator"], requirement.get("values", [])
+        present = key in labels
+        if not {
+            "Exists": present,
+            "DoesNotExist": not present,
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+        }[operator]:
+            return False
+    return True
+
+
 def test_given_default_config_then_the_training_pods_are_scraped_by_port_name_and_admitted(
     platform_json, training_json
 ):
     monitor = _named(platform_json, "PodMonitor", "bert-training")
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["training"]}
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == "metrics"
-    targets = {r["targetLabel"] for r in endpoint["relabelings"]}
-    assert targets == {"node", "training_job"}
-    (_, job) = next(
-        (k, o) for k, o in objects(training_json, "Job") if o["apiVersion"].startswith("batch.volcano")
-    )
+    # Both of a training pod's metrics ports: the trainer's and the pod program's.
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert [e["port"] for e in endpoints] == ["metrics", "program"]
+    assert all({r["targetLabel"] for r in e["relabelings"]} == {"node", "training_job"} for e in endpoints)
+    (job,) = submitted_jobs(training_json)
     pod = job["spec"]["tasks"][0]["template"]
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    assert {"name": "metrics", "containerPort": 9400, "protocol": "TCP"} in pod["spec"]["containers"][0][
-        "ports"
-    ]
+    assert _selects(monitor["spec"]["selector"], pod["metadata"]["labels"])
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert ports == {"metrics": 9400, "program": 9401}
     policy = _named(platform_json, "NetworkPolicy", "bert-training-ingress")
-    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert _selects(policy["spec"]["podSelector"], pod["metadata"]["labels"])
     peers, scrape = policy["spec"]["ingress"]
     assert "ports" not in peers  # the job's pods reach each other on any port (c10d, collectives)
-    assert scrape["ports"] == [{"protocol": "TCP", "port": 9400}]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 9400}, {"protocol": "TCP", "port": 9401}]
     assert scrape["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
+    # Nothing else of the workload is a training pod: not the staging, the submitter, TensorBoard.
+    others = [
+        o["spec"]["template"]["metadata"].get("labels", {})
+        for _, o in objects(training_json, "Job") + objects(training_json, "Deployment")
+    ]
+    assert others and not any(_selects(monitor["spec"]["selector"], labels) for labels in others)
 
 
 def test_given_default_config_then_the_network_policy_waits_for_the_training_namespace(platform_json):
