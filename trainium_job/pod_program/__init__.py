@@ -21,6 +21,7 @@ from .description import (
     Phase,
     Precompile,
     Rendezvous,
+    Upload,
     dumps,
     loads,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Phase",
     "Precompile",
     "Rendezvous",
+    "Upload",
     "dumps",
     "loads",
 ]

@@ -58,6 +58,22 @@ class Precompile:
 
 
 @dataclass(frozen=True)
+class Upload:
+    """The exported folder copied to the model bucket, after its export (or, on a later start,
+    again: the upload skips what is there already, so a redeploy completes one that failed).
+
+    The bucket's name is read from the pod's environment (``bucket_env``), not written here: a
+    name known only at deploy would make the job's own name change with every synth."""
+
+    #: The upload command, to which the program appends the folder and ``s3://<bucket>/<prefix>``.
+    argv: tuple[str, ...]
+    #: The variable holding the bucket's name (unset or empty: no upload, the model stays on FSx).
+    bucket_env: str
+    #: The key prefix of the model in the bucket (``<run>/model``).
+    prefix: str
+
+
+@dataclass(frozen=True)
 class Export:
     """The phase's model, exported by one pod once the run is complete (or stopped at the budget)."""
 
@@ -70,6 +86,8 @@ class Export:
     task_index: int = 0
     #: Seconds the other pods wait for the export before they end, at a stop.
     deadline_s: int = 600
+    #: Its copy in the model bucket. Default None: the model stays on FSx.
+    upload: Upload | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,7 @@ _NESTED: Final[dict[str, type]] = {
     "budget": Budget,
     "precompile": Precompile,
     "export": Export,
+    "upload": Upload,
 }
 
 
@@ -262,6 +281,7 @@ __all__ = [
     "Phase",
     "Precompile",
     "Rendezvous",
+    "Upload",
     "Wait",
     "check",
     "dumps",

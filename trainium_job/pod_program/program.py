@@ -15,9 +15,12 @@ In order (:meth:`Program.steps`):
    e. a phase that ends without ``COMPLETE`` (``--steps_this_run`` short of ``--max_steps``)
       ends the pod with 0: the next phase waits for a later start;
    f. the exporting pod (Volcano task index ``Export.task_index``) exports the finished run as a
-      Hugging Face folder, in the background while the next phase runs (that pod hosts the next
-      phase's c10d store, which the other pods' agents give up on after 60 s); the pod waits for
-      its exports at the end, and a failed one fails it, so Volcano starts it again.
+      Hugging Face folder, then uploads it to the model bucket (``Export.upload``), in the
+      background while the next phase runs (that pod hosts the next phase's c10d store, which the
+      other pods' agents give up on after 60 s); the pod waits for its exports at the end, and a
+      failed export fails it, so Volcano starts it again. A failed upload does not (the model is
+      on FSx, and a restart of the gang would not mend the bucket's permissions): its line says
+      so, and the next start of the job uploads again (the upload skips what is there).
 3. On a SIGTERM the children in flight get it (:mod:`.children`) and the pod ends 143 once they
    have ended; at the spend ceiling the program stops training as a SIGTERM does (the trainer
    checkpoints), the exporting pod exports the phase in flight, and every pod ends with
@@ -33,7 +36,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,7 +47,7 @@ from .. import restarts, waits
 from ..exit_codes import BUDGET_EXIT_CODE, DEADLINE_EXIT_CODE, SIGTERM_EXIT_CODE
 from ..launch import RDZV_CONF_ENV
 from .children import TICK_S, Children
-from .description import Export, JobDescription, Phase, Rendezvous
+from .description import Export, JobDescription, Phase, Rendezvous, Upload
 from .metrics import ProgramMetrics
 from .spend import phase_node_hours, record_path, request_stop, spend, stop_requested, write_record
 
@@ -108,7 +110,8 @@ class Program:
         self.clock = clock
         self.started = clock()
         self.run_dir = description.phases[0].run_dir  # the ledger's: the phase in flight
-        self.exports: list[tuple[Phase, subprocess.Popen[bytes]]] = []
+        #: The exports in flight: each phase's thread and, once it ended, its code.
+        self.exports: list[tuple[Phase, threading.Thread, list[int]]] = []
         #: The spend ceiling's stop marker, once this pod saw it (:mod:`.spend`).
         self.budget_stop: dict[str, object] | None = None
         self.metrics = ProgramMetrics(
@@ -256,16 +259,54 @@ class Program:
         return export is not None and self.pod.task_index == export.task_index
 
     def start_export(self, phase: Phase) -> None:
-        """The finished phase's export, in the background, on the exporting pod, unless it is
-        there (an export made at a stop, before the run was complete, is replaced)."""
+        """The finished phase's export, then its upload, in the background, on the exporting pod;
+        no export when it is there (an export made at a stop, before the run was complete, is
+        replaced), and no upload when the description has none."""
         export = phase.export
         if export is None or not self.exports_here(export) or not Path(phase.complete_marker).exists():
             return
         at_stop = Path(phase.run_dir) / STOPPED_EXPORT
-        if (Path(export.model_dir) / EXPORTED_FILE).exists() and not at_stop.exists():
+        exported = (Path(export.model_dir) / EXPORTED_FILE).exists() and not at_stop.exists()
+        if exported and export.upload is None:
             return
-        self.say(f"{phase.name}: exporting the model to {export.model_dir}")
-        self.exports.append((phase, self.children.start(self.export_argv(phase, export), self.pod.env)))
+        result: list[int] = []
+
+        def export_then_upload() -> None:
+            result.append(self.export_then_upload(phase, export, exported=exported))
+
+        thread = threading.Thread(target=export_then_upload, name=f"export {phase.name}", daemon=True)
+        self.exports.append((phase, thread, result))
+        thread.start()
+
+    def export_then_upload(self, phase: Phase, export: Export, *, exported: bool) -> int:
+        """The export unless ``exported``, then the upload; the export's code (an upload's failure
+        is said, not returned: see the module docstring)."""
+        if not exported:
+            self.say(f"{phase.name}: exporting the model to {export.model_dir}")
+            ended = self.children.run(self.export_argv(phase, export), self.pod.env)
+            if ended.code != 0:
+                return ended.code
+            (Path(phase.run_dir) / STOPPED_EXPORT).unlink(missing_ok=True)
+        if export.upload is not None:
+            self.upload(phase, export.model_dir, export.upload)
+        return 0
+
+    def upload(self, phase: Phase, model_dir: str, upload: Upload) -> None:
+        """Copy ``model_dir`` to the model bucket the pod's environment names, and say how it went."""
+        bucket = self.pod.env.get(upload.bucket_env, "")
+        if not bucket:
+            self.say(
+                f"{phase.name}: the model stays on FSx at {model_dir}: no model bucket ({upload.bucket_env} unset)"
+            )
+            return
+        uri = f"s3://{bucket}/{upload.prefix}"
+        self.say(f"{phase.name}: uploading the model to {uri}")
+        ended = self.children.run([*upload.argv, model_dir, uri], self.pod.env)
+        if ended.code != 0:
+            self.say(
+                f"{phase.name}: the upload to {uri} failed ({ended.code}); the model is on FSx at "
+                f"{model_dir}, and the next start of the job uploads it again"
+            )
 
     def export_argv(self, phase: Phase, export: Export) -> list[str]:
         """The export's command, with the phase's node-hours as the pods counted them (its model
@@ -283,14 +324,13 @@ class Program:
     def finish_exports(self) -> int:
         """Wait for every export started; 1 (Volcano starts the pod again) if one failed."""
         failed = False
-        for phase, child in self.exports:
+        for phase, thread, result in self.exports:
             self.metrics.at("exporting")
-            ended = self.children.wait(child)
-            if ended.code != 0:
-                self.say(f"{phase.name}: the export failed ({ended.code})")
+            thread.join()
+            code = result[0] if result else 1
+            if code != 0:
+                self.say(f"{phase.name}: the export failed ({code})")
                 failed = True
-            else:
-                (Path(phase.run_dir) / STOPPED_EXPORT).unlink(missing_ok=True)
         self.exports = []
         return 1 if failed else 0
 
@@ -371,6 +411,10 @@ class Program:
                 (Path(phase.run_dir) / STOPPED_EXPORT).touch()
                 self.say(f"{phase.name}: exporting the model of the stopped run to {export.model_dir}")
                 if self.children.run(self.export_argv(phase, export), self.pod.env).code == 0:
+                    # The upload before the mark: the other pods end once it is there, and their
+                    # end aborts the Job, this pod with it.
+                    if export.upload is not None:
+                        self.upload(phase, export.model_dir, export.upload)
                     done.touch()
             else:
                 wait = waits.Wait(

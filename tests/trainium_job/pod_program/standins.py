@@ -6,19 +6,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-#: ``standin.py LOG NAME [--touch PATH]... [--sleep S] [--exit N] [--env VAR]...``: log
-#: "NAME <VAR values>", touch the files, sleep (a SIGTERM ends it: "NAME stopped", exit 143),
-#: then exit N.
+#: ``standin.py LOG NAME [--touch PATH]... [--sleep S] [--exit N] [--env VAR]... [--exists PATH]...``:
+#: log "NAME <VAR values> <PATH=0|1 whether it exists>", touch the files, sleep (a SIGTERM ends
+#: it: "NAME stopped", exit 143), then exit N.
 SCRIPT = r"""
 import os, signal, sys, time
 log, name, *rest = sys.argv[1:]
-touch, sleep, code, env = [], 0.0, 0, []
+touch, sleep, code, env, exists = [], 0.0, 0, [], []
 while rest:
     flag, value, *rest = rest
     if flag == "--touch": touch.append(value)
     elif flag == "--sleep": sleep = float(value)
     elif flag == "--exit": code = int(value)
     elif flag == "--env": env.append(value)
+    elif flag == "--exists": exists.append(value)
 def note(text):
     with open(log, "a") as f:
         f.write(text + "\n")
@@ -26,7 +27,8 @@ def stopped(*_):
     note(f"{name} stopped")
     sys.exit(143)
 signal.signal(signal.SIGTERM, stopped)
-note(" ".join([name, *(f"{v}={os.environ.get(v, '')}" for v in env)]))
+seen = [f"{v}={os.environ.get(v, '')}" for v in env] + [f"{p}={int(os.path.exists(p))}" for p in exists]
+note(" ".join([name, *seen]))
 for path in touch:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     open(path, "a").close()

@@ -85,10 +85,14 @@ def job(s: Standins, *phases: d.Phase, **changes: object) -> d.JobDescription:
 
 
 def run(
-    description: d.JobDescription, *, index: int = 0, host: str = "job-worker-0"
+    description: d.JobDescription,
+    *,
+    index: int = 0,
+    host: str = "job-worker-0",
+    env: dict[str, str] | None = None,
 ) -> tuple[int, list[str]]:
     lines: list[str] = []
-    pod = Pod(hostname=host, node=f"node-{index}", task_index=index, env=dict(os.environ))
+    pod = Pod(hostname=host, node=f"node-{index}", task_index=index, env={**os.environ, **(env or {})})
     program = Program(description, pod, children=Children(kill_after_s=2, tick_s=0.05), say=lines.append)
     return program.run(), lines
 
@@ -220,6 +224,65 @@ def test_given_a_failed_export_then_the_pod_fails_after_its_phases(s):
     code, lines = run(job(s, dataclasses.replace(p, export=failing), phase(s, 2)))
     assert code == 1 and "train2" in s.names()
     assert any("the export failed" in line for line in lines)
+
+
+BUCKET_ENV = "TEST_MODEL_BUCKET"
+
+
+def uploaded(s: Standins, n: int, *, exit_code: int = 0, **changes: object) -> d.Phase:
+    """Phase ``n``, exported and uploaded (by a stand-in that logs whether the ceiling's export
+    mark of a $2 ceiling is there when it starts)."""
+    p = phase(s, n, export=True, **changes)
+    assert p.export is not None
+    mark = Path(p.run_dir) / "model.stop-at-2-usd.exported"
+    upload = d.Upload(
+        argv=s.argv(f"upload{n}", "--exit", str(exit_code), "--exists", str(mark)),
+        bucket_env=BUCKET_ENV,
+        prefix=f"run{n}/model",
+    )
+    return dataclasses.replace(p, export=dataclasses.replace(p.export, upload=upload))
+
+
+def test_given_a_bucket_then_the_exporting_pod_uploads_each_phase_after_its_export(s):
+    phases = [uploaded(s, 1), uploaded(s, 2)]
+    code, lines = run(job(s, *phases), env={BUCKET_ENV: "models"})
+    assert code == 0
+    names = s.names()
+    assert names.index("export1") < names.index("upload1") and names.index("export2") < names.index("upload2")
+    assert any("uploading the model to s3://models/run1/model" in line for line in lines)
+
+
+def test_given_no_bucket_then_the_model_stays_on_fsx_and_the_line_says_so(s):
+    code, lines = run(job(s, uploaded(s, 1)), env={BUCKET_ENV: ""})
+    assert code == 0 and "export1" in s.names() and "upload1" not in s.names()
+    assert any(
+        f"stays on FSx at {s.root / 'run1' / 'model'}" in line and BUCKET_ENV in line for line in lines
+    )
+
+
+def test_given_a_failed_upload_then_the_pod_does_not_fail_and_the_line_names_where_the_model_is(s):
+    code, lines = run(job(s, uploaded(s, 1, exit_code=1)), env={BUCKET_ENV: "models"})
+    assert code == 0  # no gang restart for the bucket's sake: the model is on FSx
+    assert any("the upload to s3://models/run1/model failed (1)" in line for line in lines)
+
+
+def test_given_an_exported_phase_then_a_rerun_uploads_it_again_and_does_not_export_it(s):
+    p = uploaded(s, 1)
+    run(job(s, p), env={BUCKET_ENV: "models"})
+    s.log.unlink()
+    code, lines = run(job(s, p), env={BUCKET_ENV: "models"})
+    assert code == 0 and s.names() == ["driver", "upload1"]
+    assert any("uploading the model to s3://models/run1/model" in line for line in lines)
+
+
+def test_given_the_ceiling_then_the_stopped_run_is_uploaded_before_the_others_are_released(s):
+    long_run = uploaded(s, 1, train=s.argv("train1", "--sleep", "60"))
+    code, _ = run(job(s, long_run, budget=budget(s, usd=2.0)), env={BUCKET_ENV: "models"})
+    assert code == BUDGET_EXIT_CODE
+    assert s.names().index("export1") < s.names().index("upload1")
+    mark = Path(long_run.run_dir) / "model.stop-at-2-usd.exported"
+    # Uploaded before the mark the other pods end on (their end aborts the Job, this pod too).
+    assert f"{mark}=0" in [c for c in s.calls() if c.startswith("upload1")][0] and mark.exists()
 
 
 def test_given_a_dataset_that_never_comes_then_the_wait_ends_at_its_deadline_with_the_abort_code(s):
