@@ -6,6 +6,7 @@ The public API is what this module re-exports; submodules are implementation det
 from trainium_job.errors import ConfigError
 from trainium_job.instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from trainium_job.naming import DEFAULT_NAME_PREFIX, platform_stack_name, repository_name, training_stack_name
+from trainium_job.paths import model_key_prefix
 from trainium_job.plan import TrainingPlan, plan_training
 from trainium_job.program_job import JOB_ENV, ProgramJobSpec, TrainingCommand
 from trainium_job.scheduling import NEURON_TAINT, SYSTEM_NODE_LABEL, TRAINING_NAMESPACE, TRAINIUM_NODE_LABEL
@@ -47,7 +48,7 @@ from .platform import TrainiumPlatform
 from .report.review import platform_review
 from .storage.fsx import DATASET_PATH, OUTPUT_PATH, TrainingFileSystem
 from .storage.fsx_csi import CLAIM_NAME, FsxCsiVolume
-from .storage.model_bucket import ModelBucket, grant_model_write, model_key_prefix
+from .storage.model_bucket import ModelBucket, grant_model_write
 from .versions import (
     DEFAULT_KUBERNETES_VERSION,
     KUBERNETES_RELEASES,

@@ -35,6 +35,8 @@ from aws_cdk import aws_eks_v2 as eks
 from cdk_nag import AwsSolutionsChecks, IApplyRule, NagMessageLevel, NagPack, NagRuleCompliance
 from constructs import IConstruct
 
+from trainium_job.paths import model_key_prefix
+
 from .deploy_time_build import HANDLER_ID, PROJECT_ID
 
 
@@ -124,6 +126,20 @@ MODEL_BUCKET_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
         "for a bucket written by one role under one run's prefix (trainium_eks/storage/model_bucket.py): "
         "who wrote or read which model is recorded by CloudTrail data events for S3 where the account "
         "turns them on; TLS only, Block Public Access and versioning are set on the bucket.",
+    ),
+)
+
+#: Under :class:`~trainium_eks.jobs.model_writer.ModelWriter`, once per run (``<run>``; the
+#: bucket as cdk-nag prints it, :func:`printed_field`): the exporting pod's role, which writes
+#: objects under the run's model prefix.
+MODEL_WRITER_ACKNOWLEDGEMENTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "Role/DefaultPolicy",
+        f"AwsSolutions-IAM5[Resource::arn:<stack-partition>:s3:::<model-bucket>/{model_key_prefix('<run>')}/*]",
+        "The objects' keys are the exported model's files (config.json, model.safetensors, the "
+        "tokenizer's), named by the export: the role may put, read back and abort uploads of objects "
+        "under this one run's model prefix, list only below it, and delete nothing "
+        "(trainium_eks/storage/model_bucket.py grant_model_write).",
     ),
 )
 
@@ -498,6 +514,7 @@ ACKNOWLEDGEMENT_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "TrainiumCluster": TRAINIUM_CLUSTER_ACKNOWLEDGEMENTS,
     "node role": NODE_ROLE_ACKNOWLEDGEMENTS,
     "ModelBucket": MODEL_BUCKET_ACKNOWLEDGEMENTS,
+    "ModelWriter": MODEL_WRITER_ACKNOWLEDGEMENTS,
     "FsxCsiVolume": FSX_CSI_ACKNOWLEDGEMENTS,
     "image builds": IMAGE_BUILD_ACKNOWLEDGEMENTS,
     "image build hardening": IMAGE_HARDENING_ACKNOWLEDGEMENTS,
@@ -506,6 +523,18 @@ ACKNOWLEDGEMENT_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "node replacement": NODE_REPLACEMENT_ACKNOWLEDGEMENTS,
     "Karpenter": KARPENTER_ACKNOWLEDGEMENTS,
 }
+
+
+def printed_field(scope: IConstruct, placeholder: str, value: str) -> dict[str, str]:
+    """``placeholder``: ``value`` as cdk-nag prints it in a finding: a literal as it is, a
+    ``Ref`` as ``<LogicalId>``, any other intrinsic as its compact JSON (cdk-nag 3 flattens what
+    it cannot resolve that way: a weak cross-stack reference's ``Fn::GetStackOutput``)."""
+    resolved = Stack.of(scope).resolve(value)
+    if isinstance(resolved, str):
+        return {placeholder: resolved}
+    if isinstance(resolved, dict) and set(resolved) == {"Ref"}:
+        return {placeholder: f"<{resolved['Ref']}>"}
+    return {placeholder: json.dumps(resolved, separators=(",", ":"))}
 
 
 def cluster_name_field(cluster: eks.ICluster) -> dict[str, str]:

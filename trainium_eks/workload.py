@@ -329,6 +329,7 @@ def _pretraining_job(
         budget=_budget(config),
         submit_image=images.tensorboard_image,
         submit_image_key=images.tensorboard_tag,
+        model_bucket_name=target.model_bucket_name,
         submit_waits=waits.submitter,
         depends_on=depends_on,
     )

@@ -162,6 +162,7 @@ def render_job(
     waits: Sequence[tuple[Wait, ...] | None] | None = None,
     budget: Budget | None = None,
     submission: str | None = None,
+    upload_models: bool = False,
 ) -> RenderedJob:
     """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
 
@@ -177,7 +178,8 @@ def render_job(
     ``waits``: per phase, what its pods wait for before it trains, each bounded (None: the phase's
     dataset marker, ``trainium_job.worker.dataset_wait``). ``budget``: the spend ceiling the pods
     hold the job to (None: none). ``submission``: the key of the submitter that creates it
-    (:attr:`trainium_job.gang.Gang.submission`; None: applied as it is).
+    (:attr:`trainium_job.gang.Gang.submission`; None: applied as it is). ``upload_models``: each
+    phase's exported model is copied to the model bucket (:func:`trainium_job.worker.model_upload`).
 
     ``spec`` may be :class:`~trainium_job.phases.TrainingPhases`: the pods run each phase in turn
     (:mod:`trainium_job.pod_program`); ``plan`` is the first phase's, and each later phase gets
@@ -204,6 +206,7 @@ def render_job(
             budget=budget,
             grace_s=termination_grace_period_s(),
             hardware=f"{plan.nodes} x {facts.name}",
+            upload_models=upload_models,
         )
 
     gang = Gang(

@@ -66,6 +66,11 @@ class JobPaths:
         return f"{self.output_dir}/{COMPLETE_MARKER}"
 
     @property
+    def run_name(self) -> str:
+        """The run's name: its output directory's last part."""
+        return self.output_dir.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
     def model_dir(self) -> str:
         """The run's exported Hugging Face folder (:data:`MODEL_DIR`)."""
         return f"{self.output_dir}/{MODEL_DIR}"
@@ -74,6 +79,30 @@ class JobPaths:
     def restart_ledger(self) -> str:
         """The run's restart ledger (:data:`RESTART_LEDGER`)."""
         return f"{self.output_dir}/{RESTART_LEDGER}"
+
+
+#: The pods' variable holding the model bucket's name: from the ConfigMap below (its key
+#: ``MODEL_BUCKET_KEY``), which the workload applies with the bucket the platform made. A value
+#: known only at deploy stays out of the job's manifest, whose name hashes its content.
+MODEL_BUCKET_ENV = "TRAINIUM_MODEL_BUCKET"
+MODEL_BUCKET_CONFIG_MAP = "trainium-model-bucket"
+MODEL_BUCKET_KEY = "bucket"
+
+
+def model_key_prefix(run_name: str) -> str:
+    """The key prefix of a run's model in the model bucket: ``<run>/model`` (the folder
+    ``/data/runs/<run>/model`` on FSx)."""
+    return f"{run_name}/{MODEL_DIR}"
+
+
+def model_commands(uri: str, folder: str) -> tuple[str, str]:
+    """The two commands that fetch a model from ``uri`` (``s3://<bucket>/<run>/model/``) into
+    ``folder`` and load it: what the upload, the review and the stack outputs print."""
+    return (
+        f"aws s3 cp --recursive {uri} {folder}/",
+        'python -c "from transformers import BertForPreTraining; '
+        f"BertForPreTraining.from_pretrained('{folder}')\"",
+    )
 
 
 def spend_dir(run_name: str) -> str:

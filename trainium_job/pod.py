@@ -18,7 +18,7 @@ from .exit_codes import aborting_codes
 from .instances import InstanceFacts
 from .launch import LaunchSpec
 from .naming import TASK_NAME, pod_host_name
-from .paths import DATA_MOUNT
+from .paths import DATA_MOUNT, MODEL_BUCKET_CONFIG_MAP, MODEL_BUCKET_ENV, MODEL_BUCKET_KEY
 from .pod_program.description import JobDescription
 from .pod_program.metrics import PROGRAM_METRICS_PORT, PROGRAM_METRICS_PORT_NAME
 from .scheduling import (
@@ -111,6 +111,22 @@ def runtime_init_container(image: str) -> dict[str, Any]:
 def node_name_env() -> dict[str, Any]:
     """``NODE_NAME`` from the downward API: the fabric check names the node it judged."""
     return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+def model_bucket_env() -> dict[str, Any]:
+    """The model bucket's name from its ConfigMap (:data:`~trainium_job.paths.MODEL_BUCKET_CONFIG_MAP`),
+    optional: without it the variable is unset and the models stay on FSx (Kubernetes API,
+    ConfigMapKeySelector ``optional``: "Specify whether the ConfigMap or its key must be defined")."""
+    return {
+        "name": MODEL_BUCKET_ENV,
+        "valueFrom": {
+            "configMapKeyRef": {"name": MODEL_BUCKET_CONFIG_MAP, "key": MODEL_BUCKET_KEY, "optional": True}
+        },
+    }
+
+
+def _uploads(description: JobDescription) -> bool:
+    return any(p.export is not None and p.export.upload is not None for p in description.phases)
 
 
 def rank0_endpoint(job_name: str, task_pod: str | None = None) -> str:
@@ -224,6 +240,7 @@ def pod_template(
                     "env": [
                         *({"name": k, "value": v} for k, v in sorted(variables.items())),
                         node_name_env(),
+                        *([model_bucket_env()] if _uploads(description) else []),
                     ],
                     "ports": [metrics_container_port(), program_container_port()],
                     "resources": {"requests": {**requests, **devices}, "limits": {**limits, **devices}},

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .entry_points import DRIVER_CHECK, EXPORT
+from .entry_points import DRIVER_CHECK, EXPORT, UPLOAD_MODEL
 from .estimates import CHECKS_MINUTES, PRECOMPILE_MINUTES
 from .fabric_check_steps import RESULT_FILE, FabricCheck, measure_args, title, verdict_args
 from .launch import (
@@ -22,7 +22,7 @@ from .launch import (
     torchrun_args,
     without_conf,
 )
-from .paths import JobPaths
+from .paths import MODEL_BUCKET_ENV, JobPaths, model_key_prefix
 from .pod_program import description as d
 from .pod_program.metrics import PROGRAM_METRICS_PORT
 from .waits import Wait
@@ -86,14 +86,24 @@ def export_command(phase: PhaseRun, hardware: str | None = None) -> tuple[str, .
     )
 
 
+def model_upload(run_name: str) -> d.Upload:
+    """A run's model copied to the model bucket the pods' environment names
+    (:data:`~trainium_job.paths.MODEL_BUCKET_ENV`), under ``<run>/model``."""
+    return d.Upload(
+        argv=("python", "-m", UPLOAD_MODEL), bucket_env=MODEL_BUCKET_ENV, prefix=model_key_prefix(run_name)
+    )
+
+
 def phase_description(
     number: int,
     phase: PhaseRun,
     *,
     precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
     hardware: str | None = None,
+    upload_models: bool = False,
 ) -> d.Phase:
-    """Phase ``number``'s part of the description."""
+    """Phase ``number``'s part of the description (``upload_models``: its export is copied to
+    the model bucket)."""
     paths, spec = phase.paths, without_conf(phase.launch)
     name = f"phase {number}"
     return d.Phase(
@@ -112,7 +122,10 @@ def phase_description(
         ),
         export=(
             d.Export(
-                argv=export_command(phase, hardware), model_dir=paths.model_dir, deadline_s=EXPORT_DEADLINE_S
+                argv=export_command(phase, hardware),
+                model_dir=paths.model_dir,
+                deadline_s=EXPORT_DEADLINE_S,
+                upload=model_upload(paths.run_name) if upload_models else None,
             )
             if phase.vocab
             else None
@@ -139,14 +152,18 @@ def job_description(
     grace_s: int,
     precompile_steps: int = DEFAULT_PRECOMPILE_STEPS,
     hardware: str | None = None,
+    upload_models: bool = False,
 ) -> d.JobDescription:
     """The description every pod of the job runs (see :mod:`trainium_job.pod_program.program`):
     the driver check, then each phase in turn; ``fabric_check`` before the first that trains;
-    ``hardware`` ("2 x trn1.32xlarge"): what the exported models' cards say they trained on."""
+    ``hardware`` ("2 x trn1.32xlarge"): what the exported models' cards say they trained on;
+    ``upload_models``: each exported model is copied to the model bucket."""
     first = phases[0].launch
     host = c10d_store_host(first)
     described = tuple(
-        phase_description(n, p, precompile_steps=precompile_steps, hardware=hardware)
+        phase_description(
+            n, p, precompile_steps=precompile_steps, hardware=hardware, upload_models=upload_models
+        )
         for n, p in enumerate(phases, start=1)
     )
     description = d.JobDescription(

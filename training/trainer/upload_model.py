@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
+from trainium_job.paths import model_commands
+
 #: Bytes of each part of a multipart upload, and the size from which a file is sent in parts
 #: (s3transfer's defaults are 8 MiB; BERT-large's 1.34 GB model.safetensors is 80 parts of this).
 #: The composite checksum compared after the upload is computed with the same parts.
@@ -414,12 +416,11 @@ def local_name(uri: S3Uri) -> str:
 
 def summary(uri: S3Uri, report: Report, files: int) -> str:
     """The last line: what was sent and skipped, where, and how to fetch and load the model."""
-    there = local_name(uri)
+    fetch, load = model_commands(str(uri), local_name(uri))
     return (
         f"{uri}: {files} files verified (SHA-256 and size): {len(report.sent)} uploaded "
         f"({report.sent_bytes / 1e6:.1f} MB), {len(report.skipped)} skipped (already there, same SHA-256); "
-        f"fetch: aws s3 cp --recursive {uri} {there}/ ; load: python -c "
-        f"\"from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('{there}')\""
+        f"fetch: {fetch} ; load: {load}"
     )
 
 

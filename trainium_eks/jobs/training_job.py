@@ -25,6 +25,7 @@ from trainium_job.waits import Wait
 
 from ..arguments import AnyCluster, require_cluster
 from .job_submission import JobSubmission
+from .model_writer import ModelWriter
 from .trainium_training_job import apply_gang, image_key_of, service_account
 from .trainium_training_job import job_outputs as job_commands
 
@@ -96,6 +97,12 @@ class BertPretrainingJob(Construct):
             so that no Trainium node is asked for before its data. Default None: the Volcano Job
             is applied as it is, its pods waiting on their nodes.
         submit_waits: what the submitter waits for, each bounded. Default ``()``.
+        model_bucket_name: the bucket each phase's exported model is uploaded to, under
+            ``<run>/model/`` (``TrainiumPlatform.model_bucket``; another stack's by its
+            ``WorkloadModelBucketName`` output): the job's ServiceAccount gets a Pod Identity role
+            that may write those prefixes only, and the pods read the name from a ConfigMap
+            (:data:`trainium_job.paths.MODEL_BUCKET_CONFIG_MAP`, one per namespace). Default None:
+            the models stay on FSx.
         submit_image_key: the tools image's tag: the job's name hashes it with ``submit_waits``
             (a changed submitter submits a job of a new name, :func:`trainium_job.submission.submission_key`).
             Default None: ``submit_image`` itself, which must then be a plain string.
@@ -133,6 +140,7 @@ class BertPretrainingJob(Construct):
         submit_image: str | None = None,
         submit_waits: Sequence[Wait] = (),
         submit_image_key: str | None = None,
+        model_bucket_name: str | None = None,
         depends_on: Sequence[IConstruct] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -177,12 +185,26 @@ class BertPretrainingJob(Construct):
                 if submit_image is not None
                 else None
             ),
+            upload_models=model_bucket_name is not None,
         )
         self.job_name = rendered.name
         self.launch_spec = rendered.launch
         self.job = rendered.manifest
         self.description = rendered.description
         self.submission: JobSubmission | None = None
+        #: The model bucket's writer role and the ConfigMap naming the bucket (None without one).
+        self.model_writer: ModelWriter | None = None
+        if model_bucket_name is not None:
+            self.model_writer = ModelWriter(
+                self,
+                "ModelWriter",
+                cluster=cluster,
+                bucket_name=model_bucket_name,
+                namespace=namespace,
+                service_account=service_account_name,
+                runs=[phase.run_name for phase in self.phases.phases],
+            )
+            depends_on = [*depends_on, self.model_writer.config_map]
         self._apply(
             cluster,
             rendered,

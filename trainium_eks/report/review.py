@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from trainium_job.estimates import BUDGET_MARGIN, CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
 from trainium_job.naming import platform_stack_name
+from trainium_job.paths import model_commands, model_key_prefix
 from trainium_job.spec import BertJobSpec
 from trainium_job.stop_budget import stop_problem
 from trainium_job.worker import CHECKS_S, PRECOMPILE_DEADLINE_S
@@ -38,11 +39,7 @@ from ..storage.fsx import (
     normalized_s3_uri,
     resolved_throughput,
 )
-from ..storage.model_bucket import (
-    BUCKET_NAME_OUTPUT,
-    NONCURRENT_VERSION_DAYS,
-    model_key_prefix,
-)
+from ..storage.model_bucket import BUCKET_NAME_OUTPUT, NONCURRENT_VERSION_DAYS
 from ..versions import PREPARATION_NODES, SYSTEM_NODE_INSTANCE_TYPE, neuron_ami_release
 from . import prices
 from .job_estimate import (
@@ -505,17 +502,25 @@ def estimate_lines(c: PlatformConfig, sequences: int, seq_len: int) -> list[str]
 
 
 def model_review(c: PlatformConfig) -> list[str]:
-    """Where each phase's Hugging Face model lands on FSx, and in S3 with ``fsx_s3_export_uri``."""
+    """Where each phase's Hugging Face model lands: on FSx, in the model bucket (pod 0 uploads it
+    after its export), and where FSx exports ``/runs`` with ``fsx_s3_export_uri``; how to fetch
+    and load the last one."""
     if not c.vocab_source and not c.preparation_enabled:
         return ["  model:        not exported (vocab_source is empty): checkpoints only, in /data/runs/<run>"]
     runs = [job.run_name for _, job in numbered_phases(c)]
     where = ", ".join(f"/data/runs/{run}/model" for run in runs)
-    lines = [f"  model:        Hugging Face folder after each phase: {where}"]
+    uris = [f"s3://<bucket>/{model_key_prefix(run)}/" for run in runs]
+    fetch, load = model_commands(uris[-1], f"{runs[-1]}-model")
+    lines = [
+        f"  model:        Hugging Face folder after each phase: {where}",
+        f"                uploaded by pod 0 after each export, SHA-256 checked: {', '.join(uris)}",
+        f"                fetch: {fetch} ; load: {load}",
+    ]
     if c.fsx_s3_export_uri:
         uri = c.fsx_s3_export_uri.rstrip("/")
-        lines.append(f"                exported to {', '.join(f'{uri}/{run}/model/' for run in runs)}")
-    else:
-        lines.append("                on FSx only (set fsx_s3_export_uri to have FSx export /runs to S3)")
+        lines.append(
+            f"                also exported by FSx to {', '.join(f'{uri}/{run}/model/' for run in runs)}"
+        )
     return lines + model_bucket_lines(c)
 
 

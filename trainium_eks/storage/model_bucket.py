@@ -49,12 +49,6 @@ BUCKET_URI_OUTPUT = "ModelBucketUri"
 _UNSAFE_PREFIX = re.compile(r"[*?$]|//|^/|^$")
 
 
-def model_key_prefix(run_name: str) -> str:
-    """The key prefix of a run's model in the bucket: ``<run>/model`` (the folder
-    ``/data/runs/<run>/model`` on FSx)."""
-    return f"{run_name}/model"
-
-
 def check_key_prefix(prefix: str) -> str:
     """``prefix`` without its trailing ``/``; ConfigError for one that is empty, starts with
     ``/``, has an empty segment, or holds a character IAM reads as a wildcard or variable."""
