@@ -33,7 +33,7 @@ from typing import IO, Any
 from tests.contracts.volcano import PLUGIN_ENV
 from tests.rehearsal import efa, standins, torch_xla_standin
 from tests.rehearsal.kube_api import SERVICE_ACCOUNT_DIR, KubeApi
-from tests.rehearsal.manifests import DOCKERFILES, PodSpec, Workload, image, user_ids
+from tests.rehearsal.manifests import ImageFiles, PodSpec, Workload, copy_as_docker_would, image, user_ids
 from tests.rehearsal.substitutions import (
     CLUSTER_DOMAIN,
     EXTRA_ENV,
@@ -66,6 +66,8 @@ RECORDED_NCCOM_TEST = {
     "trn1n.32xlarge": "nccom_test.r16_allr_show_algorithm.txt",
     "trn2.48xlarge": "nccom_test.r64_N2_allr.txt",
 }
+#: Seconds an init container may take (a copy of a few hundred files).
+INIT_TIMEOUT_S = 60
 VENV_BIN = Path(sys.executable).parent
 #: This machine's software a pod's image holds: the checkout (the Dockerfile's WORKDIR), the venv
 #: and the Python installation the venv was made from (its python links there).
@@ -279,9 +281,14 @@ class Pod:
     proc: subprocess.Popen
     log: Path
     _log_file: IO[bytes] = field(repr=False)
-    #: The whole ``unshare`` line and the pod's folder (its volumes), for a container restart.
+    #: The whole ``unshare`` line and the container's folder (the pod's, with its volumes, for its
+    #: main container), for a container restart.
     command: tuple[str, ...] = ()
     pod_dir: Path | None = None
+    #: The container whose process this is (an init container's, where the pod failed in it).
+    container: str = ""
+    #: The pod's init containers that ran before this container, in order.
+    inits: tuple[Pod, ...] = ()
 
     def pid1(self, timeout: float = 10) -> int:
         """The host PID of the pod's PID 1 (the child of ``unshare``)."""
@@ -408,6 +415,7 @@ class Cluster:
         self.driver_version = driver_version
         self.pods: list[Pod] = []
         self._started = 0
+        self._workdirs: dict[ImageFiles, Path] = {}
         self._job_uids: dict[str, str] = {}
         self.fsx.mkdir(parents=True)
         self._install_standins(s3_objects, dpkg_versions)
@@ -528,14 +536,20 @@ class Cluster:
             {e.name: str(index) for e in PLUGIN_ENV.entries} if "env" in self.workload.plugins else {}
         )
         pod = self._start(self.workload.worker, self.worker_host(index), address, node=node, env=plugin_env)
-        self.fabric.watch(pod.pid1(), node.efa_counters)
+        if pod.container == self.workload.worker.container:  # not a pod that failed in an init container
+            self.fabric.watch(pod.pid1(), node.efa_counters)
         return pod
 
     def start_staging(self, spec: PodSpec | None = None, hostname: str = "stage-dataset") -> Pod:
         """The staging Job's pod (``spec``: another staging Job's, such as phase 2's)."""
-        return self._start(spec or self.workload.staging, hostname, self._other_address(), own=True)
+        spec = spec or self.workload.staging
+        if spec is None:
+            raise ValueError("the template has no staging Job")
+        return self._start(spec, hostname, self._other_address(), own=True)
 
     def start_tensorboard(self) -> Pod:
+        if self.workload.tensorboard is None:
+            raise ValueError("the template has no TensorBoard")
         return self._start(self.workload.tensorboard, "tensorboard", self._other_address(), own=True)
 
     def start_health_check(self, node: Node, api: KubeApi, extra_args: Sequence[str] = ()) -> Pod:
@@ -584,15 +598,34 @@ class Cluster:
     def _other_address(self) -> str:
         return f"{POD_NETWORK}.{OTHER_ADDRESS_BASE + self._started}"
 
+    def _image_files(self, spec: PodSpec) -> ImageFiles:
+        found = self.workload.images.get(spec.container)
+        if found is None:
+            raise ValueError(f"pod {spec.container}: the rehearsal knows no image for this container")
+        return found
+
+    def _workdir(self, files: ImageFiles) -> Path:
+        """The folder of the image's WORKDIR, its files laid out as its Dockerfile's COPYs put
+        them (:func:`~tests.rehearsal.manifests.copy_as_docker_would`), made once per image."""
+        if files not in self._workdirs:
+            into = self.root / "images" / str(len(self._workdirs))
+            into.mkdir(parents=True)
+            assert files.context is not None
+            self._workdirs[files] = copy_as_docker_would(files.dockerfile, files.context, into)
+        return self._workdirs[files]
+
     def environment(self, spec: PodSpec, node: str) -> tuple[str, dict[str, str]]:
-        """(working directory, environment) of a pod: its image's (the checkout as WORKDIR), the
-        venv and the stand-ins on PATH, then the pod's own variables (the downward API's as the
-        kubelet resolves them), then ``EXTRA_ENV``."""
-        built = image(DOCKERFILES[spec.container])
+        """(working directory, environment) of a pod: its image's (the checkout as the WORKDIR of
+        the library's images, the WORKDIR itself for an image with files of its own), the venv and
+        the stand-ins on PATH, then the pod's own variables (the downward API's as the kubelet
+        resolves them), then ``EXTRA_ENV``."""
+        files = self._image_files(spec)
+        built = image(files.dockerfile)
         workdir = built.workdir
+        checkout = files.context is None
 
         def local(value: str) -> str:
-            return value.replace(workdir, str(REPO)) if workdir else value
+            return value.replace(workdir, str(REPO)) if workdir and checkout else value
 
         fields = {"spec.nodeName": node}
         if spec.job_name is not None:  # a batch Job's pod: the Job controller's labels
@@ -609,30 +642,57 @@ class Cluster:
             **{name: fields[path] for name, path in spec.field_env.items()},
             **EXTRA_ENV,
         }
-        return (str(REPO) if workdir else "/"), env
+        if not workdir:
+            return "/", env
+        return (str(REPO) if checkout else workdir), env
 
-    @staticmethod
-    def _image() -> list[str]:
-        """pod_root.sh's ``private`` and ``image`` entries: each folder on the way to the image's
-        software that other users may not traverse, shown as an empty folder (0755) holding only
-        that software, bound read-only.
+    def _image(self, spec: PodSpec, own: Path, service_account: Path | None) -> list[str]:
+        """pod_root.sh's ``private`` and ``image`` entries: the image's WORKDIR, for an image with
+        files of its own (a copy per container in ``own``: what the container writes there is its
+        own, as in its writable layer); and each folder of this machine shown as an empty folder
+        (0755) holding only the image's software, bound read-only: one on the way to that software
+        that other users may not traverse, and the nearest one holding a folder the image or a
+        volume needs that this machine lacks (a mount point below one of this machine's folders
+        would be made on its file system: pod_root.sh refuses that).
 
         A real image keeps its software where any user can run it (its Python in /usr/local or
         /opt, 0755): a container declared to run as a non-root user runs it there. This machine
         may not: the venv's python links into /root/.pyenv, and /root is 0700 (only root may
         pass), so a non-root pod could not even start python. The folder's other contents (the
         harness user's home and what is in it) are no part of the image, so no pod sees them."""
+        files = self._image_files(spec)
+        workdir = None if files.context is None else image(files.dockerfile).workdir
+        if files.context is not None and not workdir:
+            raise ValueError(
+                f"pod {spec.container}: the rehearsal binds an image's files at its WORKDIR: none"
+            )
         private: dict[Path, list[Path]] = {}
         for software in SOFTWARE:
             for folder in reversed(software.parents[:-1]):  # from the top-level folder down
                 if not folder.stat().st_mode & stat.S_IXOTH:
-                    private.setdefault(folder, []).append(software)
+                    private.setdefault(folder, [])
                     break
+        # Folders the harness mounts afresh, and the volumes: what lies below them is theirs.
+        fresh = [*(["/run"] if service_account is not None else []), *(m.path for m in spec.mounts)]
+        for needed in [*([workdir] if workdir else []), *(m.path for m in spec.mounts)]:
+            path = Path(needed)
+            if path.exists() or any(path.is_relative_to(f) and str(path) != f for f in fresh):
+                continue
+            folder = next(parent for parent in path.parents if parent.exists())
+            if folder != Path("/") and not any(folder.is_relative_to(p) for p in private):
+                private.setdefault(folder, [])
         args: list[str] = []
-        for folder, below in private.items():
+        for folder in sorted(private, key=lambda f: len(f.parts)):
+            if any(folder != p and folder.is_relative_to(p) for p in private):
+                continue  # shown empty with the folder above it
             args += ["private", "-", str(folder), "-"]
-            for software in below:
-                args += ["image", str(software), str(software), "ro"]
+            for software in SOFTWARE:
+                if software.is_relative_to(folder):
+                    args += ["image", str(software), str(software), "ro"]
+        if workdir:
+            copy = own / "image"
+            shutil.copytree(self._workdir(files), copy)
+            args += ["image", str(copy), workdir, "rw"]
         return args
 
     def _security(self, spec: PodSpec) -> list[str]:
@@ -644,7 +704,7 @@ class Cluster:
         (effective and permitted), a non-root one none (the kernel clears them at its exec: no
         ambient or inheritable ones, which the runtime leaves empty), as on the node."""
         security = spec.security
-        uid, gid = user_ids(security, image(DOCKERFILES[spec.container]))
+        uid, gid = user_ids(security, image(self._image_files(spec).dockerfile))
         if security.run_as_non_root and uid == 0:
             # The kubelet's check: the container would not start (CreateContainerConfigError).
             raise ValueError(f"pod {spec.container}: runAsNonRoot, but its user resolves to root")
@@ -671,8 +731,17 @@ class Cluster:
         ]
 
     def _mounts(
-        self, spec: PodSpec, pod_dir: Path, hosts: Path, node: Node | None, service_account: Path | None
+        self,
+        spec: PodSpec,
+        pod_dir: Path,
+        own: Path,
+        hosts: Path,
+        node: Node | None,
+        service_account: Path | None,
     ) -> list[str]:
+        """pod_root.sh's volume entries of one container: the pod's volumes in ``pod_dir`` (one
+        folder per emptyDir and configMap volume, whichever of the pod's containers mounts it), the
+        container's own /tmp in ``own``."""
         args = ["bind", str(hosts), "/etc/hosts", "ro", "bind", str(self.state), str(standins.MOUNT), "rw"]
         if node is not None:
             args += ["bind", str(node.sys_module), "/sys/module", "ro"]
@@ -692,14 +761,14 @@ class Cluster:
                 "ro",
             ]
         shadowed: list[tuple[Path, str]] = []  # (pod folder, its mount path)
-        for n, mount in enumerate(spec.mounts):
+        for mount in spec.mounts:
             mode = "ro" if mount.read_only else "rw"
             if mount.kind == "claim":
                 args += ["bind", str(self.fsx), mount.path, mode]
             elif mount.kind == "configMap":
                 # The kubelet's projection of the ConfigMap: a file per key, read-only.
-                folder = pod_dir / f"config-{n}"
-                folder.mkdir()
+                folder = pod_dir / f"config-{mount.volume}"
+                folder.mkdir(exist_ok=True)
                 for key, value in self.workload.config_maps[mount.config_map].items():
                     (folder / key).write_text(value)
                 args += ["bind", str(folder), mount.path, "ro"]
@@ -712,15 +781,15 @@ class Cluster:
             elif mount.memory:
                 args += ["tmpfs", "-", mount.path, mode]
             else:
-                folder = pod_dir / f"empty-{n}"
-                folder.mkdir()
+                folder = pod_dir / f"empty-{mount.volume}"
+                folder.mkdir(exist_ok=True)
                 # The kubelet makes an emptyDir writable for every user (0777, its empty_dir.go):
                 # whatever user the container runs as may write there.
                 folder.chmod(0o777)
                 args += ["bind", str(folder), mount.path, mode]
                 shadowed.append((folder, mount.path))
         if not any(m.path == "/tmp" for m in spec.mounts):  # the container's own /tmp
-            folder = pod_dir / "tmp"
+            folder = own / "tmp"
             folder.mkdir()
             folder.chmod(0o1777)
             # Part of the root file system: read-only with it.
@@ -746,15 +815,61 @@ class Cluster:
         env: Mapping[str, str] | None = None,
         service_account: Path | None = None,
     ) -> Pod:
+        """The pod of ``spec``: its init containers, each to its end, then its container. A pod
+        whose init container failed is that container's ended process: the pod's container never
+        starts (restartPolicy Never), as the kubelet leaves it."""
         self._started += 1
         name = f"{self._started:02d}-{hostname}"
         pod_dir = self.root / "pods" / name
-        (pod_dir / "root").mkdir(parents=True)
+        pod_dir.mkdir(parents=True)
         hosts = self.hosts_file(pod_dir / "hosts", (address, hostname) if own else None)
+
+        def container(of: PodSpec, own: Path, container_name: str, link: str) -> Pod:
+            return self._container(
+                of, pod_dir, own, container_name, hostname, address, link=link, node=node, hosts=hosts,
+                env=env, service_account=service_account,
+            )  # fmt: skip
+
+        inits: list[Pod] = []
+        for n, init in enumerate(spec.init_containers):
+            if any(m.memory for m in init.mounts):
+                raise ValueError(f"init container {init.container}: a memory emptyDir is not shared here")
+            own_dir = pod_dir / "init" / init.container
+            ended = container(init, own_dir, f"{name}-{init.container}", f"veth{self._started}i{n}")
+            ended.inits = tuple(inits)
+            code = ended.wait(INIT_TIMEOUT_S)
+            if code is None:
+                ended.kill()
+                raise RuntimeError(f"init container {init.container} of {name} still runs: {ended.output()}")
+            if code != 0:
+                return ended
+            inits.append(ended)
+        pod = container(spec, pod_dir, name, f"veth{self._started}")
+        pod.inits = tuple(inits)
+        return pod
+
+    def _container(
+        self,
+        spec: PodSpec,
+        pod_dir: Path,
+        own: Path,
+        name: str,
+        hostname: str,
+        address: str,
+        *,
+        link: str,
+        node: Node | None,
+        hosts: Path,
+        env: Mapping[str, str] | None,
+        service_account: Path | None,
+    ) -> Pod:
+        """One container of the pod in ``pod_dir`` (its volumes), its own files (its root, its log,
+        its /tmp) in ``own``, its network namespace plugged in at the pod's address as ``link``."""
+        (own / "root").mkdir(parents=True)
         node_name = node.name if node is not None else SYSTEM_NODE_NAME
         workdir, pod_env = self.environment(spec, node_name)
         pod_env.update(env or {})
-        plugged = pod_dir / "network-ready"
+        plugged = own / "network-ready"
         command = [
             *self.network.user(),
             "unshare",
@@ -766,12 +881,12 @@ class Cluster:
             "--",
             "/bin/sh",
             str(POD_ROOT),
-            str(pod_dir / "root"),
+            str(own / "root"),
             hostname,
             str(plugged),
             "ro" if spec.security.read_only_root else "rw",
-            *self._image(),
-            *self._mounts(spec, pod_dir, hosts, node, service_account),
+            *self._image(spec, own, service_account),
+            *self._mounts(spec, pod_dir, own, hosts, node, service_account),
             "--",
             *self._security(spec),
             "/usr/bin/env",
@@ -781,13 +896,11 @@ class Cluster:
             *(f"{k}={v}" for k, v in sorted(pod_env.items())),
             *rehearsed_command(spec.command),
         ]
-        pod = launch(
-            command, pod_dir / "log.txt", name=name, hostname=hostname, address=address, node=node_name
-        )
-        pod.command, pod.pod_dir = tuple(command), pod_dir
+        pod = launch(command, own / "log.txt", name=name, hostname=hostname, address=address, node=node_name)
+        pod.command, pod.pod_dir, pod.container = tuple(command), own, spec.container
         self.pods.append(pod)
         try:
-            self.network.plug(pod.pid1(), f"veth{self._started}", address)
+            self.network.plug(pod.pid1(), link, address)
         except Exception:
             pod.kill()
             raise
@@ -808,7 +921,7 @@ class Cluster:
             list(pod.command), pod.log, name=pod.name, hostname=pod.hostname, address=pod.address,
             node=pod.node, append=True,
         )  # fmt: skip
-        again.command, again.pod_dir = pod.command, pod.pod_dir
+        again.command, again.pod_dir, again.container = pod.command, pod.pod_dir, pod.container
         self.pods.append(again)
         self._started += 1
         try:

@@ -1,26 +1,34 @@
 """What the rehearsal runs, read from the synthesized training template (not from the Python
 objects that built it): the staging Job's, the submitter's, the Volcano Job's (in the submitter's
-ConfigMap) and TensorBoard's pod specs, and the environment their images set (from the Dockerfiles)."""
+ConfigMap) and TensorBoard's pod specs, their init containers, and the images they run: the
+environment each sets (from its Dockerfile) and, for an image the template builds from a folder
+(a job's own image, the tools image as an init container's), the files its COPYs put there."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.contracts.volcano import Policy, action_for_failure, policies
-from tests.support import REPO, k8s_manifests, submitted_jobs
+from tests.support import REPO, k8s_manifests, resources, submitted_jobs
 from trainium_job.dataset_runner import DatasetRun
 from trainium_job.pod_program import loads
 
+#: The resource type of an image a template builds in the region (cdklabs' deploy-time-build
+#: ``ContainerImageBuild``: trainium_eks.images.training_image).
+IMAGE_BUILD = "Custom::CDKContainerImageBuild"
 #: Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_S = 30
-#: The image each pod runs (which Dockerfile built it), by container name.
+#: The image each pod of the library's own workload runs (which Dockerfile built it), by container
+#: name; the checkout stands in for their files (:class:`ImageFiles` without a context).
 DOCKERFILES = {
     "stage": REPO / "docker" / "Dockerfile",
     "trainer": REPO / "docker" / "Dockerfile",
@@ -28,6 +36,17 @@ DOCKERFILES = {
     "submit": REPO / "docker" / "tensorboard.Dockerfile",
     "node-health-check": REPO / "docker" / "Dockerfile",
 }
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """Where the rehearsal takes a container's image from: its Dockerfile (WORKDIR, ENV, USER) and,
+    with ``context``, its files, what the Dockerfile's COPYs take from that build context
+    (:func:`copy_as_docker_would`). Without a context (the library's images), the checkout stands
+    in for the image's WORKDIR."""
+
+    dockerfile: Path
+    context: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,8 @@ class Mount:
     memory: bool = False  # an emptyDir with medium Memory
     host_path: str = ""  # a hostPath volume's path on the node
     config_map: str = ""  # a configMap volume's ConfigMap
+    #: The pod's volume: the containers of one pod that mount it share what it holds.
+    volume: str = ""
 
 
 #: The capabilities containerd gives a container whose securityContext drops none of them
@@ -87,7 +108,8 @@ class Security:
 
 @dataclass(frozen=True)
 class PodSpec:
-    """One pod's only container, as the template has it."""
+    """One pod's only container, as the template has it (and its init containers, each a PodSpec
+    of the same pod)."""
 
     container: str
     command: tuple[str, ...]
@@ -109,6 +131,11 @@ class PodSpec:
     security: Security = Security()
     #: The batch Job that owns the pod (its name: the ``batch.kubernetes.io/job-name`` label).
     job_name: str | None = None
+    #: The container's image, as the template names it.
+    image: str = ""
+    #: The pod's ``initContainers``, in order: each runs to its end before the next, and the
+    #: container after the last.
+    init_containers: tuple[PodSpec, ...] = ()
 
     def claim_path(self) -> str:
         """Where the pod mounts the (one) FSx claim."""
@@ -126,8 +153,10 @@ class Workload:
     replicas: int
     policies: tuple[Policy, ...]  # the Volcano Job's lifecycle policies, in order
     worker: PodSpec
-    staging: PodSpec
-    tensorboard: PodSpec
+    #: The first phase's staging Job's pod and TensorBoard's (None in a template without them: a
+    #: job of the user's own program).
+    staging: PodSpec | None = None
+    tensorboard: PodSpec | None = None
     #: The node-health-check DaemonSet's pod (None in a template without it).
     health_check: PodSpec | None = None
     #: The job's submitter's pod (None: the template applies the Volcano Job itself).
@@ -138,6 +167,10 @@ class Workload:
     config_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: The Volcano Job's plugins (``spec.plugins``' names): what the job controller adds to its pods.
     plugins: tuple[str, ...] = ()
+    #: Container name -> the image it runs (init containers included).
+    images: Mapping[str, ImageFiles] = field(
+        default_factory=lambda: {name: ImageFiles(path) for name, path in DOCKERFILES.items()}
+    )
 
     def action_for_failure(self, exit_code: int) -> str | None:
         """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
@@ -184,27 +217,41 @@ def security(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Security:
 
 
 def pod_spec(template: Mapping[str, Any]) -> PodSpec:
-    """The PodSpec of a pod template (``{"metadata": ..., "spec": ...}``) with one container."""
+    """The PodSpec of a pod template (``{"metadata": ..., "spec": ...}``) with one container, and
+    its init containers."""
     spec = template["spec"]
     (container,) = spec["containers"]
+    inits = tuple(_container_spec(spec, c) for c in spec.get("initContainers", []))
+    return dataclasses.replace(_container_spec(spec, container), init_containers=inits)
+
+
+def _mounts(spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[Mount, ...]:
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     mounts = []
     for m in container.get("volumeMounts", []):
-        volume = volumes[m["name"]]
+        name = m["name"]
+        volume = volumes[name]
         if "persistentVolumeClaim" in volume:
             read_only = m.get("readOnly", False) or volume["persistentVolumeClaim"].get("readOnly", False)
-            mounts.append(Mount(m["mountPath"], "claim", read_only))
+            mounts.append(Mount(m["mountPath"], "claim", read_only, volume=name))
         elif "emptyDir" in volume:
             memory = volume["emptyDir"].get("medium") == "Memory"
-            mounts.append(Mount(m["mountPath"], "emptyDir", m.get("readOnly", False), memory))
+            mounts.append(Mount(m["mountPath"], "emptyDir", m.get("readOnly", False), memory, volume=name))
         elif "hostPath" in volume:
             host = volume["hostPath"]["path"]
-            mounts.append(Mount(m["mountPath"], "hostPath", m.get("readOnly", False), host_path=host))
+            mounts.append(
+                Mount(m["mountPath"], "hostPath", m.get("readOnly", False), host_path=host, volume=name)
+            )
         elif "configMap" in volume and set(volume["configMap"]) == {"name"}:
-            name = volume["configMap"]["name"]
-            mounts.append(Mount(m["mountPath"], "configMap", True, config_map=name))
+            config_map = volume["configMap"]["name"]
+            mounts.append(Mount(m["mountPath"], "configMap", True, config_map=config_map, volume=name))
         else:
-            raise ValueError(f"volume {m['name']}: the rehearsal has no stand-in for {sorted(volume)}")
+            raise ValueError(f"volume {name}: the rehearsal has no stand-in for {sorted(volume)}")
+    return tuple(mounts)
+
+
+def _container_spec(spec: Mapping[str, Any], container: Mapping[str, Any]) -> PodSpec:
+    """``container`` of the pod spec ``spec`` as a PodSpec (without init containers)."""
     env, field_env = {}, {}
     for e in container.get("env", []):
         if "value" in e:
@@ -222,7 +269,7 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         command=tuple(container["command"]),
         env=env,
         field_env=field_env,
-        mounts=tuple(mounts),
+        mounts=_mounts(spec, container),
         grace_period_s=spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S),
         instance_type=spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type"),
         port=ports[0]["containerPort"] if ports else None,
@@ -238,6 +285,7 @@ def pod_spec(template: Mapping[str, Any]) -> PodSpec:
         # The ServiceAccount admission plugin mounts the token unless a pod opts out.
         service_account_token=spec.get("automountServiceAccountToken", True),
         security=security(spec, container),
+        image=str(container.get("image", "")),
     )
 
 
@@ -256,18 +304,48 @@ def workload(template: Mapping[str, Any]) -> Workload:
         return found
 
     (volcano,) = submitted_jobs(template)
-    submitters = [
+    daemon_sets = _labelled(objects, "DaemonSet", "node-health-check")
+    return dataclasses.replace(
+        _volcano_workload(objects, volcano),
+        staging=job_pod(first_staging(objects, volcano)),
+        tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
+        health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
+    )
+
+
+def job_workload(template: Mapping[str, Any], assembly: Path) -> Workload:
+    """The Volcano Job (one task) that ``template``'s job submitter creates, and the submitter: a
+    job without staging or TensorBoard (a job of the user's own program, ``TrainiumTrainingJob``).
+    Every container runs an image the template builds, found by its tag (:func:`image_builds`,
+    with the cloud assembly ``assembly`` the template is part of)."""
+    objects = [obj for _, obj in k8s_manifests(template)]
+    (volcano,) = submitted_jobs(template)
+    found = _volcano_workload(objects, volcano)
+    builds = image_builds(template, assembly)
+    images = {}
+    submitter = [found.submitter] if found.submitter is not None else []
+    for spec in (found.worker, *found.worker.init_containers, *submitter):
+        tag = spec.image.rpartition(":")[2]
+        if tag not in builds:
+            raise ValueError(
+                f"container {spec.container}: image {spec.image}: the template builds no image of that "
+                f"tag ({', '.join(sorted(builds))}): the rehearsal has no stand-in for its files"
+            )
+        images[spec.container] = builds[tag]
+    return dataclasses.replace(found, images=images)
+
+
+def _labelled(objects: list[dict[str, Any]], kind: str, app: str) -> list[dict[str, Any]]:
+    return [
         o
         for o in objects
-        if o["kind"] == "Job"
-        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "job-submitter"
+        if o["kind"] == kind and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app
     ]
-    daemon_sets = [
-        o
-        for o in objects
-        if o["kind"] == "DaemonSet"
-        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "node-health-check"
-    ]
+
+
+def _volcano_workload(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> Workload:
+    """The Workload of the Volcano Job ``volcano`` and its submitter, if ``objects`` hold one."""
+    submitters = _labelled(objects, "Job", "job-submitter")
     (task,) = volcano["spec"]["tasks"]
     return Workload(
         namespace=volcano["metadata"]["namespace"],
@@ -276,14 +354,33 @@ def workload(template: Mapping[str, Any]) -> Workload:
         replicas=task["replicas"],
         policies=policies(volcano["spec"].get("policies", [])),
         worker=pod_spec(task["template"]),
-        staging=job_pod(first_staging(objects, volcano)),
-        tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
-        health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
         plugins=tuple(sorted(volcano["spec"].get("plugins", {}))),
         submitter=job_pod(submitters[0]) if submitters else None,
         job=volcano,
         config_maps={o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"},
     )
+
+
+def image_builds(template: Mapping[str, Any], assembly: Path) -> dict[str, ImageFiles]:
+    """Image tag -> the files of each image ``template`` builds in the region
+    (:data:`IMAGE_BUILD`): its build command's ``--file`` in the build context the build
+    downloads (its ``sourceS3Url``: an asset of the cloud assembly ``assembly``, a folder there)."""
+    folders = {}
+    for manifest in assembly.glob("*.assets.json"):
+        for key, asset in json.loads(manifest.read_text()).get("files", {}).items():
+            if asset["source"].get("packaging") == "zip":  # a folder the CDK zips at publishing
+                folders[key] = assembly / asset["source"]["path"]
+    builds = {}
+    for logical_id, resource in resources(template, IMAGE_BUILD).items():
+        props = resource["Properties"]
+        url = props["sourceS3Url"]
+        url = url.get("Fn::Sub", "") if isinstance(url, dict) else str(url)
+        key = posixpath.basename(url).removesuffix(".zip")
+        dockerfile = re.search(r"--file (\S+)", props["buildCommand"])
+        if key not in folders or dockerfile is None:
+            raise ValueError(f"{logical_id}: no build context folder or --file in the assembly for {url}")
+        builds[str(props["imageTag"])] = ImageFiles(folders[key] / dockerfile.group(1), folders[key])
+    return builds
 
 
 def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -378,3 +475,92 @@ def image(dockerfile: Path) -> Image:
                     raise ValueError(f"{dockerfile}: ENV {rest!r}: only the KEY=VALUE form is read")
                 env[key] = value
     return Image(workdir, env, user)
+
+
+def copy_as_docker_would(dockerfile: Path, context: Path, into: Path) -> Path:
+    """Lay out under ``into``, as the image's root holds them, the files the last stage of
+    ``dockerfile`` COPYs from ``context``; return its WORKDIR's folder there (made, as WORKDIR
+    makes it). Read as the Dockerfile reference's COPY and WORKDIR sections say: a source folder
+    gives its contents, not itself; a destination ending in ``/`` (or of several sources) is a
+    folder, else a file source is written at it; a relative destination, and a relative WORKDIR,
+    are below the WORKDIR before it. The context's ``.dockerignore`` leaves files out
+    (:func:`_ignored`). What the rehearsal cannot reproduce is refused: ADD, COPY's flags
+    (``--from``, ``--chown``, ...), variables, wildcards."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    workdir = "/"
+    copies: list[tuple[list[str], str, bool]] = []
+    for line in text.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        word, rest = word.upper(), rest.strip()
+        if word == "FROM":  # a new stage: only the last one's files are the image's
+            workdir, copies = "/", []
+        elif word == "WORKDIR":
+            workdir = posixpath.normpath(posixpath.join(workdir, _literal(dockerfile, rest)))
+        elif word == "ADD" or (word == "COPY" and rest.startswith("--")):
+            raise ValueError(f"{dockerfile}: {line.strip()!r}: only plain COPY is reproduced")
+        elif word == "COPY":
+            words = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+            *sources, target = (_literal(dockerfile, w) for w in words)
+            folder = target.endswith("/") or len(sources) > 1
+            destination = posixpath.normpath(posixpath.join(workdir, target))
+            copies.append((sources, destination, folder))
+    ignored = _ignored(context)
+    for sources, destination, folder in copies:
+        where = into / destination.lstrip("/")
+        for source in sources:
+            found = context / source
+            if not found.exists():
+                raise FileNotFoundError(f"{dockerfile}: COPY {source}: not in the build context {context}")
+            if found.is_dir():
+                for path in sorted(p for p in found.rglob("*") if p.is_file()):
+                    if not ignored(path.relative_to(context).as_posix()):
+                        (where / path.relative_to(found)).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy2(path, where / path.relative_to(found))
+            elif not ignored(found.relative_to(context).as_posix()):
+                file = where / found.name if folder else where
+                file.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(found, file)
+    made = into / workdir.lstrip("/")
+    made.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _literal(dockerfile: Path, word: str) -> str:
+    if any(c in word for c in "$*?["):
+        raise ValueError(f"{dockerfile}: {word!r}: variables and wildcards are not reproduced")
+    return word
+
+
+def _ignored(context: Path) -> Callable[[str], bool]:
+    """Whether a file (its path in ``context``) is left out by the context's ``.dockerignore``:
+    its patterns matched as Go's filepath.Match (fnmatch, ``*`` not crossing a ``/``), ``**``
+    any number of folders, a matched folder leaving out what it holds (Dockerfile reference,
+    ".dockerignore file"); exceptions (``!``) are refused."""
+    path = context / ".dockerignore"
+    lines = path.read_text().splitlines() if path.exists() else []
+    patterns = [line.strip().strip("/") for line in lines if line.strip() and not line.startswith("#")]
+    if any(p.startswith("!") for p in patterns):
+        raise ValueError(f"{path}: exceptions (!) are not reproduced")
+    expressions = [re.compile(_pattern(p)) for p in patterns]
+
+    def ignored(rel: str) -> bool:
+        parts = rel.split("/")
+        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        return any(e.fullmatch(prefix) for e in expressions for prefix in prefixes)
+
+    return ignored
+
+
+def _pattern(pattern: str) -> str:
+    """A .dockerignore pattern as a regular expression (``**`` any folders, ``*`` and ``?`` within one)."""
+    out = ""
+    for part in re.split(r"(\*\*/?|\*|\?)", pattern):
+        if part.startswith("**"):
+            out += "(?:.*/)?" if part.endswith("/") else ".*"
+        elif part == "*":
+            out += "[^/]*"
+        elif part == "?":
+            out += "[^/]"
+        else:
+            out += re.escape(part)
+    return out

@@ -57,6 +57,14 @@ seal_image() {
     esac
   done
 }
+# The mount points of the entries to come that lie below folders made here (a volume below an
+# image folder shown empty), made before the seal makes those folders read-only.
+premake() {
+  while [ "$1" != -- ]; do
+    if [ ! -e "$root$3" ] && under_made "$3"; then mkdir -p "$root$3"; fi
+    shift 4
+  done
+}
 sealed=no
 while [ "$1" != -- ]; do
   kind=$1
@@ -67,7 +75,10 @@ while [ "$1" != -- ]; do
   case $kind in
     private | image) ;;
     *)
-      if [ "$sealed" = no ] && [ "$rootfs" = ro ]; then seal_image; fi
+      if [ "$sealed" = no ] && [ "$rootfs" = ro ]; then
+        premake "$kind" "$source" "$target" "$mode" "$@"
+        seal_image
+      fi
       sealed=yes
       ;;
   esac

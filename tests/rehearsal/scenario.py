@@ -566,6 +566,8 @@ class Rehearsal:
     def tensorboard(self) -> None:
         """TensorBoard's command: ready on its probe, then its run list and the loss scalars."""
         spec = self.workload.tensorboard
+        if spec is None:
+            raise self._failed("the template has no TensorBoard")
         pod = self.cluster.start_tensorboard()
         base = f"http://{pod.address}:{spec.port}"
         tb: dict[str, Any] = {"runs": [], "loss_steps": []}

@@ -9,6 +9,7 @@ The values the harness uses for these substitutions are defined here too, next t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,13 +74,25 @@ def _rehearsed(description: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _json_program(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs a program of :data:`JSON_PROGRAMS` with its description last:
+    ``python -m <module> '<json>'``, or ``python -c '<code>' ... '<json>'`` whose code runs the
+    module with runpy (how a pod whose image lacks the library starts it from its runtime folder)."""
+    if len(argv) == 4 and argv[:2] == ["python", "-m"]:
+        return argv[2] in JSON_PROGRAMS
+    if len(argv) >= 4 and argv[:2] == ["python", "-c"]:
+        found = re.search(r"runpy\.run_module\(\s*['\"]([\w.]+)['\"]", argv[2])
+        return found is not None and found.group(1) in JSON_PROGRAMS
+    return False
+
+
 def rehearsed_command(command: Sequence[str]) -> tuple[str, ...]:
     """A container command as the rehearsal runs it: verbatim, but for a JSON program's polls and
     back-off (:data:`SLEEP_SCALE`) and the fabric check's all-reduce buffer (``--size_mib``, set to
     :data:`FABRIC_CHECK_SIZE_MIB`)."""
     argv = list(command)
-    if len(argv) == 4 and argv[:2] == ["python", "-m"] and argv[2] in JSON_PROGRAMS:
-        argv[3] = json.dumps(_rehearsed(json.loads(argv[3])), sort_keys=True, separators=(",", ":"))
+    if _json_program(argv):
+        argv[-1] = json.dumps(_rehearsed(json.loads(argv[-1])), sort_keys=True, separators=(",", ":"))
     return tuple(argv)
 
 
@@ -94,14 +107,36 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "the image's file system",
-        "this machine's top-level folders bound into a fresh root (`pod_root.sh`), the checkout "
-        "as the Dockerfile's WORKDIR (its ENV applied with the WORKDIR path replaced by the "
-        "checkout's), the venv first on PATH (python, torchrun, tensorboard); a folder on the "
-        "way to that software that other users may not pass (/root, where the venv's Python "
-        "lives) is shown as an empty 0755 folder holding only the software",
-        "no container runtime or image build offline; the training code is the same files; an "
-        "image keeps its software where any user can run it, and the harness user's home is no "
-        "part of it",
+        "this machine's top-level folders bound into a fresh root (`pod_root.sh`), the venv first "
+        "on PATH (python, torchrun, tensorboard) for the base image's software. The library's "
+        "images (docker/, by container name): the checkout as the Dockerfile's WORKDIR (its ENV "
+        "applied with the WORKDIR path replaced by the checkout's). An image the template builds "
+        "from a folder (a job of the user's own image, the tools image of its init container, "
+        "found by the container's image tag among the template's image builds): the files its "
+        "Dockerfile's COPYs take from that build's context (the cloud assembly's asset, what the "
+        "build downloads; `manifests.copy_as_docker_would`), a copy per container bound at its "
+        "WORKDIR, the working directory, its ENV as written; files COPYed outside the WORKDIR are "
+        "not shown. A folder of this machine on the way to the software that other users may not "
+        "pass (/root, where the venv's Python lives), or holding a WORKDIR or a mount point this "
+        "machine lacks (/opt for /opt/trainium-bert), is shown as an empty 0755 folder holding "
+        "only the software",
+        "no container runtime or image build offline; the training code is the same files, and "
+        "an image of the user's or the tools image holds only what its Dockerfile copies, so a "
+        "COPY left out fails here as in the pod; an image keeps its software where any user can "
+        "run it, and the harness user's home is no part of it",
+    ),
+    Substitution(
+        "a pod's init containers (the runtime's copy of the library into a pod whose image "
+        "lacks it), run by the kubelet in the pod before its container",
+        "each run to its end before the next container starts, as a process tree of its own "
+        "(`unshare`: its own network, mount, UTS and PID namespaces, its network plugged in at "
+        "the pod's address, the pod's host name), with its own image, securityContext, /tmp and "
+        "log (`<pod folder>/init/<name>/log.txt`), sharing the pod's folder (its emptyDir and "
+        "configMap volumes); one that ends non-zero ends the pod with its code and the container "
+        "never starts (restartPolicy Never)",
+        "what crosses from an init container to the container is the pod's volumes, which are "
+        "the same folders here; one network namespace for both would need the pod's PID 1 to be "
+        "something other than the container's command",
     ),
     Substitution(
         "torch-neuronx 2.9 on Trainium (device xla)",
@@ -153,8 +188,9 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "the container's writable layer",
-        "a fresh folder per pod at /tmp (unless a volume is mounted there), read-only with a "
-        "read-only root; the rest of the image's file system is this machine's",
+        "a fresh folder per container at /tmp (unless a volume is mounted there), read-only with "
+        "a read-only root; the rest of the image's file system is this machine's (but for an "
+        "image's WORKDIR of its own files, a copy per container)",
         "pods write their own files there (the fabric check's result, torchrun's logs); one "
         "shared /tmp would let one pod read the other's result",
     ),
@@ -166,8 +202,11 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
     ),
     Substitution(
         "emptyDir volumes",
-        "a fresh temporary folder per pod, mode 0777 as the kubelet makes it (a tmpfs for `medium: Memory`)",
-        "same lifetime as on the cluster: one pod; any user the pod runs as may write there",
+        "a fresh temporary folder per pod and volume, mode 0777 as the kubelet makes it, the same "
+        "folder in each of the pod's containers that mounts the volume (a tmpfs for `medium: "
+        "Memory`, per container: refused in an init container)",
+        "same lifetime as on the cluster: one pod; any user the pod runs as may write there; an "
+        "init container's copy is there for the container",
     ),
     Substitution(
         "neuron_parallel_compile (Neuron SDK)",

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from tests.rehearsal.manifests import DOCKERFILES, Mount, Policy, image, pod_spec, workload
+from tests.rehearsal.manifests import (
+    DOCKERFILES,
+    Mount,
+    Policy,
+    copy_as_docker_would,
+    image,
+    pod_spec,
+    workload,
+)
 from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, SLEEP_SCALE, rehearsed_command
 from trainium_job.exit_codes import BUDGET_EXIT_CODE, DEADLINE_EXIT_CODE
 from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
@@ -34,22 +42,34 @@ def test_given_the_default_template_then_the_gang_staging_and_tensorboard_pods_a
     )
     assert w.submitter is not None and w.submitter.command[:3] == ("python", "-m", "training.launch.submit")
     assert w.submitter.mounts == (
-        Mount("/run/trainium-job", "configMap", read_only=True, config_map=w.job_name),
-        Mount("/data", "claim", read_only=True),
+        Mount("/run/trainium-job", "configMap", read_only=True, config_map=w.job_name, volume="job"),
+        Mount("/data", "claim", read_only=True, volume="data"),
     )
     assert json.loads(w.config_maps[w.job_name]["job.json"]) == w.job
-    assert w.worker.mounts == (Mount("/data", "claim"), Mount("/dev/shm", "emptyDir", memory=True))
+    assert w.worker.mounts == (
+        Mount("/data", "claim", volume="data"),
+        Mount("/dev/shm", "emptyDir", memory=True, volume="dshm"),
+    )
+    assert w.worker.init_containers == ()  # the library's own image holds the library
     assert w.worker.grace_period_s == termination_grace_period_s()
     assert w.worker.instance_type == "trn1.32xlarge" and w.worker.claim_path() == "/data"
-    assert w.staging.mounts == (Mount("/data", "claim"), Mount("/tmp", "emptyDir"))
+    assert w.staging is not None and w.tensorboard is not None
+    assert w.staging.mounts == (
+        Mount("/data", "claim", volume="data"),
+        Mount("/tmp", "emptyDir", volume="tmp"),
+    )
     assert w.staging.grace_period_s == 30  # Kubernetes' default: the Job sets none
-    assert w.tensorboard.mounts == (Mount("/data", "claim", read_only=True), Mount("/tmp", "emptyDir"))
+    assert w.tensorboard.mounts == (
+        Mount("/data", "claim", read_only=True, volume="data"),
+        Mount("/tmp", "emptyDir", volume="tmp"),
+    )
     assert w.tensorboard.command[0] == "tensorboard" and w.tensorboard.port == 6006
     assert w.tensorboard.readiness_path == "/"
 
 
 def test_given_the_small_variant_then_its_pods_have_the_default_pods_shape(training_json, variant):
     default = workload(training_json)
+    assert default.staging is not None
     for mine, theirs in ((variant.worker, default.worker), (variant.staging, default.staging)):
         assert mine.mounts == theirs.mounts and sorted(mine.env) == sorted(theirs.env)
         assert mine.grace_period_s == theirs.grace_period_s and mine.instance_type == theirs.instance_type
@@ -124,3 +144,107 @@ def test_given_an_env_line_without_a_value_then_the_dockerfile_reader_refuses_it
     dockerfile.write_text("FROM x\nENV A=1 \\\n    B\n")
     with pytest.raises(ValueError, match="only the KEY=VALUE form"):
         image(dockerfile)
+
+
+def test_given_a_pod_with_an_init_container_then_each_container_is_read_with_its_own_mounts_and_security():
+    # Given a pod whose init container fills an emptyDir its container reads (the shape of a job
+    # of the user's own image: trainium_job.pod runtime_init_container)
+    template = {
+        "spec": {
+            "initContainers": [
+                {
+                    "name": "fill",
+                    "image": "registry/tools:tools-1",
+                    "command": ["cp", "-R", "/src", "/shared"],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                    "securityContext": {"runAsUser": 65534, "readOnlyRootFilesystem": True},
+                }
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry/job:job-1",
+                    "command": ["ls", "/opt/shared"],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/opt/shared", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+        }
+    }
+    # When it is read
+    spec = pod_spec(template)
+    (init,) = spec.init_containers
+    # Then each container has its command, image and securityContext, and both mount one volume
+    assert (spec.container, spec.image, spec.command) == ("main", "registry/job:job-1", ("ls", "/opt/shared"))
+    assert (init.container, init.image, init.command[0]) == ("fill", "registry/tools:tools-1", "cp")
+    assert init.security.run_as_user == 65534 and init.security.read_only_root
+    assert spec.security.run_as_user is None and not spec.security.read_only_root
+    assert init.mounts == (Mount("/shared", "emptyDir", volume="shared"),)
+    assert spec.mounts == (Mount("/opt/shared", "emptyDir", read_only=True, volume="shared"),)
+
+
+def test_given_a_program_started_from_a_runtime_folder_then_the_rehearsal_shortens_its_polls_too():
+    # Given the command of a pod whose image lacks the library (trainium_job.worker BOOTSTRAP)
+    description = {"waits": [{"poll_s": 30}], "budget": {"check_every_s": 60}}
+    code = (
+        "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('trainium_job.pod_program')"
+    )
+    command = ("python", "-c", code, "/opt/runtime", json.dumps(description))
+    # Then only its description changes, as for python -m
+    rehearsed = rehearsed_command(command)
+    assert rehearsed[:4] == command[:4]
+    assert json.loads(rehearsed[4]) == {"waits": [{"poll_s": 1}], "budget": {"check_every_s": 1}}
+    # and code that runs another module is left alone
+    other = ("python", "-c", code.replace("trainium_job.pod_program", "my_module"), "/x", "{}")
+    assert rehearsed_command(other) == other
+
+
+def test_given_a_dockerfile_then_its_copies_are_laid_out_as_docker_builds_them(tmp_path):
+    # Given a build context and a Dockerfile of two stages (Dockerfile reference, COPY: a source
+    # folder gives its contents; a destination with a trailing slash, or of several sources, is a
+    # folder, else a file source is written at it; a relative one is below the WORKDIR)
+    context = tmp_path / "context"
+    (context / "pkg" / "sub").mkdir(parents=True)
+    (context / "pkg" / "a.py").write_text("a")
+    (context / "pkg" / "sub" / "b.py").write_text("b")
+    (context / "pkg" / "sub" / "b.pyc").write_text("compiled")
+    (context / "run.py").write_text("run")
+    (context / "conf.txt").write_text("conf")
+    (context / ".dockerignore").write_text("# left out\n**/*.pyc\n")
+    (context / "Dockerfile").write_text(
+        "FROM base AS first\nWORKDIR /elsewhere\nCOPY run.py /first-stage-only.py\n"
+        "FROM base\nWORKDIR /opt\nWORKDIR app\n"
+        'COPY pkg/ pkg\nCOPY run.py /app/main.py\nCOPY ["run.py", "conf.txt", "etc/"]\nCOPY conf.txt ./\n'
+    )
+    # When its files are laid out
+    workdir = copy_as_docker_would(context / "Dockerfile", context, tmp_path / "image")
+    # Then they are where the image has them, the ignored file left out, the first stage's gone
+    assert workdir == tmp_path / "image" / "opt" / "app"
+    files = {str(p.relative_to(tmp_path / "image")) for p in (tmp_path / "image").rglob("*") if p.is_file()}
+    assert files == {
+        "opt/app/pkg/a.py",
+        "opt/app/pkg/sub/b.py",
+        "app/main.py",
+        "opt/app/etc/run.py",
+        "opt/app/etc/conf.txt",
+        "opt/app/conf.txt",
+    }
+    assert (tmp_path / "image" / "app" / "main.py").read_text() == "run"
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["ADD x.tar /x/", "COPY --from=build /x /x", "COPY --chown=1:1 x /x", "COPY ${SRC} /x", "COPY *.py /x/"],
+)
+def test_given_a_copy_the_rehearsal_cannot_reproduce_then_laying_out_the_image_fails_naming_it(
+    tmp_path, line
+):
+    (tmp_path / "Dockerfile").write_text(f"FROM base\n{line}\n")
+    with pytest.raises(ValueError, match="not reproduced|only plain COPY"):
+        copy_as_docker_would(tmp_path / "Dockerfile", tmp_path, tmp_path / "image")
+
+
+def test_given_a_copy_of_a_missing_file_then_laying_out_the_image_fails_as_the_build_would(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM base\nWORKDIR /app\nCOPY train.py /app/train.py\n")
+    with pytest.raises(FileNotFoundError, match="COPY train.py: not in the build context"):
+        copy_as_docker_would(tmp_path / "Dockerfile", tmp_path, tmp_path / "image")

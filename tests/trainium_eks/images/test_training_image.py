@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.contracts.image_build import OCI_BASE_DIGEST, OCI_BASE_NAME
+from tests.rehearsal.manifests import copy_as_docker_would
 from tests.support import resources
 from trainium_eks.images.image_build import BASE_DIGEST_ARG, base_digest_command
 from trainium_eks.images.training_image import (
@@ -59,30 +60,10 @@ def test_given_two_builds_then_context_is_identical_and_complete(tmp_path):
     assert not any("__pycache__" in n for n in names)
 
 
-def _copy_as_docker_would(dockerfile: str, context: Path, into: Path) -> Path:
-    """The files the Dockerfile's ``COPY`` instructions put under its ``WORKDIR``, copied from
-    ``context`` into ``into`` (a source ending in ``/`` is a folder, copied whole); the WORKDIR."""
-    text = (DOCKER_DIR / dockerfile).read_text().replace("\\\n", " ")
-    workdir = into
-    for line in text.splitlines():
-        words = line.split()
-        if words[:1] == ["WORKDIR"]:
-            workdir = into / words[1].lstrip("/")
-        elif words[:1] == ["COPY"] and not words[1].startswith("--"):
-            *sources, target = words[1:]
-            destination = (into / target.lstrip("/")) if target.startswith("/") else workdir / target
-            for source in sources:
-                if source.endswith("/"):
-                    shutil.copytree(context / source, destination, dirs_exist_ok=True)
-                else:
-                    destination.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(context / source, destination / Path(source).name)
-    return workdir
-
-
 def test_given_the_tools_image_then_it_holds_what_its_programs_and_a_jobs_runtime_import(tmp_path):
     # Given the files the tools Dockerfile copies from the build context, where it copies them
-    workdir = _copy_as_docker_would("tensorboard.Dockerfile", Path(build_context(None)), tmp_path)
+    context = Path(build_context(None))
+    workdir = copy_as_docker_would(context / "tensorboard.Dockerfile", context, tmp_path)
     # Then the folder the runtime init container copies from is the image's WORKDIR, with each
     # package it copies (trainium_job.pod)
     assert workdir == tmp_path / IMAGE_LIBRARY_DIR.lstrip("/")
