@@ -31,12 +31,18 @@ from trainium_eks import (
 HERE = Path(__file__).resolve().parent
 #: The platform's settings: its defaults (us-west-2, 2 x trn1.32xlarge launched per job), no BERT.
 SETTINGS = PlatformConfig(name_prefix="toy", training_enabled=False)
+#: Your job: the script your image holds and its arguments, and where its run directory is
+#: (ProgramJobSpec's defaults for the rest: a worker per NeuronCore, the fabric check, 3 restarts).
+SPEC = ProgramJobSpec(
+    command=TrainingCommand(script="/app/train.py", args=("--steps", "2000")),
+    run_name="toy-regression",
+)
 
 
 class ToyTraining(cdk.Stack):
-    """The platform, and a job of your own program on it."""
+    """The platform, and a job of your own program on it (``spec``: default :data:`SPEC`)."""
 
-    def __init__(self, scope: Construct, id: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, spec: ProgramJobSpec = SPEC) -> None:
         super().__init__(scope, id, env=cdk.Environment(region=SETTINGS.region))
         platform = TrainiumPlatform(self, "Platform", config=SETTINGS)
         target = platform.workload_target
@@ -50,10 +56,7 @@ class ToyTraining(cdk.Stack):
             facts=instance_facts(SETTINGS.instance_type),
             nodes=SETTINGS.desired_nodes,
             max_nodes=SETTINGS.max_nodes,
-            spec=ProgramJobSpec(
-                command=TrainingCommand(script="/app/train.py", args=("--steps", "2000")),
-                run_name="toy-regression",
-            ),
+            spec=spec,
             image=image,
             claim_name=target.claim_name,
             repository=target.repository,
@@ -66,9 +69,10 @@ class ToyTraining(cdk.Stack):
         )
 
 
-def main(outdir: str | None = None) -> cdk.App:
+def main(outdir: str | None = None, *, spec: ProgramJobSpec = SPEC) -> cdk.App:
+    """Synthesize the app into ``outdir`` (default the CDK's ``cdk.out``), its job ``spec``."""
     app = cdk.App(outdir=outdir)
-    ToyTraining(app, "ToyTraining")
+    ToyTraining(app, "ToyTraining", spec=spec)
     # cdk-nag gates the synth: AwsSolutions and the library's TrainiumEks pack. A finding nobody
     # acknowledged fails app.synth(), and each acknowledgement must match a finding of the report
     # (the library's constructs acknowledge their own, each with its reason).
