@@ -48,7 +48,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     error), naming the phase that failed and carrying its pods' log tails, instead of asserting on
     what that phase never saw."""
     funcargs = getattr(item, "funcargs", {})
-    for observations in (funcargs.get("rehearsal"), funcargs.get("two_phases"), funcargs.get("budget_scene")):
+    scenes = ("rehearsal", "two_phases", "budget_scene", "own_job")
+    for observations in (funcargs.get(name) for name in scenes):
         if isinstance(observations, Observations):
             marker = item.get_closest_marker("after")
             observations.require(marker.args[0] if marker is not None else observations.phases[-1])
