@@ -7,7 +7,8 @@ and PID namespaces; ``--kill-child`` so the pod ends with it) -> ``pod_root.sh``
 file system, read-only where its securityContext says so; once the harness has plugged its eth0
 into the bridge, ``exec chroot ... setpriv ... env -i ... <container command>``, ``setpriv``
 giving it the user, groups, capabilities and no_new_privs its securityContext resolves to): the
-container command is the pod's PID 1, as under the kubelet.
+container command is the pod's PID 1, as under the kubelet. A pod's init containers run the same
+way before it, each to its end, sharing the pod's folder (its volumes).
 What differs from a cluster and why: :mod:`tests.rehearsal.substitutions`.
 """
 
