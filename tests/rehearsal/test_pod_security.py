@@ -35,7 +35,7 @@ from tests.rehearsal.manifests import (
 )
 from tests.rehearsal.standins import MOUNT as STANDINS_MOUNT
 from tests.rehearsal.substitutions import ID_RANGE
-from tests.support import k8s_manifests
+from tests.support import k8s_manifests, submitted_jobs
 
 #: Kubernetes, "Configure a Security Context for a Pod or Container", "Set capabilities for a
 #: Container": a container's CapPrm without a capabilities field, and with NET_ADMIN and
@@ -128,9 +128,10 @@ RUNTIME_MOUNTS = ("/dev", "/proc", "/sys")
 
 
 def _manifest(template: Mapping[str, Any], pod: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(pod spec, its one container) of ``pod`` as the template has them."""
+    """(pod spec, its one container) of ``pod`` as the template has them (the Volcano Job: as its
+    submitter creates it, from its ConfigMap)."""
     app, kind = PODS[pod]
-    for _, obj in k8s_manifests(template):
+    for obj in [*(obj for _, obj in k8s_manifests(template)), *submitted_jobs(template)]:
         if obj["kind"] == kind and obj["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app:
             spec = obj["spec"]["tasks"][0]["template"] if "tasks" in obj["spec"] else obj["spec"]["template"]
             (container,) = spec["spec"]["containers"]
