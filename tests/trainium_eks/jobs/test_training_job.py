@@ -21,6 +21,7 @@ from trainium_job.errors import ConfigError
 from trainium_job.exit_codes import aborting_codes
 from trainium_job.naming import DEFAULT_NAME_PREFIX
 from trainium_job.pod_program import MODULE, loads
+from trainium_job.waits import Wait
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +281,14 @@ def test_given_default_job_then_the_grace_period_outlasts_torchruns_window_and_t
         == DEFAULT_FSX_MB_S_PER_TIB
     )
     assert stop_problem(fp32_state=False) is None
+
+
+def test_given_only_the_submitters_deadline_changed_then_the_job_has_a_new_name():
+    # The submitter's pod template cannot change under the same name (a batch Job's is immutable),
+    # and the Volcano Job goes with the submitter that owns it: both must be new.
+    def named(deadline_s: int) -> str:
+        wait = Wait(what="phase 1's shards", ready="/data/datasets/x/.staged", deadline_s=deadline_s, why="t")
+        tools = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:tensorboard-abc"
+        return job_stack(submit_image=tools, submit_waits=(wait,)).job_name
+
+    assert named(3000) == named(3000) != named(3600)
