@@ -30,6 +30,7 @@ from .images.training_image import TrainingImages
 from .jobs.dataset_job import DatasetJobProps
 from .jobs.dataset_preparation import DatasetPreparation
 from .jobs.dataset_staging import DatasetStaging
+from .jobs.heldout_staging import HeldOutStaging, eval_samples
 from .jobs.node_fit import node_fit
 from .jobs.tensorboard import TensorBoard
 from .jobs.training_job import BertPretrainingJob, add_job_outputs
@@ -41,6 +42,7 @@ from .report.job_estimate import (
     job_ceiling,
     node_start_minutes,
     phase2_data_deadline,
+    phase_shape,
 )
 from .storage.fsx_csi import CLAIM_NAME
 
@@ -129,7 +131,8 @@ class TrainingWorkload(Construct):
         tensorboard (:class:`TensorBoard`), exporters (:class:`TrainingExporters`: the EFA and
         FSx exporters, when the target has monitoring and ``monitoring_exporters`` is on; else None),
         node_health (:class:`NodeHealthCheck`: the deep check of new Trainium nodes, with
-        ``trainium_health_check``; else None).
+        ``trainium_health_check``; else None), heldout_stagings (a :class:`HeldOutStaging` per
+        phase with a held-out set, in the phases' order: ``heldout_enabled``).
 
     Its own cdk-nag acknowledgements (the image copy's role) are applied on this construct.
     Give it the ID ``Default`` to keep the logical IDs the workload had inside the platform stack.
@@ -254,6 +257,53 @@ class TrainingWorkload(Construct):
             )
             if config.training_phases == "2":
                 self.staging = self.phase2_staging
+        stagings: list[DatasetStaging | DatasetPreparation] = [self.staging]
+        if self.phase2_staging is not None and self.phase2_staging is not self.staging:
+            stagings.append(self.phase2_staging)
+        self.heldout_stagings = _heldout_stagings(self, config, dataset, stagings, on_dataset_node)
+
+
+def _heldout_stagings(
+    scope: Construct,
+    config: PlatformConfig,
+    dataset: DatasetJobProps,
+    stagings: Sequence[DatasetStaging | DatasetPreparation],
+    on_dataset_node: bool,
+) -> tuple[HeldOutStaging, ...]:
+    """The held-out set of each phase that has one (``spec.eval_dir``: ``heldout_enabled``), made
+    once the phase's shards (``stagings``, in the phases' order) and their vocabulary are there. The
+    training pods do not wait for it; its own wait is bounded by its shards' deadline (phase 2's
+    of ``training_phases=both``: phase 1's staging, then phase 2's)."""
+    made = []
+    first = first_data_deadline(config)
+    for index, (spec, staging) in enumerate(zip(config.phase_jobs, stagings, strict=True)):
+        phase2 = index == 1 or config.training_phases == "2"
+        if spec.eval_dir is None or spec.vocab is None:
+            continue
+        deadline = first
+        if phase2 and config.training_phases == "both":
+            later = phase2_data_deadline(config)
+            deadline = Deadline(
+                first.seconds + later.seconds, f"phase 1's shards: {first.why}; then phase 2's: {later.why}"
+            )
+        props: DatasetJobProps = {
+            **dataset,
+            "paths": spec.paths,
+            "depends_on": [*dataset["depends_on"], staging.manifest],
+        }
+        made.append(
+            HeldOutStaging(
+                scope,
+                "Phase2HeldOutStaging" if phase2 else "HeldOutStaging",
+                **props,
+                vocab=spec.vocab,
+                shape=phase_shape(spec),
+                samples=eval_samples(spec),
+                on_dataset_node=on_dataset_node,
+                waits=(_staged(staging, deadline, f"phase {2 if phase2 else 1}'s shards"),),
+            )
+        )
+    return tuple(made)
 
 
 @dataclass(frozen=True)

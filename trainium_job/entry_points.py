@@ -22,6 +22,9 @@ UPLOAD_MODEL: Final = "training.trainer.upload_model"
 PREPARE_DATA: Final = "training.dataprep.prepare_data"
 #: The data tool as an Indexed Job across pods (the platform's dataset preparation, training image).
 PREPARE_INDEXED: Final = "training.dataprep.prepare_indexed"
+#: A phase's held-out set from books the training corpus cannot hold (the platform's held-out
+#: staging Job, training image: ``trainium_eks.jobs.heldout_staging``).
+HELDOUT: Final = "training.dataprep.heldout"
 #: A shard set's manifest: write one for shards made elsewhere, or verify checksums.
 SHARD_FORMAT: Final = "training.dataprep.shard_format"
 #: A BERT WordPiece vocabulary for the data tool.
@@ -49,6 +52,7 @@ ENTRY_POINTS: Final[dict[str, str]] = {
     UPLOAD_MODEL: "training",
     PREPARE_DATA: "training",
     PREPARE_INDEXED: "training",
+    HELDOUT: "training",
     SHARD_FORMAT: "training",
     VOCAB: "training",
     DRIVER_CHECK: "training",

@@ -53,7 +53,7 @@ class JobPaths:
         """Written beside ``data_dir`` by the staging job that gave up on it, naming that job and
         why (:func:`trainium_job.waits.write_failed`): its waiters end at once with the reason.
         Beside, not in it: a staging attempt replaces the directory whole."""
-        return f"{self.data_dir}.staging-failed"
+        return staging_failed(self.data_dir)
 
     @property
     def cache_marker(self) -> str:
@@ -103,6 +103,10 @@ def model_commands(uri: str, folder: str) -> tuple[str, str]:
         'python -c "from transformers import BertForPreTraining; '
         f"BertForPreTraining.from_pretrained('{folder}')\"",
     )
+def staging_failed(data_dir: str) -> str:
+    """The failed marker of the staging job of the shard set at ``data_dir``
+    (:attr:`JobPaths.dataset_failed`)."""
+    return f"{data_dir}.staging-failed"
 
 
 def spend_dir(run_name: str) -> str:

@@ -33,6 +33,21 @@ ScriptArg = str | int | float | bool
 
 #: Highest number of torchrun restarts or Volcano retries (a loop of failures costs node-hours).
 MAX_RESTARTS: Final = 100
+#: Held-out evaluations a phase gets when ``eval_every`` is unset (besides the one after its last
+#: step). At 10,000 samples an evaluation is forward passes only: about a fifth of one optimizer
+#: step of phase 1 (16,384 sequences, forward and backward) and a tenth of one of phase 2 (32,768),
+#: so 20 of them cost a few steps of a schedule of thousands, and draw the learning curve.
+EVALUATIONS_PER_PHASE: Final = 20
+
+
+def default_eval_every(max_steps: int, checkpoint_every: int) -> int:
+    """Steps between held-out evaluations when ``eval_every`` is unset: ``max_steps`` /
+    :data:`EVALUATIONS_PER_PHASE` rounded down to a multiple of ``checkpoint_every``, at least
+    ``checkpoint_every``: each evaluation then judges the weights of a checkpoint just written, the
+    one a resume or an export would take. 1,400 for the reference phase 1 (28,125 steps), 200 for
+    its phase 2 (1,563 steps), both checkpointing every 200."""
+    share = max_steps // EVALUATIONS_PER_PHASE
+    return max(checkpoint_every, share - share % checkpoint_every)
 
 
 def context_key(name: str) -> str:
@@ -132,6 +147,13 @@ class BertJobSpec:
     )
     #: Optimizer steps between checkpoints.
     checkpoint_every: int = job_key(200, "flag", flag="checkpoint_every")
+    #: Optimizer steps between held-out evaluations (and one after the last step), when the phase
+    #: has a held-out set (``heldout_enabled``). Unset: about 20 a phase at checkpoint steps,
+    #: ``max_steps`` / 20 rounded down to a multiple of ``checkpoint_every`` and at least that
+    #: (1,400 for phase 1, 200 for phase 2: ``trainium_job.spec.default_eval_every``).
+    eval_every: int | None = job_key(
+        None, "flag", flag="eval_every", value=lambda spec, _plan: spec.evaluation_interval
+    )
     #: torchrun restarts of the worker group.
     max_restarts: int = job_key(3, "torchrun")
     #: Volcano (or TorchX) restarts of the whole job, on a failed or evicted pod.
@@ -154,6 +176,10 @@ class BertJobSpec:
     #: The shards' vocab.txt, a path in the pod under /data: after the run the job exports the
     #: model with it as a Hugging Face folder (``JobPaths.model_dir``). None: no export.
     vocab: str | None = job_key(None, "worker", set_by="vocab_source")
+    #: The phase's held-out shard set, a path in the pod under /data (``--eval_dir``), which the
+    #: held-out staging Job makes during training: evaluated every ``eval_every`` steps once it is
+    #: there. None: no evaluation.
+    eval_dir: str | None = job_key(None, "flag", flag="eval_dir", set_by="heldout_enabled")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "script_args", _script_arg_pairs(self.script_args))
@@ -163,6 +189,14 @@ class BertJobSpec:
     def extra_args(self) -> dict[str, ScriptArg]:
         """``script_args`` as a dict."""
         return dict(self.script_args)
+
+    @property
+    def evaluation_interval(self) -> int | None:
+        """Steps between held-out evaluations: ``eval_every``, or its default
+        (:func:`default_eval_every`); None without a held-out set."""
+        if self.eval_dir is None:
+            return None
+        return self.eval_every or default_eval_every(self.max_steps, self.checkpoint_every)
 
     @property
     def paths(self) -> JobPaths:
@@ -259,6 +293,9 @@ def phase2_spec(phase1: BertJobSpec, **changes: object) -> BertJobSpec:
         "run_name": _phase2_name(phase1.run_name, "phase1", "phase2"),
         "init_from": phase1.paths.output_dir,
         "script_args": script_args,
+        # Of phase 1's shape and schedule: phase 2 has a held-out set and an interval of its own.
+        "eval_dir": None,
+        "eval_every": None,
     }
     return phase1.replace(**{**defaults, **changes})
 
@@ -300,8 +337,15 @@ def _validate(s: BertJobSpec) -> None:
     checks.one_of(context_key("rdzv_backend"), s.rdzv_backend, RDZV_BACKENDS)
     for name in ("dataset_name", "cache_set", "run_name"):
         checks.dns_label(context_key(name), getattr(s, name))
-    for name in ("init_from", "vocab"):
+    for name in ("init_from", "vocab", "eval_dir"):
         _check_pod_path(context_key(name), getattr(s, name))
+    if s.eval_every is not None and not (checks.is_whole_number(s.eval_every) and s.eval_every >= 1):
+        raise ConfigError(
+            context_key("eval_every"),
+            s.eval_every,
+            "give a whole number of steps of at least 1 (to evaluate after the last step only, give "
+            "max_steps or more), or leave it unset for about 20 evaluations a phase",
+        )
     for key, _ in s.script_args:
         if key in JOB_SET_FLAGS:
             raise ConfigError(

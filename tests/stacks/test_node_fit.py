@@ -6,7 +6,8 @@ The training job is submitted once its first phase's shards are there
 when the gang comes. With Karpenter every dataset pod runs on CPU nodes of its own; on the
 Trainium nodegroup phase 2's staging pod, created at deploy, waits on a Trainium node through the
 first phase's dataset and phase 1's training (``training_phases=both``): the one dataset pod
-beside the gang, and beside the first phase's dataset pods before it."""
+beside the gang, and beside the first phase's dataset pods before it. A held-out staging pod comes
+after its phase's shards, during training: on the nodegroup it takes that same room."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ VARIANTS = variants(
 
 
 def _phase2_staging(config: Any, pods: Mapping[str, tuple[Mapping[str, Any], int]]) -> Resources:
-    """The requests of the dataset pod that waits on a Trainium node beside everything else: phase
-    2's staging pod on the nodegroup with both phases (the staging Jobs' pods ask the same)."""
-    if config.trainium_capacity != "nodegroup" or config.training_phases != "both":
+    """The requests of the dataset pod that runs on a Trainium node beside the gang: on the
+    nodegroup, phase 2's staging pod (both phases) or a held-out staging pod (any the template
+    has); the staging Jobs' pods ask the same."""
+    later = config.training_phases == "both" or "heldout-staging" in pods
+    if config.trainium_capacity != "nodegroup" or not later:
         return Resources()
     spec, _ = pods["dataset-staging"]
     assert on_trainium(spec, config.instance_type)
@@ -60,6 +63,14 @@ def test_given_the_stacks_then_the_gang_the_dataset_pods_beside_it_and_daemonset
     # The first phase's dataset pods: on the Trainium nodes only with the nodegroup.
     spec, _ = pods["dataset-preparation" if config.preparation_enabled else "dataset-staging"]
     assert on_trainium(spec, config.instance_type) is (config.trainium_capacity == "nodegroup")
+
+    # A held-out staging pod comes after its phase's shards, during training: on the nodegroup it
+    # takes the room phase 2's staging pod had (or waits for it), so it must fit in it.
+    if "heldout-staging" in pods:
+        held_spec, _ = pods["heldout-staging"]
+        on_node = config.trainium_capacity == "nodegroup"
+        assert on_trainium(held_spec, config.instance_type) is on_node
+        assert not on_node or pod_spec_requests(held_spec).fits_in(_phase2_staging(config, pods))
 
     together = daemons + pod_spec_requests(training_spec) + _phase2_staging(config, pods)
     assert together.fits_in(node), f"{together.describe()} ({together.pods} pods) > {node.describe()}"

@@ -63,7 +63,7 @@ def test_given_bad_field_then_one_line_error_names_the_context_key(changes, key,
 
 def test_given_every_field_then_its_context_key_is_training_prefixed():
     assert SPEC_FIELDS[:4] == ("model", "batch_size", "global_batch", "max_steps")
-    assert len(SPEC_FIELDS) == 17 and SPEC_FIELDS[-2:] == ("init_from", "vocab")
+    assert len(SPEC_FIELDS) == 19 and SPEC_FIELDS[-3:] == ("init_from", "vocab", "eval_dir")
 
 
 def test_given_same_inputs_when_planned_twice_then_computed_once():

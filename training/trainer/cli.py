@@ -94,7 +94,9 @@ class EvalArguments:
     accuracy on a shard set the training never reads."""
 
     eval_dir: str | None = flag(
-        None, "held-out shard set (as --data_dir, same --seq_len and --max_pred_len); none: no evaluation"
+        None,
+        "held-out shard set (as --data_dir, same --seq_len and --max_pred_len), evaluated from the first "
+        "evaluation step that finds it (it may come during the run); none: no evaluation",
     )
     eval_every: int = flag(
         0, "optimizer steps between evaluations (and after the last step); 0: the last only"

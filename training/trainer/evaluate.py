@@ -9,7 +9,10 @@ The training data is untouched by it.
 Every evaluation reads the same samples: the first ``--eval_samples`` of the set in its epoch-0
 order, split over the ranks as training data is (``training.trainer.data.ShardStream``), in
 ``--batch_size`` batches (whole batches only: ``eval_batches``). It runs with dropout off and no
-gradients, every ``--eval_every`` optimizer steps and after the last step of the run. Each rank
+gradients, every ``--eval_every`` optimizer steps and after the last step of the run. A set not
+there at start (the platform stages one during training: ``training.dataprep.heldout``) is no
+error: pre-flight says so once, and the run evaluates from the first of those steps at which every
+rank finds it (``training.trainer.pretrain.arrived_held_out``); nothing waits for it. Each rank
 adds up its batches' ``PretrainingModule.eval_sums`` on the device; one all-reduce averages them,
 and rank 0 reads the four numbers back once (``Backend.defer``: on XLA after the evaluation's
 graph ran). Masked-LM accuracy counts the masked positions whose highest logit is the original

@@ -40,6 +40,7 @@ from huggingface_hub import EvalResult as HubEvalResult
 from huggingface_hub import ModelCard, ModelCardData
 from transformers import BertConfig
 
+from trainium_job.estimates import MLPERF_SOURCE
 from trainium_job.paths import MODEL_DIR
 
 from ..dataprep.shard_format import ShardSetError, read_manifest
@@ -51,16 +52,6 @@ NOT_RECORDED = "not recorded"
 #: How far back the lineage is followed (a chain of ``--init_from`` runs; a loop ends here too).
 MAX_PHASES = 8
 TAGS = ("bert", "pretraining", "masked-lm", "next-sentence-prediction", "trainium", "aws-neuron")
-#: MLPerf Training's BERT target, a reference only: mlcommons/training
-#: ``language_model/tensorflow/bert/README.md`` (commit dc72f48cc5279f80e8e1736d0756c83f9e3cf116),
-#: "Stopping criteria": "A valid submission will evaluate a masked lm accuracy >= 0.720", on "the
-#: 10,000 samples in the evaluation set" it makes from its own held-out Wikipedia text (seq 512,
-#: 76 predictions, seed 12345).
-MLPERF_MLM_ACCURACY = 0.720
-MLPERF_SOURCE = (
-    'mlcommons/training, `language_model/tensorflow/bert/README.md`, "Stopping criteria": masked-LM '
-    "accuracy >= 0.720 on the 10,000 samples of its own evaluation set (seq 512, 76 predictions)"
-)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ input costs seconds, not a compiled graph and 64 NeuronCores idling until step 2
 * the checkpoint to resume from is verified against its digests (older ones are tried when it
   fails, see ``training.trainer.checkpoint.first_verified``), and the run's flags are compared with
   the ones it recorded (``training.trainer.resume``);
-* the held-out set (``--eval_dir``) is checked as the shards are, holds ``--eval_samples``, and
-  shares no shard with ``--data_dir``;
+* the held-out set (``--eval_dir``) is checked as the shards are, holds ``--eval_samples``,
+  shares no shard with ``--data_dir`` and, where both manifests record it, their vocabulary; a set
+  not there yet (its staging Job still making it) is no error: the run evaluates once it is there
+  (``training.trainer.pretrain.arrived_held_out``), so a pod never waits for it;
 * with nothing to resume, ``--init_from``'s checkpoint is verified and refused if it is of
   another model or vocabulary (``training.trainer.init_from.check_start``).
 
@@ -58,6 +60,8 @@ class Ready:
     vocab_sha256: str | None = None
     #: The held-out shards (``--eval_dir``), sorted; empty without one.
     eval_files: list[str] = field(default_factory=list)
+    #: ``--eval_dir`` when it is not there yet (looked for again at each evaluation), else None.
+    eval_pending: str | None = None
 
 
 def check_writable(path: Path, flag: str) -> None:
@@ -92,22 +96,21 @@ def check_shards(files: list[str], seq_len: int, max_pred_len: int, rank: int, w
             raise PreflightError(f"{e} (--seq_len {seq_len}, --max_pred_len {max_pred_len})") from None
 
 
-def held_out(args: PretrainArgs, files: list[str], rank: int, world_size: int) -> list[str]:
-    """The ``--eval_dir`` shards, checked: their format, enough samples, none trained on."""
+def held_out(args: PretrainArgs, files: list[str], rank: int, world_size: int) -> list[str] | None:
+    """The ``--eval_dir`` shards, checked: their format, enough samples, none trained on, the
+    shards' vocabulary. None when ``--eval_dir`` is not there (yet); empty without one."""
     ev, data = args.eval, args.data
     if ev.eval_dir is None:
         return []
-    try:
-        held = list_shards(ev.eval_dir)
-    except FileNotFoundError:
-        raise PreflightError(
-            f"--eval_dir {ev.eval_dir}: no such directory or file; give a held-out shard set"
-        ) from None
-    except ShardSetError as e:
-        raise PreflightError(f"--eval_dir {e}") from None
     batch = args.optim.batch_size * world_size
     if ev.eval_samples < batch:
         raise PreflightError(f"--eval_samples {ev.eval_samples}: below one global batch ({batch}); raise it")
+    if not os.path.exists(ev.eval_dir):
+        return None
+    try:
+        held = list_shards(ev.eval_dir)
+    except ShardSetError as e:
+        raise PreflightError(f"--eval_dir {e}") from None
     same = sorted({os.path.realpath(f) for f in held} & {os.path.realpath(f) for f in files})
     if not same and os.path.isdir(ev.eval_dir) and os.path.isdir(data.data_dir):
         digests = lambda d: {e.sha256: e.name for e in read_manifest(d).shards}  # noqa: E731
@@ -117,6 +120,12 @@ def held_out(args: PretrainArgs, files: list[str], rank: int, world_size: int) -
         raise PreflightError(
             f"--eval_dir {ev.eval_dir}: {same[0]} is also a training shard of --data_dir {data.data_dir} "
             f"({len(same)} shared); evaluate on shards made from held-out documents"
+        )
+    held_vocab, shards_vocab_sha = shards_vocab(ev.eval_dir), shards_vocab(data.data_dir)
+    if held_vocab and shards_vocab_sha and held_vocab != shards_vocab_sha:
+        raise PreflightError(
+            f"--eval_dir {ev.eval_dir}: made with another vocab.txt (SHA-256 {held_vocab}) than --data_dir "
+            f"{data.data_dir} ({shards_vocab_sha}); make the held-out set with the shards' vocabulary"
         )
     if os.path.isdir(ev.eval_dir):
         samples = sum(e.samples for e in read_manifest(ev.eval_dir).shards)
@@ -164,4 +173,12 @@ def preflight(args: PretrainArgs, rank: int, world_size: int) -> Ready:
         applied.append(f"--init_from: the weights of {start.path} (step {start.meta['step']})")
     check_shards(files, data.seq_len, data.max_pred_len, rank, world_size)
     eval_files = held_out(args, files, rank, world_size)
-    return Ready(files, candidates, meta, applied, start, shards_vocab(data.data_dir), eval_files)
+    pending = args.eval.eval_dir if eval_files is None else None
+    if pending is not None:
+        applied.append(
+            f"--eval_dir {pending}: not there yet (a staging Job may still be making it); the run "
+            "evaluates from the first evaluation step that finds it"
+        )
+    return Ready(
+        files, candidates, meta, applied, start, shards_vocab(data.data_dir), eval_files or [], pending
+    )

@@ -33,8 +33,9 @@ import torch
 from transformers import BertConfig
 
 from trainium_job.launch import launch_env
-from trainium_job.paths import COMPLETE_MARKER
+from trainium_job.paths import COMPLETE_MARKER, staging_failed
 
+from ..dataprep.shard_format import ShardSetError
 from . import checkpoint as ckpt
 from . import restart_totals
 from .cli import PretrainArgs, parse_args
@@ -51,7 +52,7 @@ from .init_from import InitFromError, StartPoint, start_weights
 from .metrics import RunStats, StepLogger, mfu, model_flops_per_seq, summary
 from .model import PretrainingModule, build_model, count_parameters
 from .optim import apply_hyperparameters
-from .preflight import PreflightError, preflight
+from .preflight import PreflightError, held_out, preflight
 from .prom_metrics import TrainingMetrics, start_metrics
 from .resume import ResumeError, check_flags, check_resumed_loss
 from .step import StepState, make_step_state, optimizer_step
@@ -185,8 +186,10 @@ class Run:
     init_from: dict[str, Any] | None = None
     #: The SHA-256 of the shards' vocab.txt, recorded in every checkpoint (None when unknown).
     vocab_sha256: str | None = None
-    #: The held-out evaluation (``--eval_dir``), None without one.
+    #: The held-out evaluation (``--eval_dir``), None without one (or while it is not there).
     evaluator: Evaluator | None = None
+    #: ``--eval_dir`` while it is not there yet: looked for at each evaluation (``arrived_held_out``).
+    eval_pending: str | None = None
 
     @property
     def backend(self) -> Backend:
@@ -326,6 +329,7 @@ def set_up(args: PretrainArgs, stop: GracefulStop) -> Run:
         start=ready.start,
         vocab_sha256=ready.vocab_sha256,
         evaluator=make_evaluator(args, ready.eval_files, world, config.vocab_size),
+        eval_pending=ready.eval_pending,
     )
 
 
@@ -503,7 +507,7 @@ def loop(
             watchdog.stepped(run.step)
         if run.metrics is not None:
             run.metrics.stepped(run.step)
-        evaluating = run.evaluator is not None and (
+        evaluating = (run.evaluator is not None or run.eval_pending is not None) and (
             run.step == end_step or bool(eval_every and run.step % eval_every == 0)
         )
         # A stop asked for during this step skips its evaluation: the grace period is the
@@ -514,7 +518,10 @@ def loop(
             # Unbounded: its length follows --eval_samples, not the step's, and on XLA the first
             # evaluation compiles its graphs (precompile builds them too), as warm-up does.
             with unbounded(run, "evaluation"):
-                evaluate(run, reporter)
+                if run.evaluator is None:
+                    run.evaluator = arrived_held_out(run, stop, last=run.step == end_step)
+                if run.evaluator is not None:
+                    evaluate(run, reporter)
         saved = not precompile and (run.step % every == 0 or run.step == end_step)
         if saved:
             with unbounded(run, "checkpoint"):
@@ -544,6 +551,47 @@ def evaluate(run: Run, reporter: StepReporter) -> None:
     assert run.evaluator is not None
     report = reporter.evaluated if run.writes else None
     run.evaluator(run.state.module, run.backend, run.precision, run.step, report)
+
+
+def arrived_held_out(run: Run, stop: GracefulStop, *, last: bool) -> Evaluator | None:
+    """The evaluation of the held-out set that was not there at start (``Run.eval_pending``), once
+    every rank sees it and it passes pre-flight's checks; None until then, and for the rest of the
+    run once refused (a problem of the held-out set does not stop the training). Every rank, at
+    the same steps: its two agreements are collectives (``GracefulStop.every_rank``)."""
+    path = run.eval_pending
+    assert path is not None
+    if not stop.every_rank(os.path.isdir(path)):
+        if last and run.rank == 0:
+            log.warning(
+                "no held-out evaluation after step %d: --eval_dir %s is not there%s",
+                run.step,
+                path,
+                staging_gave_up(path),
+            )
+        return None
+    run.eval_pending = None
+    try:
+        files, problem = held_out(run.args, run.files, run.rank, run.world), None
+    except (PreflightError, ShardSetError, OSError) as e:
+        files, problem = None, str(e)
+    if files is None and problem is None:
+        problem = f"--eval_dir {path}: gone again"
+    if not stop.every_rank(problem is None):
+        if problem is not None:
+            log.error("held-out set refused; no evaluation in this run: %s", problem)
+        return None
+    if run.rank == 0:
+        log.info("held-out set %s is there: evaluating from step %d on", path, run.step)
+    return make_evaluator(run.args, files or [], run.world, run.config.vocab_size)
+
+
+def staging_gave_up(path: str) -> str:
+    """`` (its staging gave up: <why>)`` when the held-out set's staging Job left its failed marker."""
+    try:
+        reason = json.loads(Path(staging_failed(path)).read_text()).get("reason")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" (its staging gave up: {reason})"
 
 
 def save(run: Run, reporter: StepReporter, *, stopping: bool = False) -> None:

@@ -73,5 +73,15 @@ class GracefulStop:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
         return bool(flag.item())  # a CPU tensor: no device involved
 
+    def every_rank(self, flag: bool) -> bool:
+        """Collective over all ranks, on the same CPU group: True when ``flag`` is True on every
+        rank (what one rank sees on the shared file system, say a held-out set that has just
+        arrived, another may not see yet: all must decide alike)."""
+        if self._group is None:
+            return flag
+        value = torch.tensor([int(flag)], dtype=torch.int32)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self._group)
+        return bool(value.item())
+
     def close(self) -> None:
         signal.signal(signal.SIGTERM, self._previous)

@@ -36,6 +36,7 @@ from ..jobs.dataset_staging import (
     check_start_source,
     check_vocab_source,
 )
+from ..jobs.heldout_staging import eval_samples
 from ..jobs.node_fit import check_node_fit
 from .schema import PHASE2_FIELDS, PHASE2_PREFIX, PHASE_CHOICES, PlatformSettings
 
@@ -78,6 +79,30 @@ def validate_training(c: PlatformSettings) -> None:
     if c.training_enabled:
         check_sequence_shape(c)
     validate_phases(c)
+    check_heldout_batches(c)
+
+
+def check_heldout_batches(c: PlatformSettings) -> None:
+    """``heldout_enabled``; and each phase with a held-out set reads at least one whole global
+    batch of micro-batches per evaluation (pre-flight would stop every pod otherwise)."""
+    checks.flag("heldout_enabled", c.heldout_enabled)
+    if not c.training_enabled:
+        return
+    numbers = {"both": ("1", "2"), "1": ("1",), "2": ("2",)}[c.training_phases]
+    for number, spec in zip(numbers, c.phase_jobs, strict=True):
+        if spec.eval_dir is None:
+            continue
+        plan = c.phase_plan(spec)
+        per_batch, wanted = plan.batch_size * plan.workers, eval_samples(spec)
+        if wanted < per_batch:
+            key = "training_script_args" if number == "1" else "phase2_script_args"
+            raise ConfigError(
+                key,
+                {"eval_samples": spec.extra_args.get("eval_samples", wanted)},
+                f"an evaluation of phase {number} reads whole batches of {per_batch:,} samples (micro-batch "
+                f"{plan.batch_size} x {plan.workers} workers): give eval_samples {per_batch} or more, or set "
+                "heldout_enabled=false",
+            )
 
 
 def check_spend_keys(c: PlatformSettings) -> None:

@@ -26,6 +26,7 @@ from ..jobs.dataset_staging import (
     start_path,
     vocab_file,
 )
+from ..jobs.heldout_staging import heldout_dir
 from ..monitoring.options import MonitoringOptions
 from ..versions import DEFAULT_KUBERNETES_VERSION, default_neuron_ami_release
 from .field_docs import with_field_docs
@@ -44,6 +45,7 @@ PHASE2_FIELDS = (
     "cache_set",
     "run_name",
     "script_args",
+    "eval_every",
 )
 register_fields(PHASE2_PREFIX, "PlatformConfig.phase2", PHASE2_FIELDS)
 #: The monitoring add-on's own defaults, which the ``monitoring_*`` keys take.
@@ -287,6 +289,16 @@ class PlatformSettings:
     were made with (:data:`~trainium_eks.jobs.dataset_staging.PUBLIC_BERT_VOCAB`). With
     ``preparation_enabled`` the vocabulary is ``preparation_vocab``. Empty: no export.
     """
+    heldout_enabled: bool = True
+    """A held-out set for each phase, evaluated every ``training_eval_every`` (``phase2_eval_every``)
+    steps and after the phase's last (the trainer's 10,000 samples, MLPerf's count): a Job on the
+    dataset node makes it once the phase's shards are staged, with their vocabulary, casing and
+    sample shape, from books the public shards' Wikipedia cannot hold (PG-19's test split, pinned;
+    the Encyclopaedia Britannica left out), into ``/data/datasets/<dataset_name>-heldout``
+    (trainium_eks.jobs.heldout_staging). The pods never wait for it: a phase evaluates from the
+    first evaluation step that finds it. Needs the shards' vocabulary (``vocab_source``, or
+    ``preparation_vocab``): without one, none. Off: no held-out set, no evaluation.
+    """
     preparation_enabled: bool = False
     """Prepare the dataset from your own text corpus on FSx with an Indexed Job
     (trainium_eks.jobs.dataset_preparation) instead of staging training_dataset_source.
@@ -360,12 +372,12 @@ class PlatformSettings:
         spec = self.phase2 if self.phase2 is not None else phase2_spec(self.training)
         if self.training_phases == "2" and self.phase2_init_from:
             spec = spec.replace(init_from=start_path(self.phase2_init_from))
-        return spec.replace(vocab=self._vocab_path(spec))
+        return self._with_phase_files(spec)
 
     @property
     def phase_jobs(self) -> tuple[BertJobSpec, ...]:
         """The jobs of :attr:`training_phases`, in the order they run."""
-        phase1 = self.training.replace(vocab=self._vocab_path(self.training))
+        phase1 = self._with_phase_files(self.training)
         return {"1": (phase1,), "2": (self.phase2_job,)}.get(self.training_phases, (phase1, self.phase2_job))
 
     @property
@@ -376,6 +388,13 @@ class PlatformSettings:
     def phase_plan(self, spec: BertJobSpec) -> TrainingPlan:
         """Workers and accumulation of phase ``spec`` on the Trainium nodes."""
         return plan_training(spec, facts=self.facts, nodes=self.desired_nodes, max_nodes=self.max_nodes)
+
+    def _with_phase_files(self, spec: BertJobSpec) -> BertJobSpec:
+        """Phase ``spec`` with the files the workload gives it: its vocabulary and, with
+        :attr:`heldout_enabled` and a vocabulary to make it with, its held-out set."""
+        vocab = self._vocab_path(spec)
+        held_out = heldout_dir(spec.paths) if self.heldout_enabled and vocab is not None else None
+        return spec.replace(vocab=vocab, eval_dir=held_out)
 
     def _vocab_path(self, spec: BertJobSpec) -> str | None:
         """The vocabulary the export of phase ``spec`` reads: ``preparation_vocab`` with

@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http.client import HTTPMessage
+from typing import IO
 
 #: The only registry the check speaks to: where the Neuron training DLCs are published.
 PUBLIC_ECR = "public.ecr.aws"
@@ -40,10 +42,36 @@ class HttpAnswer:
 Http = Callable[[urllib.request.Request], HttpAnswer]
 
 
+class _AnswerRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect answered as it is (an :class:`HttpAnswer` of status 3xx with its ``Location``)."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        return None
+
+
+#: HEAD requests are not redirected: urllib sends a redirected request again without its method
+#: (``HTTPRedirectHandler.redirect_request`` builds a plain ``Request(newurl)``), so a HEAD of a
+#: file would become its download. The first answer is what the checks read: Hugging Face answers a
+#: file's HEAD with a redirect to its storage that carries the file's size (huggingface_hub 2.4.0
+#: ``utils/_http.py``, ``_httpx2_follow_hub_redirects_with_backoff``: "Redirects to any other host
+#: (CDN, storage bucket) are not [followed]: the file metadata is on the redirect response itself").
+_HEAD_OPENER = urllib.request.build_opener(_AnswerRedirects)
+
+
 def urllib_http(request: urllib.request.Request) -> HttpAnswer:
-    """:data:`Http` over urllib; a network failure raises ``urllib.error.URLError``."""
+    """:data:`Http` over urllib (a HEAD's redirect is its answer); a network failure raises
+    ``urllib.error.URLError``."""
+    opener = _HEAD_OPENER.open if request.get_method() == "HEAD" else urllib.request.urlopen
     try:
-        with urllib.request.urlopen(request, timeout=20) as response:
+        with opener(request, timeout=20) as response:
             return HttpAnswer(
                 response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
             )

@@ -48,6 +48,7 @@ CHECKS: tuple[Check, ...] = (
     Check("dataset-source", sources.dataset_source),
     Check("phase2-dataset-source", sources.phase2_dataset_source),
     Check("phase2-start", sources.phase2_start),
+    Check("heldout-source", sources.heldout_source),
     Check("model-bucket", deployed.model_bucket),
 )
 #: The check that gates the others: without an identity no other call can succeed.

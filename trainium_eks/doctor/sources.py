@@ -1,10 +1,11 @@
 """What the deployment pulls in: the Kubernetes version from EKS, the base image, the datasets and
 phase 2's start checkpoint (their sizes, and their staging times against the waits derived from
-the sizes synth assumed)."""
+the sizes synth assumed), and the held-out books."""
 
 from __future__ import annotations
 
 import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from trainium_job.neuron_stack import NEURON_STACK
 
 from ..config import PlatformConfig
 from ..jobs.dataset_staging import PUBLIC_SOURCE_BYTES
+from ..jobs.heldout_staging import PG19_TEST_PARQUET
 from ..report.job_estimate import first_data_deadline, phase2_data_deadline, staging_estimates
 from ..versions import KUBERNETES_RELEASES
 from .aws import ACCESS_DENIED_CODES, error_code
@@ -24,6 +26,8 @@ from .target import Target
 #: ``versionStatus`` values of EKS DescribeClusterVersions (``status`` in older answers).
 STANDARD_SUPPORT = {"STANDARD_SUPPORT", "standard-support"}
 EXTENDED_SUPPORT = {"EXTENDED_SUPPORT", "extended-support"}
+#: HTTP redirects (RFC 9110 section 15.4): a file that answers one is there.
+REDIRECTS = {301, 302, 303, 307, 308}
 
 
 def kubernetes_version(t: Target) -> Verdict:
@@ -115,6 +119,43 @@ def phase2_start(t: Target) -> Verdict:
     if not c.training_enabled or c.training_phases != "2":
         return Verdict(Status.OK, "not used (phase 2 starts from phase 1's checkpoint)")
     return _readable_unsigned(t, c.phase2_init_from, "phase2_init_from", phase=2)
+
+
+def heldout_source(t: Target) -> Verdict:
+    """The held-out books (:data:`~trainium_eks.jobs.heldout_staging.PG19_TEST_PARQUET`) reachable
+    without signing, as the held-out staging Job downloads them during training (a missing file
+    costs every evaluation, not the training): a HEAD of the pinned URL, its redirect not followed
+    (Hugging Face answers with the file's storage location and ``X-Linked-Size``, read as
+    huggingface_hub 2.4.0 ``file_download.py`` ``get_hf_file_metadata`` reads it)."""
+    c = t.config
+    if not c.training_enabled or not any(job.eval_dir for job in c.phase_jobs):
+        return Verdict(Status.OK, "not used (no held-out set: heldout_enabled=false or no vocabulary)")
+    return reachable_https(t, PG19_TEST_PARQUET)
+
+
+def reachable_https(t: Target, url: str) -> Verdict:
+    """``url`` there for an anonymous HEAD: 200, or a redirect (its size when the answer gives it)."""
+    fix = (
+        "pin PG19_TEST_PARQUET (trainium_eks/jobs/heldout_staging.py) to a revision that has the file, "
+        "or set heldout_enabled=false"
+    )
+    try:
+        answer = t.http(urllib.request.Request(url, method="HEAD"))
+    except urllib.error.URLError as err:
+        return Verdict(Status.WARN, f"could not reach {url} ({err.reason})", "check the network")
+    size = answer.headers.get("x-linked-size") or (
+        answer.headers.get("content-length") if answer.status == 200 else None
+    )
+    about = f" ({int(size) / 1e6:,.1f} MB)" if size and size.isdigit() else ""
+    if answer.status == 200 or (answer.status in REDIRECTS and answer.headers.get("location")):
+        return Verdict(Status.OK, f"{url} is reachable without signing{about}")
+    if answer.status == 404:
+        return Verdict(Status.FAIL, f"{url} does not exist (HTTP 404)", fix)
+    if answer.status in (401, 403):
+        return Verdict(Status.FAIL, f"{url} needs signing in (HTTP {answer.status})", fix)
+    if answer.status == 429:
+        return Verdict(Status.WARN, f"{url} throttled the check (HTTP 429)", "run it again in a minute")
+    return Verdict(Status.WARN, f"{url} answered HTTP {answer.status}", "")
 
 
 #: Keys of one ListObjectsV2 page: S3's most ("returns some or all (up to 1,000) of the objects",

@@ -6,9 +6,11 @@ training job is submitted once its first phase's shards are there
 (:mod:`trainium_eks.jobs.job_submission`), so the first phase's staging or preparation pods are
 gone before its pods come. What remains beside them is phase 2's staging pod
 (``training_phases=both``), created at deploy and waiting for phase 1's shards, then staging
-during phase 1: on a Trainium node with ``trainium_capacity=nodegroup`` (on one node, which cannot
-be known: reserved on every node), on a CPU node of its own with Karpenter. It must fit next to
-the training pod, or it waits through phase 1 and phase 2 never finds its shards.
+during phase 1, and each phase's held-out staging pod (``heldout_enabled``), after its phase's
+shards: on a Trainium node with ``trainium_capacity=nodegroup`` (on one node, which cannot be
+known: room for one such pod reserved on every node; a second waits for it), on a CPU node of its
+own with Karpenter. It must fit next to the training pod, or it waits through phase 1 and phase 2
+never finds its shards.
 """
 
 from __future__ import annotations
@@ -97,14 +99,21 @@ class FitSettings(DaemonSettings, Protocol):
     def training_phases(self) -> str: ...
     @property
     def trainium_capacity(self) -> str: ...
+    @property
+    def heldout_enabled(self) -> bool: ...
 
 
 def dataset_pods(c: FitSettings) -> tuple[tuple[str, Resources], ...]:
-    """The dataset pods that share a node with the training pod, with their requests: phase 2's
-    staging pod on the Trainium nodegroup (module docstring)."""
-    if not c.training_enabled or c.trainium_capacity == "karpenter" or c.training_phases != "both":
+    """The dataset pods that share a node with the training pod, with their requests: on the
+    Trainium nodegroup, one staging pod's room (phase 2's, or a held-out set's: they ask the same;
+    module docstring)."""
+    both, heldout = c.training_phases == "both", c.heldout_enabled
+    if not c.training_enabled or c.trainium_capacity == "karpenter" or not (both or heldout):
         return ()
-    return (("phase 2's staging pod", Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
+    name = " or ".join(
+        n for n, on in (("phase 2's staging pod", both), ("a held-out staging pod", heldout)) if on
+    )
+    return ((name, Resources.of_requests(STAGING_RESOURCES["requests"], pods=1)),)
 
 
 def node_fit(c: FitSettings) -> NodeFit:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainium_job.estimates import BUDGET_MARGIN, CHECKS_MINUTES, PRECOMPILE_MINUTES, rates
+from trainium_job.estimates import (
+    BUDGET_MARGIN,
+    CHECKS_MINUTES,
+    MLPERF_MLM_ACCURACY,
+    PRECOMPILE_MINUTES,
+    rates,
+)
 from trainium_job.naming import platform_stack_name
 from trainium_job.paths import model_commands, model_key_prefix
 from trainium_job.spec import BertJobSpec
@@ -21,6 +27,8 @@ from ..images.image_build import BUILD_MINUTES_ESTIMATE, pull_minutes
 from ..images.image_build import review_lines as image_review_lines
 from ..images.training_image import build_context, context_bytes
 from ..jobs.dataset_preparation import pods_per_node, preparation_nodes_taken
+from ..jobs.dataset_staging import PUBLIC_BERT_SHAPES
+from ..jobs.heldout_staging import PG19_TEST_PARQUET, eval_samples
 from ..jobs.node_fit import node_fit
 from ..monitoring.rules import BUDGET_ALERT_SHARE
 from ..monitoring.stack_values import retention_size_gib
@@ -427,6 +435,7 @@ def training_review(c: PlatformConfig) -> list[str]:
         lines += phase_review(c, number, job)
     lines += image_review_lines(context_bytes=context_bytes(build_context()))
     lines += staging_review(c)
+    lines += heldout_review(c)
     lines += start_review(c)
     lines += budget_review(c)
     if c.preparation_enabled:
@@ -608,6 +617,48 @@ def staging_review(c: PlatformConfig) -> list[str]:
         "there; a staging that gave up ends the job at once (the finished phases' models exported)",
         f"                other bounds: precompile {PRECOMPILE_DEADLINE_S // 60} min, checks {CHECKS_S // 60} min, "
         "each wait above; a pod past one ends the job (AbortJob) and its nodes are released",
+    ]
+
+
+def heldout_review(c: PlatformConfig) -> list[str]:
+    """The ``held-out:`` lines: each phase's held-out set, how much of it each evaluation reads and
+    when, MLPerf's target beside phase 2's end, and where the set comes from."""
+    if not c.heldout_enabled:
+        return ["  held-out:     off (heldout_enabled=false): no evaluation, the runs report no quality"]
+    lines: list[str] = []
+    for number, job in numbered_phases(c):
+        if job.eval_dir is None or job.evaluation_interval is None:
+            continue
+        head = "  held-out:     " if not lines else "                "
+        lines.append(
+            f"{head}phase {number}: {job.eval_dir}, {eval_samples(job):,} samples of seq {phase_shape(job)[0]} "
+            f"per evaluation, every {job.evaluation_interval:,} steps and after step {job.max_steps:,}"
+        )
+        if number == 2:
+            lines.append(
+                f"                reference for phase 2's end: {MLPERF_MLM_ACCURACY:.3f} masked-LM accuracy, MLPerf "
+                "Training's BERT-large target, measured on MLPerf's own 10,000-sample set (not this one)"
+            )
+    if not lines:
+        return [
+            "  held-out:     none: no vocabulary to make it with (vocab_source is empty); set vocab_source"
+        ]
+    staged = [c.phase2_dataset_source] if c.training_phases == "2" else [c.training_dataset_source]
+    if c.training_phases == "both":
+        staged.append(c.phase2_dataset_source)
+    public = not c.preparation_enabled and all(source in PUBLIC_BERT_SHAPES for source in staged)
+    overlap = (
+        "not the public shards' Wikipedia"
+        if public
+        else "your shards must hold none of these books: the overlap is not checked"
+    )
+    where = "the dataset node" if c.trainium_capacity == "karpenter" else "a Trainium node"
+    return [
+        *lines,
+        f"                made on {where} once the phase's shards are staged, with their vocabulary and casing, "
+        f"from PG-19's test books (Project Gutenberg, published before 1919; {overlap}; the Encyclopaedia "
+        f"Britannica's volumes left out): {PG19_TEST_PARQUET}",
+        "                the pods never wait for it: a phase evaluates from the first evaluation step that finds it",
     ]
 
 

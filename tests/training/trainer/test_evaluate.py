@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.training.conftest import sigterm_during, tiny_args
+from training.dataprep.shard_format import read_manifest, write_manifest
 from training.trainer import checkpoint as ckpt
 from training.trainer.data import IGNORE_INDEX, ShardStream, list_shards
 from training.trainer.evaluate import EvalResult, result_of
@@ -149,3 +154,100 @@ def test_given_a_stop_during_a_step_that_evaluates_then_the_checkpoint_is_writte
     # Then step 2's checkpoint is written and step 2 is not evaluated: the grace period is the checkpoint's
     assert [s for s, _ in ckpt.step_dirs(ckpt.checkpoint_root(out))] == [2]
     assert eval_records(out) == []
+
+
+def arrive_during(monkeypatch: pytest.MonkeyPatch, step: int, made: Path, where: Path) -> None:
+    """The held-out set ``made`` published at ``where`` during optimizer step ``step`` of an
+    in-process run, as its staging Job publishes one: whole, by a rename."""
+    from training.trainer import pretrain
+
+    real, done = pretrain.optimizer_step, []
+
+    def stepping(*args, **kwargs):
+        result = real(*args, **kwargs)
+        done.append(1)
+        if len(done) == step:
+            shutil.copytree(made, where.with_name(where.name + ".partial"))
+            os.rename(where.with_name(where.name + ".partial"), where)
+        return result
+
+    monkeypatch.setattr(pretrain, "optimizer_step", stepping)
+
+
+def test_given_a_held_out_set_not_there_at_start_then_the_run_trains_and_evaluates_once_it_comes(
+    shards, held_out, tmp_path, monkeypatch, caplog
+):
+    # Given a held-out set that is not there at start, and is published during step 3
+    late = tmp_path / "datasets" / "wiki-heldout"
+    late.parent.mkdir()
+    arrive_during(monkeypatch, 3, held_out.dir, late)
+    out = tmp_path / "run"
+    args = tiny_args(
+        shards, out, "--max_steps", "5", "--eval_dir", str(late), "--eval_every", "2", "--eval_samples", "16"
+    )
+    # When the run trains, evaluating every 2 steps
+    with caplog.at_level(logging.INFO, logger="training.trainer.pretrain"):
+        result = train(parse_args(args))
+    # Then it said once at start that the set is not there, and step 2 was not evaluated
+    assert caplog.text.count(f"--eval_dir {late}: not there yet") == 1
+    # And it evaluates from the first evaluation step that finds it: 4, then the last
+    assert [r["step"] for r in eval_records(out)] == [4, 5]
+    assert f"held-out set {late} is there: evaluating from step 4 on" in caplog.text
+    assert result["eval"]["step"] == 5 and result["eval"]["samples"] == 16
+    # And the training is the one a run without evaluations trains
+    plain = tmp_path / "plain"
+    train(parse_args(tiny_args(shards, plain, "--max_steps", "5")))
+    assert training_losses(out) == training_losses(plain)
+
+
+def test_given_a_held_out_set_that_never_comes_then_the_run_ends_without_an_evaluation_saying_why(
+    shards, tmp_path, caplog
+):
+    # Given a held-out set whose staging Job gave up (its failed marker beside where it would be)
+    never = tmp_path / "wiki-heldout"
+    (tmp_path / "wiki-heldout.staging-failed").write_text(
+        json.dumps({"by": "heldout-0a1b2c3d", "reason": "attempt 3 of 3 exited 1: HTTP Error 404"})
+    )
+    out = tmp_path / "run"
+    args = tiny_args(shards, out, "--max_steps", "3", "--eval_dir", str(never), "--eval_every", "1")
+    # When the run trains
+    with caplog.at_level(logging.INFO, logger="training.trainer.pretrain"):
+        result = train(parse_args(args))
+    # Then it ends with no evaluation, and its last step says why
+    assert result["eval"] is None and eval_records(out) == []
+    assert (
+        f"no held-out evaluation after step 3: --eval_dir {never} is not there (its staging gave up: "
+        "attempt 3 of 3 exited 1: HTTP Error 404)"
+    ) in caplog.text
+
+
+def test_given_a_held_out_set_that_comes_but_is_trained_on_then_refused_and_the_training_goes_on(
+    shards, tmp_path, monkeypatch, caplog
+):
+    # Given the training set itself arriving as the held-out set during step 1
+    late = tmp_path / "wiki-heldout"
+    arrive_during(monkeypatch, 1, shards.dir, late)
+    out = tmp_path / "run"
+    args = tiny_args(shards, out, "--max_steps", "4", "--eval_dir", str(late), "--eval_every", "2")
+    # When the run trains
+    with caplog.at_level(logging.INFO, logger="training.trainer.pretrain"):
+        result = train(parse_args(args))
+    # Then the set is refused with pre-flight's reason, once, and the run ends unevaluated
+    assert caplog.text.count("held-out set refused; no evaluation in this run: --eval_dir") == 1
+    assert "is also a training shard of --data_dir" in caplog.text
+    assert result["eval"] is None and result["end_step"] == 4
+
+
+def test_given_a_held_out_set_of_another_vocabulary_then_refused_before_the_first_step(
+    shards, held_out, tmp_path
+):
+    # Given the held-out set's manifest recording another vocab.txt than the shards'
+    other = tmp_path / "other-vocab"
+    shutil.copytree(held_out.dir, other)
+    manifest = read_manifest(other)
+    write_manifest(other, replace(manifest, settings={**manifest.settings, "vocab_sha256": "0" * 64}))
+    # Then pre-flight refuses it, naming both digests
+    with pytest.raises(
+        PreflightError, match=r"--eval_dir .*other-vocab: made with another vocab.txt \(SHA-256 0{64}\)"
+    ):
+        train(parse_args(tiny_args(shards, tmp_path / "run", "--eval_dir", str(other))))

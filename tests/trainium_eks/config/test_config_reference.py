@@ -72,12 +72,13 @@ def test_given_default_factory_fields_then_the_default_is_the_factory_value_as_j
 
 def test_given_the_job_spec_then_its_fields_are_training_keys_with_the_spec_defaults():
     spec = BertJobSpec()
-    derived = ("init_from", "vocab")  # set by the workload from the phase keys, not keys themselves
+    # set by the workload from the phase and held-out keys, not keys themselves
+    derived = ("init_from", "vocab", "eval_dir")
     for f in dataclasses.fields(BertJobSpec):
         if f.name not in ("script_args", *derived):
             default = getattr(spec, f.name)
             shown = json.dumps(default) if isinstance(default, bool) else default
-            assert _row(f"training_{f.name}").defaults == (f"`{shown}`",)
+            assert _row(f"training_{f.name}").defaults == (f"`{shown}`" if default is not None else "unset",)
     keys = [key for row in rows() for key in row.keys]
     assert "training" not in keys and "phase2" not in keys
     assert not [name for name in derived if f"training_{name}" in keys]

@@ -31,8 +31,9 @@ from trainium_job.spec import (
 
 #: The reference's 2 x trn1.32xlarge shape: 64 workers, 16 micro-batches.
 PLAN = TrainingPlan(nodes=2, nproc_per_node=32, batch_size=16, global_batch=16384)
-#: A spec that sets every flag the job renders (``--init_from`` is left out when unset).
-SPEC = BertJobSpec(init_from="/data/runs/bert-large-phase1")
+#: A spec that sets every flag the job renders (``--init_from``, ``--eval_dir`` and with it
+#: ``--eval_every`` are left out when unset).
+SPEC = BertJobSpec(init_from="/data/runs/bert-large-phase1", eval_dir="/data/datasets/x-heldout")
 
 
 @pytest.mark.parametrize("field", dataclasses.fields(BertJobSpec), ids=lambda f: f.name)

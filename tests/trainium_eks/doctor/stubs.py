@@ -373,11 +373,24 @@ class RegistryAnswers:
         return self.answers.pop(0)
 
 
+#: Hugging Face's answer to a HEAD of a pinned file kept in its storage: a redirect there, with the
+#: file's size and SHA-256 (the headers huggingface_hub 2.4.0 ``get_hf_file_metadata`` reads).
+HELDOUT_HEAD = HttpAnswer(
+    302,
+    {
+        "location": "https://cas-bridge.xethub.hf.co/xet-bridge-us/pg19-test.parquet",
+        "x-linked-size": "24900000",
+        "x-linked-etag": '"0a1b2c"',
+    },
+)
+
+
 def registry_answers(manifest_status: int = 200) -> RegistryAnswers:
-    """A token, then the manifest's status (with its digest when it exists)."""
+    """A token, then the manifest's status (with its digest when it exists); then the held-out
+    books' HEAD (:data:`HELDOUT_HEAD`), the next check that asks over HTTP."""
     headers = {"docker-content-digest": DIGEST} if manifest_status == 200 else {}
     return RegistryAnswers(
-        [HttpAnswer(200, {}, b'{"token": "anonymous"}'), HttpAnswer(manifest_status, headers)]
+        [HttpAnswer(200, {}, b'{"token": "anonymous"}'), HttpAnswer(manifest_status, headers), HELDOUT_HEAD]
     )
 
 

@@ -33,6 +33,7 @@ from tests.trainium_eks.doctor.stubs import (
 from trainium_eks.doctor import CHECKS, IAM_ACTIONS, main, run_checks
 from trainium_eks.doctor.findings import Status
 from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS, PUBLIC_BERT_SHARDS_512
+from trainium_eks.jobs.heldout_staging import PG19_TEST_PARQUET
 from trainium_eks.versions import (
     DATASET_NODE_INSTANCE_TYPE,
     DEFAULT_KUBERNETES_VERSION,
@@ -89,6 +90,22 @@ def test_given_a_healthy_account_when_the_doctor_runs_then_every_check_is_one_ok
     assert {f.status for f in findings} == {Status.OK}, [
         f.line for f in findings if f.status is not Status.OK
     ]
+
+
+def test_given_a_healthy_account_then_the_held_out_books_are_asked_for_with_one_head_after_phase_2s_start():
+    http = registry_answers()
+    findings = run_checks(
+        config(**RESERVED),
+        aws_with([call for _, call in healthy_account()]),
+        bootstrap=lambda: REQUIREMENT,
+        http=http,
+    )
+    checks = [f.check for f in findings]
+    assert checks.index("heldout-source") == checks.index("phase2-start") + 1
+    assert next(f for f in findings if f.check == "heldout-source").status is Status.OK
+    # The registry's token and manifest (base-image), then the books' HEAD: nothing else over HTTP
+    *_, books = http.requests
+    assert (len(http.requests), books.get_method(), books.full_url) == (3, "HEAD", PG19_TEST_PARQUET)
 
 
 CALLS = [(i, check, call) for i, (check, call) in enumerate(healthy_account()) if check != "credentials"]

@@ -1,14 +1,20 @@
 """Kubernetes version in EKS, the base image in its registry, the datasets readable without signing,
-their sizes against the waits derived from the sizes synth assumed."""
+their sizes against the waits derived from the sizes synth assumed, the held-out books reachable (a
+stand-in HTTP server for their host)."""
 
 from __future__ import annotations
 
+import http.server
+import socket
+import threading
 import urllib.error
+from collections.abc import Iterator
 
 import pytest
 
 from tests.trainium_eks.doctor.stubs import (
     DIGEST,
+    HELDOUT_HEAD,
     RegistryAnswers,
     aws_with,
     cluster_versions_call,
@@ -19,7 +25,7 @@ from tests.trainium_eks.doctor.stubs import (
     target,
 )
 from trainium_eks.doctor import sources
-from trainium_eks.doctor.check_list import HttpAnswer
+from trainium_eks.doctor.check_list import HttpAnswer, urllib_http
 from trainium_eks.doctor.findings import Status
 from trainium_eks.jobs.dataset_staging import (
     NEURON_PHASE1_CHECKPOINT,
@@ -27,6 +33,7 @@ from trainium_eks.jobs.dataset_staging import (
     PUBLIC_BERT_SHARDS_512,
     PUBLIC_SOURCE_BYTES,
 )
+from trainium_eks.jobs.heldout_staging import PG19_TEST_PARQUET
 from trainium_eks.jobs.staging_eta import UNKNOWN_SIZE_DEADLINE_S
 from trainium_eks.report.job_estimate import first_data_deadline, phase2_data_deadline
 from trainium_eks.versions import DEFAULT_KUBERNETES_VERSION, KUBERNETES_RELEASES
@@ -363,3 +370,102 @@ def test_given_phase2_from_phase1_or_from_fsx_when_checked_then_no_call(context,
     aws = aws_with([])
     assert sources.phase2_start(target(aws, config(**context))) == (Status.OK, found, "")
     assert aws.asked == []
+
+
+# --- the held-out books -------------------------------------------------------------------------
+
+
+class StandIn(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the file's host: ``/pinned`` answers as Hugging Face answers a file kept in its
+    storage (a redirect carrying its size), ``/plain`` with the file itself, ``/gone`` 404 and
+    ``/gated`` 401. Every request is kept (method, path)."""
+
+    seen: list[tuple[str, str]] = []
+
+    def answer(self, body: bool) -> None:
+        self.seen.append((self.command, self.path))
+        status, headers = {
+            "/pinned": (302, {"Location": "/storage/pg19.parquet", "X-Linked-Size": "24900000"}),
+            "/storage/pg19.parquet": (200, {"Content-Length": "24900000"}),
+            "/plain": (200, {"Content-Length": "1000"}),
+            "/gone": (404, {}),
+            "/gated": (401, {}),
+        }.get(self.path, (500, {}))
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if body and status == 200:  # a GET of the file: its bytes (what the check must not fetch)
+            self.wfile.write(b"\0" * 1000)
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+        self.answer(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.answer(body=True)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def host() -> Iterator[str]:
+    StandIn.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_given_the_default_workload_when_checked_then_one_anonymous_head_of_the_pinned_url():
+    http_ = RegistryAnswers([HELDOUT_HEAD])
+    verdict = sources.heldout_source(target(aws_with([]), http=http_))
+    (request,) = http_.requests
+    assert (request.get_method(), request.full_url) == ("HEAD", PG19_TEST_PARQUET)
+    assert request.get_header("Authorization") is None
+    assert verdict == (Status.OK, f"{PG19_TEST_PARQUET} is reachable without signing (24.9 MB)", "")
+
+
+def test_given_a_host_that_redirects_to_its_storage_when_checked_over_http_then_ok_without_following(host):
+    verdict = sources.reachable_https(target(aws_with([]), http=urllib_http), f"{host}/pinned")
+    assert verdict == (Status.OK, f"{host}/pinned is reachable without signing (24.9 MB)", "")
+    # One HEAD, answered by the redirect itself: the file is neither asked for again nor downloaded
+    assert StandIn.seen == [("HEAD", "/pinned")]
+    plain = sources.reachable_https(target(aws_with([]), http=urllib_http), f"{host}/plain")
+    assert plain == (Status.OK, f"{host}/plain is reachable without signing (0.0 MB)", "")
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "found"),
+    [
+        ("/gone", Status.FAIL, "does not exist (HTTP 404)"),
+        ("/gated", Status.FAIL, "needs signing in (HTTP 401)"),
+    ],
+)
+def test_given_a_file_gone_or_gated_when_checked_over_http_then_fail_naming_the_pin(
+    host, path, status, found
+):
+    verdict = sources.reachable_https(target(aws_with([]), http=urllib_http), f"{host}{path}")
+    assert (verdict.status, verdict.found) == (status, f"{host}{path} {found}")
+    assert "PG19_TEST_PARQUET (trainium_eks/jobs/heldout_staging.py)" in verdict.fix
+    assert "heldout_enabled=false" in verdict.fix
+
+
+def test_given_no_host_when_checked_then_warn_it_could_not_tell():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/pinned"
+    verdict = sources.reachable_https(target(aws_with([]), http=urllib_http), closed)
+    assert verdict.status is Status.WARN and verdict.found.startswith(f"could not reach {closed}")
+
+
+@pytest.mark.parametrize(
+    "context", [{"heldout_enabled": "false"}, {"vocab_source": ""}, {"training_enabled": "false"}]
+)
+def test_given_no_held_out_set_when_checked_then_nothing_is_asked(context):
+    http_ = RegistryAnswers([])
+    verdict = sources.heldout_source(target(aws_with([]), config(**context), http=http_))
+    assert verdict.status is Status.OK and verdict.found.startswith("not used")
+    assert http_.requests == []

@@ -312,7 +312,8 @@ def test_given_preparation_enabled_then_it_replaces_staging_and_the_job_is_submi
         for logical_id, obj in k8s_manifests(template)
         if obj["kind"] == "Job"
     }
-    assert set(jobs) == {"prepare", "submit"}  # no staging Job
+    # No staging Job; the held-out set's Job waits for the prepared shards (test_heldout_staging.py)
+    assert set(jobs) == {"prepare", "submit", "heldout"}
     _, prep = jobs["prepare"]
     validate_k8s(prep, "1.36")
     command = prep["spec"]["template"]["spec"]["containers"][0]["command"]
