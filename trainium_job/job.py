@@ -7,10 +7,10 @@ from :func:`launch_spec` and :func:`~trainium_job.pod.pod_template`, so both run
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .allocatable import DEFAULT_NODE_DAEMONS, Resources
 from .errors import ConfigError
 from .fabric_check_steps import FabricCheck
 from .gang import SERVICE_ACCOUNT, Gang, RenderedJob, render_gang
@@ -146,40 +146,23 @@ def render_job(
     spec: BertJobSpec | TrainingPhases,
     *,
     plan: TrainingPlan,
-    facts: InstanceFacts,
-    image: str,
-    image_key: str,
-    name_prefix: str,
-    namespace: str,
-    queue: str,
-    claim_name: str,
-    service_account: str = SERVICE_ACCOUNT,
+    gang: Gang,
     etcd_endpoint: str | None = None,
-    node_reserved: Resources = DEFAULT_NODE_DAEMONS,
-    gang_wait_minutes: int | None = None,
-    node_labels: Mapping[str, str] | None = None,
     fabric_heal: FabricHeal | None = None,
     waits: Sequence[tuple[Wait, ...] | None] | None = None,
     budget: Budget | None = None,
-    submission: str | None = None,
     upload_models: bool = False,
 ) -> RenderedJob:
-    """The Volcano Job named ``<name_prefix>-<8 hex of its spec>``.
+    """The Volcano Job of ``spec`` on ``gang`` (where its pods run and what they are given:
+    :class:`~trainium_job.gang.Gang`, whose nodes and restarts are the plan's and the spec's),
+    named ``<gang.name_prefix>-<8 hex of its content>``: a changed spec gets a new name, the same
+    spec the same name, whatever tokens the images are at synth.
 
-    The name hashes the job rendered with ``image_key`` for the image and the bare prefix for the
-    name (the name appears inside the job): a changed spec gets a new name, the same spec the
-    same name, whatever token ``image`` is at synth. ``node_reserved``: what the pods leave on
-    each node for others (DaemonSets, a dataset pod), see :func:`~trainium_job.pod.compute_resources`.
-    ``gang_wait_minutes``: the Trainium nodes are launched for the job (Karpenter): the pods carry
-    Karpenter's do-not-disrupt annotation, and a gang not running after that many minutes is
-    aborted so the nodes that came are released (:func:`~trainium_job.pod.gang_wait_policy`).
-    ``node_labels``: labels the pods' nodes must also carry (the node health check's ``passed``).
     ``fabric_heal``: what the fabric check does to a node it names (:class:`FabricHeal`).
     ``waits``: per phase, what its pods wait for before it trains, each bounded (None: the phase's
     dataset marker, ``trainium_job.worker.dataset_wait``). ``budget``: the spend ceiling the pods
-    hold the job to (None: none). ``submission``: the key of the submitter that creates it
-    (:attr:`trainium_job.gang.Gang.submission`; None: applied as it is). ``upload_models``: each
-    phase's exported model is copied to the model bucket (:func:`trainium_job.worker.model_upload`).
+    hold the job to (None: none). ``upload_models``: each phase's exported model is copied to the
+    model bucket (:func:`trainium_job.worker.model_upload`).
 
     ``spec`` may be :class:`~trainium_job.phases.TrainingPhases`: the pods run each phase in turn
     (:mod:`trainium_job.pod_program`); ``plan`` is the first phase's, and each later phase gets
@@ -202,27 +185,12 @@ def render_job(
             phases=phase_runs(
                 phases, plans, rdzv_endpoint=endpoint(job_name), job_name=job_name, waits=waits
             ),
-            fabric_check=fabric_check(spec, plan, facts, fabric_heal),
+            fabric_check=fabric_check(spec, plan, gang.facts, fabric_heal),
             budget=budget,
             grace_s=termination_grace_period_s(),
-            hardware=f"{plan.nodes} x {facts.name}",
+            hardware=f"{plan.nodes} x {gang.facts.name}",
             upload_models=upload_models,
         )
 
-    gang = Gang(
-        facts=facts,
-        nodes=plan.nodes,
-        image=image,
-        image_key=image_key,
-        name_prefix=name_prefix,
-        namespace=namespace,
-        queue=queue,
-        claim_name=claim_name,
-        service_account=service_account,
-        node_reserved=node_reserved,
-        gang_wait_minutes=gang_wait_minutes,
-        node_labels=node_labels,
-        max_retry=spec.max_retry,
-        submission=submission,
-    )
+    gang = dataclasses.replace(gang, nodes=plan.nodes, max_retry=spec.max_retry)
     return render_gang(gang, launch=launch, describe=describe)

@@ -103,6 +103,8 @@ def model_commands(uri: str, folder: str) -> tuple[str, str]:
         'python -c "from transformers import BertForPreTraining; '
         f"BertForPreTraining.from_pretrained('{folder}')\"",
     )
+
+
 def staging_failed(data_dir: str) -> str:
     """The failed marker of the staging job of the shard set at ``data_dir``
     (:attr:`JobPaths.dataset_failed`)."""

@@ -41,7 +41,7 @@ def _phase2_staging(config: Any, pods: Mapping[str, tuple[Mapping[str, Any], int
     later = config.training_phases == "both" or "heldout-staging" in pods
     if config.trainium_capacity != "nodegroup" or not later:
         return Resources()
-    spec, _ = pods["dataset-staging"]
+    spec, _ = pods["dataset-staging" if "dataset-staging" in pods else "heldout-staging"]
     assert on_trainium(spec, config.instance_type)
     return pod_spec_requests(spec)
 

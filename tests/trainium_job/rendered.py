@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainium_job.gang import Gang
 from trainium_job.instances import instance_facts
 from trainium_job.job import render_job
 from trainium_job.phases import TrainingPhases
@@ -19,16 +20,18 @@ def rendered_job(
     spec = spec or BertJobSpec()
     first = spec.first if isinstance(spec, TrainingPhases) else spec
     facts = instance_facts(instance_type)
-    return render_job(
-        spec,
-        plan=plan_training(first, facts=facts, nodes=nodes, max_nodes=nodes),
+    gang = Gang(
         facts=facts,
+        nodes=nodes,
         image="img",
         image_key="img",
         name_prefix="trn-bert",
         namespace="training",
         queue="training",
         claim_name="fsx-claim",
+    )
+    return render_job(
+        spec, plan=plan_training(first, facts=facts, nodes=nodes, max_nodes=nodes), gang=gang
     ).manifest
 
 

@@ -10,6 +10,7 @@ from constructs import Construct, IConstruct
 
 from trainium_job import checks
 from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
+from trainium_job.gang import Gang
 from trainium_job.instances import InstanceFacts
 from trainium_job.job import SERVICE_ACCOUNT, FabricHeal, RenderedJob, phase_plan, render_job
 from trainium_job.naming import DEFAULT_NAME_PREFIX
@@ -147,23 +148,16 @@ class BertPretrainingJob(Construct):
         cluster = require_cluster(cluster)
         self.phases = as_phases(BertJobSpec() if spec is None else spec)
         self.spec = spec = self.phases.first
-        for name, value in (
-            ("namespace", namespace),
-            ("queue", queue),
-            ("service_account_name", service_account_name),
-        ):
-            if not Token.is_unresolved(value):
-                checks.dns_label(name, value)
+        _check_names(namespace=namespace, queue=queue, service_account_name=service_account_name)
         self.plan = plan_training(spec, facts=facts, nodes=nodes, max_nodes=max_nodes)
         #: Each phase's plan, in order (the first is :attr:`plan`).
         self.plans = [self.plan, *(phase_plan(self.plan, later) for later in self.phases.phases[1:])]
         self.paths: JobPaths = spec.paths
         self.service_account = service_account_name
 
-        rendered = render_job(
-            self.phases,
-            plan=self.plan,
+        gang = Gang(
             facts=facts,
+            nodes=self.plan.nodes,
             image=image,
             image_key=image_key_of("image_key", image, image_key),
             name_prefix=name_prefix,
@@ -171,47 +165,49 @@ class BertPretrainingJob(Construct):
             queue=queue,
             claim_name=claim_name,
             service_account=service_account_name,
-            etcd_endpoint=etcd_endpoint,
             node_reserved=node_reserved,
             gang_wait_minutes=gang_wait_minutes,
             node_labels={HEALTH_LABEL: PASSED} if health_gate else None,
+            submission=_submission(submit_image, submit_image_key, submit_waits),
+        )
+        rendered = render_job(
+            self.phases,
+            plan=self.plan,
+            gang=gang,
+            etcd_endpoint=etcd_endpoint,
             fabric_heal=fabric_heal,
             waits=phase_waits,
             budget=budget,
-            submission=(
-                submission_key(
-                    tuple(submit_waits), image_key_of("submit_image_key", submit_image, submit_image_key)
-                )
-                if submit_image is not None
-                else None
-            ),
             upload_models=model_bucket_name is not None,
         )
-        self.job_name = rendered.name
-        self.launch_spec = rendered.launch
-        self.job = rendered.manifest
-        self.description = rendered.description
+        self.job_name, self.launch_spec = rendered.name, rendered.launch
+        self.job, self.description = rendered.manifest, rendered.description
         self.submission: JobSubmission | None = None
         #: The model bucket's writer role and the ConfigMap naming the bucket (None without one).
-        self.model_writer: ModelWriter | None = None
-        if model_bucket_name is not None:
-            self.model_writer = ModelWriter(
-                self,
-                "ModelWriter",
-                cluster=cluster,
-                bucket_name=model_bucket_name,
-                namespace=namespace,
-                service_account=service_account_name,
-                runs=[phase.run_name for phase in self.phases.phases],
-            )
-            depends_on = [*depends_on, self.model_writer.config_map]
+        self.model_writer = self._model_writer(cluster, model_bucket_name, namespace)
+        writer = [self.model_writer.config_map] if self.model_writer is not None else []
         self._apply(
             cluster,
             rendered,
             namespace=namespace,
             claim_name=claim_name,
             submit=(submit_image, tuple(submit_waits)),
-            depends_on=depends_on,
+            depends_on=[*depends_on, *writer],
+        )
+
+    def _model_writer(
+        self, cluster: eks.ICluster, bucket_name: str | None, namespace: str
+    ) -> ModelWriter | None:
+        if bucket_name is None:
+            return None
+        return ModelWriter(
+            self,
+            "ModelWriter",
+            cluster=cluster,
+            bucket_name=bucket_name,
+            namespace=namespace,
+            service_account=self.service_account,
+            runs=[phase.run_name for phase in self.phases.phases],
         )
 
     def _apply(
@@ -240,6 +236,20 @@ class BertPretrainingJob(Construct):
             submit_waits=waits,
             depends_on=depends_on,
         )
+
+
+def _submission(image: str | None, image_key: str | None, waits: Sequence[Wait]) -> str | None:
+    """The key of the job's submitter (:func:`trainium_job.submission.submission_key`), if any."""
+    if image is None:
+        return None
+    return submission_key(tuple(waits), image_key_of("submit_image_key", image, image_key))
+
+
+def _check_names(**names: str) -> None:
+    """Each name a DNS label (a token is checked where it resolves)."""
+    for name, value in names.items():
+        if not Token.is_unresolved(value):
+            checks.dns_label(name, value)
 
 
 def add_job_outputs(scope: Construct, *, job: BertPretrainingJob, namespace: str) -> None:

@@ -110,7 +110,7 @@ def test_given_defaults_then_the_review_shows_each_phase_s_steps_time_cost_and_w
     assert "7.4 h, $320 on demand" in lines
     assert "/data/runs/bert-large-phase1/model, /data/runs/bert-large-phase2/model" in lines
     assert (
-        "exported to s3://my-models/bert/bert-large-phase1/model/, s3://my-models/bert/bert-large-phase2/model/"
+        "also exported by FSx to s3://my-models/bert/bert-large-phase1/model/, s3://my-models/bert/bert-large-phase2/model/"
         in lines
     )
     alone = "\n".join(training_review(config_from_context({"training_phases": "1", "vocab_source": ""})))
