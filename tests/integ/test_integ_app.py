@@ -17,6 +17,7 @@ from tests.integ.snapshot import SNAPSHOT
 from tests.integ.variant import integ_context
 from tests.support import REPO, k8s_manifests, submitted_jobs, synth_training
 from trainium_eks.doctor.settings import read_context
+from trainium_job.submission import MANIFEST_KEY
 
 TEST_STACKS = ("trn-integ-platform", "trn-integ-training", "trn-integ-probe")
 
@@ -80,7 +81,9 @@ def training_manifests() -> tuple[dict[str, Any], dict[str, Any]]:
 
     integ_template = Template.from_stack(training).to_json()
     # The overridden ConfigMap keeps the prune label aws_eks_v2 gives every object it applies.
-    (config_map,) = [o for _, o in k8s_manifests(integ_template) if o["kind"] == "ConfigMap"]
+    (config_map,) = [
+        o for _, o in k8s_manifests(integ_template) if o["kind"] == "ConfigMap" and MANIFEST_KEY in o["data"]
+    ]
     assert any(k.startswith("aws.cdk.eks/prune-") for k in config_map["metadata"]["labels"])
     return job(library), job(integ_template)
 
