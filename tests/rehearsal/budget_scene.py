@@ -150,6 +150,7 @@ def play(root: Path, workload: Workload, raised: Workload, made: Sources) -> Bud
         s3_objects={PUBLIC_BERT_SHARDS: made.phase1, VOCAB_SOURCE: made.vocab},
         dpkg_versions=image_packages(),
         driver_version=driver_version(default_ami_tag()),
+        s3=True,  # the job uploads its exports: its pods read the model bucket's name
     )
     try:
         scene = BudgetScene(cluster, workload, raised)

@@ -34,7 +34,17 @@ from typing import IO, Any
 from tests.contracts.volcano import PLUGIN_ENV
 from tests.rehearsal import efa, standins, torch_xla_standin
 from tests.rehearsal.kube_api import SERVICE_ACCOUNT_DIR, KubeApi
-from tests.rehearsal.manifests import ImageFiles, PodSpec, Workload, copy_as_docker_would, image, user_ids
+from tests.rehearsal.manifests import (
+    ImageFiles,
+    PodSpec,
+    Workload,
+    config_map_env,
+    copy_as_docker_would,
+    deployed_config_maps,
+    image,
+    user_ids,
+)
+from tests.rehearsal.s3_standin import S3StandIn
 from tests.rehearsal.substitutions import (
     CLUSTER_DOMAIN,
     EXTRA_ENV,
@@ -44,6 +54,7 @@ from tests.rehearsal.substitutions import (
     POD_MTU,
     POD_NETWORK,
     SLEEP_SCALE,
+    STACK_OUTPUT_STANDINS,
     SYSTEM_NODE_NAME,
     WORKER_ADDRESS_BASE,
     rehearsed_command,
@@ -397,7 +408,9 @@ class Cluster:
     the gang (their Neuron driver version, their EFA devices) and the stand-ins.
 
     ``driver_version``: what each node's /sys/module/neuron/version holds (written at each gang
-    pod's start); ``fabric.follow``: whether the nodes' EFA counters follow the pods' traffic.
+    pod's start); ``fabric.follow``: whether the nodes' EFA counters follow the pods' traffic;
+    ``s3``: start the stand-in S3 (:attr:`s3`) for the model bucket, which the pods of a
+    ServiceAccount with Pod Identity reach (:mod:`tests.rehearsal.substitutions`).
     """
 
     def __init__(
@@ -408,6 +421,7 @@ class Cluster:
         s3_objects: Mapping[str, Path],
         dpkg_versions: Mapping[str, str],
         driver_version: str,
+        s3: bool = False,
     ) -> None:
         self.root = root
         self.workload = workload
@@ -422,6 +436,15 @@ class Cluster:
         self._install_standins(s3_objects, dpkg_versions)
         self.fabric = efa.FabricCounters()
         self.network = Network()
+        self.s3: S3StandIn | None = None
+        if s3:
+            try:
+                self.s3 = S3StandIn(
+                    root / "s3", self.network.enter(), f"{POD_NETWORK}.1", preexec_fn=die_with_test
+                )
+            except Exception:
+                self.close()
+                raise
 
     def _install_standins(self, s3_objects: Mapping[str, Path], dpkg_versions: Mapping[str, str]) -> None:
         (self.state / "bin").mkdir(parents=True)
@@ -635,17 +658,26 @@ class Cluster:
         unknown = sorted(set(spec.field_env.values()) - set(fields))
         if unknown:
             raise ValueError(f"pod {spec.container}: the rehearsal has no stand-in for the fields {unknown}")
+        # EKS Pod Identity's part (tests.rehearsal.substitutions): the stand-in S3's credentials.
+        identity = self.s3.env() if self.s3 and spec.service_account in self.workload.pod_identity else {}
         env = {
             "PATH": f"{standins.MOUNT / 'bin'}:{VENV_BIN}:{SYSTEM_PATH}",
             "HOME": "/root",
             **{k: local(v) for k, v in built.env.items()},
             **spec.env,
             **{name: fields[path] for name, path in spec.field_env.items()},
+            **config_map_env(spec, self.workload, self.stack_outputs()),
+            **identity,
             **EXTRA_ENV,
         }
         if not workdir:
             return "/", env
         return (str(REPO) if checkout else workdir), env
+
+    def stack_outputs(self) -> dict[str, str]:
+        """The stack outputs the pods may read (output name -> value): the stand-ins'
+        (``STACK_OUTPUT_STANDINS``) in a cluster with the stand-in S3, else none."""
+        return dict(STACK_OUTPUT_STANDINS) if self.s3 is not None else {}
 
     def _image(self, spec: PodSpec, own: Path, service_account: Path | None) -> list[str]:
         """pod_root.sh's ``private`` and ``image`` entries: the image's WORKDIR, for an image with
@@ -770,7 +802,8 @@ class Cluster:
                 # The kubelet's projection of the ConfigMap: a file per key, read-only.
                 folder = pod_dir / f"config-{mount.volume}"
                 folder.mkdir(exist_ok=True)
-                for key, value in self.workload.config_maps[mount.config_map].items():
+                maps = deployed_config_maps(self.workload, self.stack_outputs())
+                for key, value in maps[mount.config_map].items():
                     (folder / key).write_text(value)
                 args += ["bind", str(folder), mount.path, "ro"]
             elif mount.kind == "hostPath":
@@ -974,5 +1007,7 @@ class Cluster:
         thread and the network."""
         for pod in self.pods:
             pod.kill()
+        if self.s3 is not None:
+            self.s3.close()
         self.fabric.close()
         self.network.close()

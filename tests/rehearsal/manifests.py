@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.contracts.volcano import Policy, action_for_failure, policies
-from tests.support import REPO, k8s_manifests, resources, submitted_jobs
+from tests.support import MANIFEST, REPO, k8s_manifests, resources, submitted_jobs
 from trainium_job.dataset_runner import DatasetRun
 from trainium_job.pod_program import loads
 
@@ -47,6 +47,26 @@ class ImageFiles:
 
     dockerfile: Path
     context: Path | None = None
+
+
+@dataclass(frozen=True)
+class ConfigMapKeyRef:
+    """A variable's ``valueFrom.configMapKeyRef`` (Kubernetes API, ConfigMapKeySelector: ``name``,
+    ``key``, ``optional``: "Specify whether the ConfigMap or its key must be defined"; unset is
+    false)."""
+
+    config_map: str
+    key: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class StackOutput:
+    """A ConfigMap value the template leaves to CloudFormation: another stack's output
+    (``Fn::GetStackOutput``), known only at deploy."""
+
+    stack: str
+    output: str
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,10 @@ class PodSpec:
     #: The pod's ``initContainers``, in order: each runs to its end before the next, and the
     #: container after the last.
     init_containers: tuple[PodSpec, ...] = ()
+    #: Variables from a ConfigMap's key, resolved at the container's start (:func:`config_map_env`).
+    config_env: Mapping[str, ConfigMapKeyRef] = field(default_factory=dict)
+    #: The pod's ``serviceAccountName`` (Kubernetes' ``default`` when unset).
+    service_account: str = "default"
 
     def claim_path(self) -> str:
         """Where the pod mounts the (one) FSx claim."""
@@ -165,6 +189,12 @@ class Workload:
     job: Mapping[str, Any] = field(default_factory=dict)
     #: Every ConfigMap of the template: name -> its data (a configMap volume's files).
     config_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: ConfigMap name -> key -> the stack output its value is at deploy (:func:`stack_outputs`).
+    stack_outputs: Mapping[str, Mapping[str, StackOutput]] = field(default_factory=dict)
+    #: The ServiceAccounts of the workload's namespace that an EKS Pod Identity association gives
+    #: an IAM role (the template's ``AWS::EKS::PodIdentityAssociation``): their pods get AWS
+    #: credentials from the Pod Identity webhook and agent.
+    pod_identity: frozenset[str] = frozenset()
     #: The Volcano Job's plugins (``spec.plugins``' names): what the job controller adds to its pods.
     plugins: tuple[str, ...] = ()
     #: Container name -> the image it runs (init containers included).
@@ -175,6 +205,87 @@ class Workload:
     def action_for_failure(self, exit_code: int) -> str | None:
         """What Volcano does when a pod of the job fails with ``exit_code`` (None: no policy)."""
         return action_for_failure(self.policies, exit_code)
+
+
+def deployed_config_maps(workload: Workload, outputs: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``workload``'s ConfigMaps as the cluster holds them once deployed: a value that is a stack
+    output (:attr:`Workload.stack_outputs`) is ``outputs``' value of that output (output name ->
+    value), where it has one; else the template's placeholder stays."""
+    maps = {name: dict(data) for name, data in workload.config_maps.items()}
+    for name, keys in workload.stack_outputs.items():
+        for key, output in keys.items():
+            if output.output in outputs:
+                maps[name][key] = outputs[output.output]
+    return maps
+
+
+def config_map_env(spec: PodSpec, workload: Workload, outputs: Mapping[str, str]) -> dict[str, str]:
+    """The variables that the container ``spec`` of ``workload`` takes from ConfigMaps, as the
+    kubelet resolves them at the container's start (kubelet_pods.go ``makeEnvironmentVariables``,
+    case ``ConfigMapKeyRef``): a key the ConfigMap holds gives its value; a ConfigMap not there, or
+    a key it lacks, leaves the variable unset when ``optional``, and otherwise fails the
+    container's start ("couldn't find key %v in ConfigMap %v/%v": CreateContainerConfigError, the
+    container never runs): refused here with a ValueError. A value that is a stack output
+    the harness has no value for in ``outputs`` (:func:`deployed_config_maps`) is refused too."""
+    maps = deployed_config_maps(workload, outputs)
+    env = {}
+    for name, ref in spec.config_env.items():
+        where = f"pod {spec.container}: env {name}: ConfigMap {ref.config_map}"
+        output = workload.stack_outputs.get(ref.config_map, {}).get(ref.key)
+        if output is not None and output.output not in outputs:
+            raise ValueError(
+                f"{where} key {ref.key} is the output {output.output} of stack {output.stack}, known at "
+                f"deploy: the rehearsal has values for {sorted(outputs)} here (the stand-in S3's bucket "
+                "for the model bucket's, in a cluster that starts it)"
+            )
+        value = maps.get(ref.config_map, {}).get(ref.key)
+        if value is not None:
+            env[name] = value
+        elif not ref.optional:
+            missing = f"has no key {ref.key}" if ref.config_map in maps else "is not in the template"
+            raise ValueError(
+                f"{where} {missing}, and the reference is not optional: the kubelet would not start "
+                "the container (CreateContainerConfigError)"
+            )
+    return env
+
+
+def stack_outputs(template: Mapping[str, Any]) -> dict[str, dict[str, StackOutput]]:
+    """ConfigMap name -> key -> :class:`StackOutput`, for every ConfigMap value of ``template``'s
+    manifests that is a whole ``Fn::GetStackOutput`` (the manifest is a ``Fn::Join`` of JSON text
+    and tokens; :func:`tests.support.k8s_manifests` writes every such token as one placeholder)."""
+    found: dict[str, dict[str, StackOutput]] = {}
+    for resource in resources(template, MANIFEST).values():
+        manifest = resource["Properties"]["Manifest"]
+        if not isinstance(manifest, dict) or "Fn::Join" not in manifest:
+            continue
+        separator, parts = manifest["Fn::Join"]
+        outputs: list[StackOutput] = []
+        text: list[str] = []
+        for part in parts:
+            if isinstance(part, dict) and "Fn::GetStackOutput" in part:
+                ref = part["Fn::GetStackOutput"]
+                text.append(f"STACK_OUTPUT_{len(outputs)}")
+                outputs.append(StackOutput(str(ref["StackName"]), str(ref["OutputName"])))
+            else:
+                text.append(part if isinstance(part, str) else "TOKEN")
+        if not outputs:
+            continue
+        for obj in json.loads(separator.join(text)):
+            for key, value in obj.get("data", {}).items() if obj.get("kind") == "ConfigMap" else ():
+                matched = re.fullmatch(r"STACK_OUTPUT_(\d+)", value)
+                if matched:
+                    found.setdefault(obj["metadata"]["name"], {})[key] = outputs[int(matched.group(1))]
+    return found
+
+
+def pod_identity_accounts(template: Mapping[str, Any], namespace: str) -> frozenset[str]:
+    """The ServiceAccounts of ``namespace`` that ``template``'s Pod Identity associations name."""
+    return frozenset(
+        str(r["Properties"]["ServiceAccount"])
+        for r in resources(template, "AWS::EKS::PodIdentityAssociation").values()
+        if r["Properties"]["Namespace"] == namespace
+    )
 
 
 def security(pod: Mapping[str, Any], container: Mapping[str, Any]) -> Security:
@@ -252,12 +363,16 @@ def _mounts(spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[Moun
 
 def _container_spec(spec: Mapping[str, Any], container: Mapping[str, Any]) -> PodSpec:
     """``container`` of the pod spec ``spec`` as a PodSpec (without init containers)."""
-    env, field_env = {}, {}
+    env, field_env, config_env = {}, {}, {}
     for e in container.get("env", []):
+        source = e.get("valueFrom", {})
         if "value" in e:
             env[e["name"]] = e["value"]
-        elif "fieldRef" in e.get("valueFrom", {}):
-            field_env[e["name"]] = e["valueFrom"]["fieldRef"]["fieldPath"]
+        elif "fieldRef" in source:
+            field_env[e["name"]] = source["fieldRef"]["fieldPath"]
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            config_env[e["name"]] = ConfigMapKeyRef(ref["name"], ref["key"], bool(ref.get("optional", False)))
         else:
             raise ValueError(
                 f"env {e['name']}: the rehearsal has no stand-in for {sorted(e.get('valueFrom', e))}"
@@ -286,6 +401,8 @@ def _container_spec(spec: Mapping[str, Any], container: Mapping[str, Any]) -> Po
         service_account_token=spec.get("automountServiceAccountToken", True),
         security=security(spec, container),
         image=str(container.get("image", "")),
+        config_env=config_env,
+        service_account=spec.get("serviceAccountName") or "default",
     )
 
 
@@ -306,7 +423,7 @@ def workload(template: Mapping[str, Any]) -> Workload:
     (volcano,) = submitted_jobs(template)
     daemon_sets = _labelled(objects, "DaemonSet", "node-health-check")
     return dataclasses.replace(
-        _volcano_workload(objects, volcano),
+        _volcano_workload(template, objects, volcano),
         staging=job_pod(first_staging(objects, volcano)),
         tensorboard=pod_spec(one("Deployment", "apps/", "tensorboard")["spec"]["template"]),
         health_check=pod_spec(daemon_sets[0]["spec"]["template"]) if daemon_sets else None,
@@ -320,7 +437,7 @@ def job_workload(template: Mapping[str, Any], assembly: Path) -> Workload:
     with the cloud assembly ``assembly`` the template is part of)."""
     objects = [obj for _, obj in k8s_manifests(template)]
     (volcano,) = submitted_jobs(template)
-    found = _volcano_workload(objects, volcano)
+    found = _volcano_workload(template, objects, volcano)
     builds = image_builds(template, assembly)
     images = {}
     submitter = [found.submitter] if found.submitter is not None else []
@@ -343,12 +460,16 @@ def _labelled(objects: list[dict[str, Any]], kind: str, app: str) -> list[dict[s
     ]
 
 
-def _volcano_workload(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> Workload:
-    """The Workload of the Volcano Job ``volcano`` and its submitter, if ``objects`` hold one."""
+def _volcano_workload(
+    template: Mapping[str, Any], objects: list[dict[str, Any]], volcano: Mapping[str, Any]
+) -> Workload:
+    """The Workload of the Volcano Job ``volcano`` and its submitter, if ``objects`` (the
+    Kubernetes objects of ``template``) hold one."""
     submitters = _labelled(objects, "Job", "job-submitter")
     (task,) = volcano["spec"]["tasks"]
+    namespace = volcano["metadata"]["namespace"]
     return Workload(
-        namespace=volcano["metadata"]["namespace"],
+        namespace=namespace,
         job_name=volcano["metadata"]["name"],
         task=task["name"],
         replicas=task["replicas"],
@@ -358,6 +479,8 @@ def _volcano_workload(objects: list[dict[str, Any]], volcano: Mapping[str, Any])
         submitter=job_pod(submitters[0]) if submitters else None,
         job=volcano,
         config_maps={o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"},
+        stack_outputs=stack_outputs(template),
+        pod_identity=pod_identity_accounts(template, namespace),
     )
 
 

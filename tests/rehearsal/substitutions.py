@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tests.rehearsal import s3_standin
+from trainium_eks.storage.model_bucket import BUCKET_NAME_OUTPUT
+
 
 @dataclass(frozen=True)
 class Substitution:
@@ -50,6 +53,10 @@ SYSTEM_NODE_NAME = "rehearsal-system-node"
 ID_RANGE = 65536
 #: The fabric check's all-reduce buffer per worker in the rehearsal (the job's is 128 MiB).
 FABRIC_CHECK_SIZE_MIB = 8
+#: The stack outputs the rehearsal has a value for, by output name, where a pod reads one (a
+#: ConfigMap's value that CloudFormation fills in at deploy, ``Fn::GetStackOutput``): the
+#: platform's model bucket is the S3 stand-in's bucket.
+STACK_OUTPUT_STANDINS = {BUCKET_NAME_OUTPUT: s3_standin.BUCKET}
 #: The programs whose one argument is a JSON description (``python -m <module> '<json>'``).
 JSON_PROGRAMS = ("trainium_job.pod_program", "trainium_job.dataset_runner", "training.launch.submit")
 
@@ -294,6 +301,39 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "service endpoint variable), AWS_CA_BUNDLE, stand-in access keys and "
         "AWS_EC2_METADATA_DISABLED",
         "no AWS; the call is recorded and checked against botocore's EC2 model",
+    ),
+    Substitution(
+        "a variable from a ConfigMap's key (`valueFrom.configMapKeyRef`), resolved by the kubelet "
+        "at the container's start",
+        "resolved by the harness from the template's ConfigMaps as the kubelet does "
+        "(tests/rehearsal/manifests.py `config_map_env`): the key's value; a ConfigMap or key not "
+        "there leaves the variable unset when the reference is optional, and otherwise is refused "
+        "(the kubelet would not start the container: CreateContainerConfigError)",
+        "no API server holds the ConfigMaps; the template applies them before the pods that read them",
+    ),
+    Substitution(
+        f"the platform's model bucket: a CloudFormation output (`{BUCKET_NAME_OUTPUT}` of the "
+        "platform stack, `Fn::GetStackOutput`) in the value of the ConfigMap the training pods read "
+        "its name from",
+        f"the S3 stand-in's bucket (`{s3_standin.BUCKET}`, tests/rehearsal/s3_standin.py: moto's S3 "
+        "API on the bridge, versioned as the model bucket is), for that output only and only in a "
+        "scene that starts the stand-in; a pod reading any other stack output is refused",
+        "the bucket and its name exist only once the platform is deployed; the pods read the name "
+        "from the ConfigMap as on the cluster, so a wrong ConfigMap name or key fails here as there",
+    ),
+    Substitution(
+        "EKS Pod Identity: the webhook's variables (AWS_CONTAINER_CREDENTIALS_FULL_URI, "
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE) and token volume in every pod of a ServiceAccount "
+        "that a Pod Identity association names, and the agent that answers with the role's "
+        "credentials",
+        "in a scene with the S3 stand-in, the stand-in's environment (`S3StandIn.env`: "
+        "AWS_ENDPOINT_URL_S3, botocore's S3-only endpoint variable, stand-in access keys, the "
+        "region, AWS_EC2_METADATA_DISABLED) added to every container of a pod whose "
+        "serviceAccountName the template's `AWS::EKS::PodIdentityAssociation` names in the "
+        "workload's namespace",
+        "no AWS; moto takes any credentials, so the role's policy (the prefixes it may write) is "
+        "not played here: tests/trainium_eks/jobs/test_model_writer.py and "
+        "tests/trainium_eks/storage/test_model_bucket.py check it on the template",
     ),
     Substitution(
         "the DaemonSet controller and the scheduler (deep-check scene)",

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from tests.rehearsal.manifests import (
     DOCKERFILES,
+    ConfigMapKeyRef,
     Mount,
     Policy,
+    StackOutput,
+    Workload,
+    config_map_env,
     copy_as_docker_would,
+    deployed_config_maps,
     image,
     pod_spec,
     workload,
 )
-from tests.rehearsal.substitutions import FABRIC_CHECK_SIZE_MIB, SLEEP_SCALE, rehearsed_command
+from tests.rehearsal.substitutions import (
+    FABRIC_CHECK_SIZE_MIB,
+    SLEEP_SCALE,
+    STACK_OUTPUT_STANDINS,
+    rehearsed_command,
+)
 from trainium_job.exit_codes import BUDGET_EXIT_CODE, DEADLINE_EXIT_CODE
 from trainium_job.fabric_check_steps import EXIT_CODE as FABRIC_EXIT_CODE
 from trainium_job.stop_budget import termination_grace_period_s
@@ -105,6 +116,75 @@ def test_given_an_env_value_from_elsewhere_than_a_pod_field_then_reading_the_pod
     template = {"spec": {"containers": [{"name": "c", "command": ["true"], "env": [secret]}]}}
     with pytest.raises(ValueError, match="env TOKEN: the rehearsal has no stand-in for \\['secretKeyRef'\\]"):
         pod_spec(template)
+
+
+def test_given_the_default_template_then_the_gang_reads_the_model_bucket_from_its_config_map(training_json):
+    w = workload(training_json)
+    # The gang's variable is the ConfigMap's key, optional (Kubernetes API, EnvVarSource
+    # configMapKeyRef: a ConfigMapKeySelector of name, key and optional)
+    assert w.worker.config_env == {
+        "TRAINIUM_MODEL_BUCKET": ConfigMapKeyRef("trainium-model-bucket", "bucket", optional=True)
+    }
+    # whose value the template leaves to CloudFormation: the platform stack's bucket output
+    assert w.stack_outputs == {
+        "trainium-model-bucket": {"bucket": StackOutput("trn-bert-platform", "WorkloadModelBucketName")}
+    }
+    assert w.config_maps["trainium-model-bucket"] == {"bucket": "FN_GetStackOutput"}
+    # so the rehearsal reads it only where it has a value for that output: the stand-in S3's bucket
+    assert config_map_env(w.worker, w, STACK_OUTPUT_STANDINS) == {"TRAINIUM_MODEL_BUCKET": "rehearsal-models"}
+    with pytest.raises(ValueError, match="is the output WorkloadModelBucketName of stack trn-bert-platform"):
+        config_map_env(w.worker, w, {})
+    # And the pods of the gang and of the stagings run as the ServiceAccount with Pod Identity
+    assert w.pod_identity == frozenset({"bert-trainer"})
+    assert w.staging is not None and w.tensorboard is not None and w.submitter is not None
+    assert w.worker.service_account == w.staging.service_account == "bert-trainer"
+    assert (w.tensorboard.service_account, w.submitter.service_account) == ("default", "job-submitter")
+
+
+def _reader(**ref: object) -> Workload:
+    """A workload whose gang pod reads ``VAR`` from ``configMapKeyRef`` ``ref``, with ConfigMap
+    ``present`` (key ``bucket``) in its template."""
+    env = {"name": "VAR", "valueFrom": {"configMapKeyRef": ref}}
+    spec = pod_spec({"spec": {"containers": [{"name": "c", "command": ["true"], "env": [env]}]}})
+    return Workload(
+        namespace="training", job_name="j", task="worker", replicas=1, policies=(), worker=spec,
+        config_maps={"present": {"bucket": "models"}},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ({"name": "present", "key": "bucket"}, {"VAR": "models"}),
+        ({"name": "present", "key": "bucket", "optional": False}, {"VAR": "models"}),
+        ({"name": "present", "key": "other", "optional": True}, {}),
+        ({"name": "absent", "key": "bucket", "optional": True}, {}),
+        ({"name": "present", "key": "other"}, "ConfigMap present has no key other"),
+        ({"name": "absent", "key": "bucket"}, "ConfigMap absent is not in the template"),
+        ({"name": "absent", "key": "bucket", "optional": False}, "ConfigMap absent is not in the template"),
+    ],
+)
+def test_given_a_config_map_key_ref_then_it_resolves_as_the_kubelet_resolves_it(ref, expected):
+    # Kubernetes API, ConfigMapKeySelector: optional, "Specify whether the ConfigMap or its key must
+    # be defined" (unset: false). The kubelet (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables)
+    # skips the variable for a ConfigMap not found or a key missing when optional, else fails the
+    # container's start: "couldn't find key %v in ConfigMap %v/%v" (CreateContainerConfigError).
+    reader = _reader(**ref)
+    if isinstance(expected, dict):
+        assert config_map_env(reader.worker, reader, {}) == expected
+    else:
+        with pytest.raises(ValueError, match=f"env VAR: {expected}, and the reference is not optional"):
+            config_map_env(reader.worker, reader, {})
+
+
+def test_given_a_stack_output_in_a_config_map_then_the_deployed_value_is_the_stand_in_s_value():
+    outputs = {"present": {"bucket": StackOutput("platform", "Bucket")}}
+    reader = dataclasses.replace(_reader(name="present", key="bucket", optional=True), stack_outputs=outputs)
+    assert deployed_config_maps(reader, {"Bucket": "b"}) == {"present": {"bucket": "b"}}
+    assert config_map_env(reader.worker, reader, {"Bucket": "b"}) == {"VAR": "b"}
+    # an output without a value is refused even behind an optional reference: the ConfigMap is there
+    with pytest.raises(ValueError, match="output Bucket of stack platform, known at deploy"):
+        config_map_env(reader.worker, reader, {})
 
 
 def test_given_a_volume_without_a_stand_in_then_reading_the_pod_fails_naming_it():

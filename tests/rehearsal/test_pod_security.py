@@ -162,7 +162,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pods: Workload) -> Iterato
         pytest.skip(f"the rehearsal's pods {why}")
     host_before = _mountinfo()
     root = tmp_path_factory.mktemp("security")
-    made = Cluster(root, pods, s3_objects={}, dpkg_versions={}, driver_version="2.0.0.0")
+    # The stand-in S3: the gang pod reads the model bucket's name (a stack output) at its start.
+    made = Cluster(root, pods, s3_objects={}, dpkg_versions={}, driver_version="2.0.0.0", s3=True)
     try:
         yield made
     finally:

@@ -7,6 +7,11 @@ trains phase 1 to its end, starts phase 2 from it and is deleted once phase 2 ha
 redeploy, or Volcano's RestartJob); the gang started again must skip phase 1, resume phase 2 from
 its own checkpoint and export it.
 
+The model bucket is the stand-in S3 (``Cluster(s3=True)``): pod 0 uploads each phase's export
+there; the first gang is deleted only once phase 1's upload is verified, so the redeployed gang's
+upload of it finds every file there. What the bucket held then and at the end, and each model
+fetched from it, are :class:`ModelBucket`.
+
 The datasets are two tars of small shards made from one corpus, so one vocabulary: phase 1's at
 sequence length 128 (the rehearsal's usual tar, at the public tar's URL), phase 2's at
 :data:`PHASE2_SEQ_LEN` (the tiny model's positions allow it; the public seq-512 tar's shards
@@ -21,10 +26,11 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from tests.rehearsal.cluster import Cluster
 from tests.rehearsal.manifests import PodSpec, Workload
+from tests.rehearsal.s3_standin import BUCKET, S3StandIn
 from tests.rehearsal.scenario import (
     DATASET,
     Observations,
@@ -38,7 +44,7 @@ from tests.support import REPO
 from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards, prepare_data_command
 from training.trainer import checkpoint as ckpt
 from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
-from trainium_job.paths import JobPaths, job_paths
+from trainium_job.paths import JobPaths, job_paths, model_key_prefix
 
 #: Where the scene's phase-2 tar and vocabulary are "in S3" (the s3 stand-in serves them).
 PHASE2_SOURCE = "s3://rehearsal-datasets/shards-seq256.tar"
@@ -128,6 +134,30 @@ def two_phase_context(vocab_size: int) -> dict[str, str]:
 
 
 @dataclass
+class ModelBucket:
+    """The stand-in S3's model bucket (``S3StandIn.objects``: key -> size, checksum, metadata,
+    versions): once the first gang was deleted, and at the end; each run's model fetched from it
+    at the end, as the printed ``aws s3 cp --recursive`` would (run name -> folder)."""
+
+    before_redeploy: dict[str, dict[str, Any]] = field(default_factory=dict)
+    after: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fetched: dict[str, Path] = field(default_factory=dict)
+
+
+def uploaded(log: str, run: str) -> bool:
+    """Whether ``log`` (an exporting pod's) holds the upload's line that ``run``'s model is in the
+    bucket, verified (training.trainer.upload_model ``summary``)."""
+    return bool(upload_summaries(log, run))
+
+
+def upload_summaries(log: str, run: str) -> list[str]:
+    """The upload's last lines in ``log`` for ``run``'s model: ``s3://<bucket>/<run>/model/: N files
+    verified (SHA-256 and size): ...``, one per upload that ended well."""
+    start = f"s3://{BUCKET}/{model_key_prefix(run)}/: "
+    return [line for line in log.splitlines() if line.startswith(start) and "files verified" in line]
+
+
+@dataclass
 class TwoPhaseObservations(Observations):
     """What the scene saw; :attr:`paths` are phase 1's, :attr:`paths2` phase 2's
     (``newest_after_stop``: phase 2's newest complete checkpoint once the first gang was gone)."""
@@ -145,6 +175,7 @@ class TwoPhaseObservations(Observations):
     redeploy_codes: dict[str, int] = field(default_factory=dict)
     #: Whether phase 1's export was there when the first gang was deleted.
     phase1_exported_before_stop: bool = False
+    bucket: ModelBucket = field(default_factory=ModelBucket)
 
 
 class TwoPhases(Rehearsal):
@@ -186,11 +217,13 @@ class TwoPhases(Rehearsal):
         self._until(lambda: ckpt.newest_complete(root2) is not None, "phase 2 writes a checkpoint")
         model1 = self.two.local(self.two.paths.model_dir) / "config.json"
         self.two.phase1_exported_before_stop = model1.exists()
+        self._until(self._phase1_uploaded, "pod 0 uploads phase 1's model")
         grace = self.workload.worker.grace_period_s
         for pod in self.gang:
             self.two.stopped_codes[pod.hostname] = self.cluster.stop(pod, grace)
         self.two.newest_after_stop = ckpt.newest_complete(root2)
         self.two.gang_logs.append({p.hostname: p.output() for p in self.gang})
+        self.two.bucket.before_redeploy = self._bucket().objects()
 
     def redeploy(self) -> None:
         """The same gang again (a redeploy, or RestartJob's second half), run to its end."""
@@ -200,6 +233,30 @@ class TwoPhases(Rehearsal):
             self.two.redeploy_codes = self._wait_all(self.gang, "the redeployed gang")
         finally:
             self.two.gang_logs.append({p.hostname: p.output() for p in self.gang})
+        self.two.bucket.after = self._bucket().objects()
+        for run in (RUN1, RUN2):
+            into = self.cluster.root / "fetched" / f"{run}-model"
+            self.two.bucket.fetched[run] = self._bucket().download(model_key_prefix(run), into)
+
+    def _phase1_uploaded(self) -> bool:
+        """Whether pod 0 has uploaded phase 1's model; the scene fails at once when it said it did
+        not, or uploaded it elsewhere."""
+        log = self.gang[0].output()
+        if uploaded(log, RUN1):
+            return True
+        said = [
+            line
+            for line in log.splitlines()
+            if line.startswith(("phase 1: the model stays on FSx", "phase 1: the upload to"))
+            or " files verified (SHA-256 and size)" in line
+        ]
+        if said:
+            raise self._failed(f"pod 0 did not upload phase 1's model to the bucket: {said}")
+        return False
+
+    def _bucket(self) -> S3StandIn:
+        assert self.cluster.s3 is not None, "the scene's cluster has no stand-in S3"
+        return self.cluster.s3
 
 
 def play(root: Path, workload: Workload, staging: tuple[PodSpec, ...], made: Sources) -> TwoPhaseObservations:
@@ -210,6 +267,7 @@ def play(root: Path, workload: Workload, staging: tuple[PodSpec, ...], made: Sou
         s3_objects={PUBLIC_BERT_SHARDS: made.phase1, PHASE2_SOURCE: made.phase2, VOCAB_SOURCE: made.vocab},
         dpkg_versions=image_packages(),
         driver_version=driver_version(default_ami_tag()),
+        s3=True,
     )
     try:
         scene = TwoPhases(cluster, workload, staging)
