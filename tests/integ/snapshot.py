@@ -9,8 +9,11 @@ replaced by placeholders, so that only a change of the templates themselves show
 
 - asset hashes (64 hex) and the image tags cut from them (``training-<16 hex>``);
 - the content-named jobs' digests (``trainium_job.naming``: 8 hex of a job rendered with its
-  image tag, in the job name and its construct ID ``Job<digest>``) and the logical-ID suffix
-  derived from that construct path; the prune labels (construct addresses);
+  image tag, in the job name and its construct IDs: ``Job<digest>``, and the training job's
+  ``SubmissionManifest<digest>`` and ``SubmissionSubmitter<digest>``) and the logical-ID suffix
+  derived from that construct path; the training job's submission key (its
+  ``trainium-eks/submission`` annotation: 8 hex of the submitter, whose tools image holds the
+  training code); the prune labels (construct addresses);
 - the ``salt`` integ-tests gives each assertion (the synth time, so that it runs on every deploy).
 
 ``python -m tests.integ.snapshot --update`` rewrites the snapshot (``make integ-snapshot``).
@@ -36,7 +39,8 @@ SNAPSHOT_GLOBS = ("*.template.json", "integ.json")
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 _IMAGE_TAG = re.compile(r"\b(training|tensorboard)-[0-9a-f]{16}\b")
-_JOB_DIGEST = re.compile(r"Job([0-9a-f]{8})(?=[0-9A-F]{8}\b|\b)")
+_JOB_DIGEST = re.compile(r"(?:Job|SubmissionManifest|SubmissionSubmitter)([0-9a-f]{8})(?=[0-9A-F]{8}\b|\b)")
+_SUBMISSION_KEY = re.compile(r'(trainium-eks/submission[\\"]+:[\\"]+)[0-9a-f]{8}\b')
 _PRUNE_LABEL = re.compile(r"aws\.cdk\.eks/prune-[0-9a-f]{42}")
 _SALT = re.compile(r'"salt": "[0-9]+"')
 
@@ -54,6 +58,7 @@ def normalize(files: dict[str, str]) -> dict[str, str]:
         text = _IMAGE_TAG.sub(r"\1-<image-tag>", text)
         text = _PRUNE_LABEL.sub("aws.cdk.eks/prune-<address>", text)
         text = _SALT.sub('"salt": "<synth time>"', text)
+        text = _SUBMISSION_KEY.sub(r"\1<submission>", text)
         for digest, placeholder in digests.items():
             text = re.sub(rf"{digest}(?:[0-9A-F]{{8}}\b)?", placeholder, text)
         normalized[name] = text

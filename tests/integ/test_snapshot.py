@@ -17,9 +17,15 @@ def test_given_names_derived_from_the_training_code_when_normalized_then_only_th
         + "ab" * 32
         + '", "maxSteps": 20}}',
         "b.template.json": '{"JOB_NAME": "trn-integ-083018fb", "salt": "1796123584002"}',
+        "c.template.json": '{"TrainingSubmissionManifest4335e2faF1DACB11": "trn-integ-4335e2fa", '
+        '"TrainingSubmissionSubmitter4335e2fa239A7509": '
+        '"{\\"annotations\\":{\\"trainium-eks/submission\\":\\"143e8e63\\"}}", "other": "143e8e63"}',
     }
     assert normalize(files) == {
         "a.template.json": '{"DefaultTrainingJobJob<digest-1>": {"name": "trn-integ-<digest-1>", '
         '"image": "123.dkr.ecr/repo:training-<image-tag>", "hash": "<asset-hash>", "maxSteps": 20}}',
         "b.template.json": '{"JOB_NAME": "trn-integ-<digest-1>", "salt": "<synth time>"}',
+        "c.template.json": '{"TrainingSubmissionManifest<digest-2>": "trn-integ-<digest-2>", '
+        '"TrainingSubmissionSubmitter<digest-2>": '
+        '"{\\"annotations\\":{\\"trainium-eks/submission\\":\\"<submission>\\"}}", "other": "143e8e63"}',
     }
