@@ -56,9 +56,11 @@ from tests.rehearsal.substitutions import (
     SLEEP_SCALE,
     STACK_OUTPUT_STANDINS,
     SYSTEM_NODE_NAME,
+    WEB_ADDRESS,
     WORKER_ADDRESS_BASE,
     rehearsed_command,
 )
+from tests.rehearsal.web_standin import WebStandIn
 from tests.support import REPO
 from trainium_job.submission import JOB_NAME_LABEL, JOB_UID_LABEL
 
@@ -72,6 +74,8 @@ FAILED_NCCOM_TEST = "nccom_test.failed.txt"
 #: Where the deep check's pods find the ``torch_xla`` stand-in (below the state folder, which is
 #: mounted at standins.MOUNT): first on their PYTHONPATH.
 XLA_STANDIN = Path("python") / "torch_xla" / "__init__.py"
+#: The web stand-in's certificate among the stand-ins' files (each pod's ``SSL_CERT_FILE``).
+WEB_CERTIFICATE = "web-ca.crt"
 RECORDED_NCCOM_TEST = {
     "trn1.2xlarge": "nccom_test.r2_allr.txt",
     "trn1.32xlarge": "nccom_test.r16_allr_show_algorithm.txt",
@@ -410,7 +414,8 @@ class Cluster:
     ``driver_version``: what each node's /sys/module/neuron/version holds (written at each gang
     pod's start); ``fabric.follow``: whether the nodes' EFA counters follow the pods' traffic;
     ``s3``: start the stand-in S3 (:attr:`s3`) for the model bucket, which the pods of a
-    ServiceAccount with Pod Identity reach (:mod:`tests.rehearsal.substitutions`).
+    ServiceAccount with Pod Identity reach (:mod:`tests.rehearsal.substitutions`); ``web``: start
+    the web stand-in (:attr:`web`) serving each of these ``https://`` URLs from its local file.
     """
 
     def __init__(
@@ -422,6 +427,7 @@ class Cluster:
         dpkg_versions: Mapping[str, str],
         driver_version: str,
         s3: bool = False,
+        web: Mapping[str, Path] | None = None,
     ) -> None:
         self.root = root
         self.workload = workload
@@ -437,14 +443,21 @@ class Cluster:
         self.fabric = efa.FabricCounters()
         self.network = Network()
         self.s3: S3StandIn | None = None
-        if s3:
-            try:
+        self.web: WebStandIn | None = None
+        try:
+            if s3:
                 self.s3 = S3StandIn(
                     root / "s3", self.network.enter(), f"{POD_NETWORK}.1", preexec_fn=die_with_test
                 )
-            except Exception:
-                self.close()
-                raise
+            if web:
+                self.web = WebStandIn(
+                    root / "web", self.network.enter(), WEB_ADDRESS, web, BRIDGE, preexec_fn=die_with_test
+                )
+                # OpenSSL's default verify file in every pod (substitutions: the web's stand-in).
+                (self.state / WEB_CERTIFICATE).write_bytes(self.web.certificate())
+        except Exception:
+            self.close()
+            raise
 
     def _install_standins(self, s3_objects: Mapping[str, Path], dpkg_versions: Mapping[str, str]) -> None:
         (self.state / "bin").mkdir(parents=True)
@@ -536,6 +549,8 @@ class Cluster:
             lines.append(f"{address}\t{host}.{job}.{ns}.svc.{CLUSTER_DOMAIN}\t{host}.{job}\t{host}")
         if own is not None:
             lines.append(f"{own[0]}\t{own[1]}")
+        if self.web is not None:  # the cluster DNS's answer for the web's hosts (substitutions)
+            lines += self.web.hosts_lines()
         path.write_text("\n".join(lines) + "\n")
         return path
 
@@ -668,6 +683,7 @@ class Cluster:
             **{name: fields[path] for name, path in spec.field_env.items()},
             **config_map_env(spec, self.workload, self.stack_outputs()),
             **identity,
+            **({"SSL_CERT_FILE": str(standins.MOUNT / WEB_CERTIFICATE)} if self.web else {}),
             **EXTRA_ENV,
         }
         if not workdir:
@@ -1009,5 +1025,7 @@ class Cluster:
             pod.kill()
         if self.s3 is not None:
             self.s3.close()
+        if self.web is not None:
+            self.web.close()
         self.fabric.close()
         self.network.close()

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.rehearsal.cluster import namespaces_available, pod_network_available
+from tests.rehearsal.cluster import Network, die_with_test, namespaces_available, pod_network_available
 from tests.rehearsal.manifests import Workload, workload
 from tests.rehearsal.scenario import Observations, play, source_tar, variant_context
+from tests.rehearsal.substitutions import POD_NETWORK
 from tests.support import synth_training
 
 
@@ -34,6 +38,32 @@ def rehearsal(
     if why is not None:
         pytest.skip(f"the rehearsal's pods {why}")
     return play(tmp_path_factory.mktemp("rehearsal"), variant, rehearsal_tar[0])
+
+
+@pytest.fixture()
+def network():
+    why = namespaces_available() or pod_network_available()
+    if why is not None:
+        pytest.skip(f"the rehearsal's pods {why}")
+    network = Network()
+    yield network
+    network.close()
+
+
+@pytest.fixture()
+def pod(network):
+    """A process in a network namespace of its own, its eth0 on the bridge (a pod's network)."""
+    proc = subprocess.Popen(
+        [*network.user(), "unshare", "--net", "--", "sleep", "300"], preexec_fn=die_with_test
+    )
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}/comm").read_text().strip() != "sleep":  # unshare has exec'd
+        assert proc.poll() is None and time.monotonic() < deadline, "the pod's namespace did not come up"
+        time.sleep(0.01)
+    network.plug(proc.pid, "testpod", f"{POD_NETWORK}.250")
+    yield [*network.user(), "nsenter", f"--target={proc.pid}", "--net", "--"]
+    proc.kill()
+    proc.wait()
 
 
 def pytest_configure(config: pytest.Config) -> None:

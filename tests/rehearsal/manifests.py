@@ -31,6 +31,7 @@ DEFAULT_GRACE_S = 30
 #: name; the checkout stands in for their files (:class:`ImageFiles` without a context).
 DOCKERFILES = {
     "stage": REPO / "docker" / "Dockerfile",
+    "heldout": REPO / "docker" / "Dockerfile",
     "trainer": REPO / "docker" / "Dockerfile",
     "tensorboard": REPO / "docker" / "tensorboard.Dockerfile",
     "submit": REPO / "docker" / "tensorboard.Dockerfile",
@@ -534,6 +535,28 @@ def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> l
     return ordered
 
 
+def heldout_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The held-out staging Jobs, in the order of the phases whose shards each waits for (none
+    without ``heldout_enabled``)."""
+    heldouts = [
+        o
+        for o in objects
+        if o["kind"] == "Job"
+        and o["apiVersion"].startswith("batch/")
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "heldout-staging"
+    ]
+    (task,) = volcano["spec"]["tasks"]
+    (container,) = task["template"]["spec"]["containers"]
+    markers = [wait.ready for phase in loads(container["command"][-1]).phases for wait in phase.waits]
+
+    def waits_for(job: Mapping[str, Any]) -> str:
+        run = DatasetRun.loads(job["spec"]["template"]["spec"]["containers"][0]["command"][-1])
+        (found,) = [wait.ready for wait in run.waits if wait.ready in markers]
+        return found
+
+    return sorted(heldouts, key=lambda job: markers.index(waits_for(job)))
+
+
 def first_staging(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> dict[str, Any]:
     """The staging Job of the first phase the gang trains."""
     return staging_jobs(objects, volcano)[0]
@@ -544,6 +567,13 @@ def stagings(template: Mapping[str, Any]) -> tuple[PodSpec, ...]:
     objects = [obj for _, obj in k8s_manifests(template)]
     (volcano,) = submitted_jobs(template)
     return tuple(job_pod(job) for job in staging_jobs(objects, volcano))
+
+
+def heldouts(template: Mapping[str, Any]) -> tuple[PodSpec, ...]:
+    """The pods of ``template``'s held-out staging Jobs, in the phases' order."""
+    objects = [obj for _, obj in k8s_manifests(template)]
+    (volcano,) = submitted_jobs(template)
+    return tuple(job_pod(job) for job in heldout_jobs(objects, volcano))
 
 
 def job_pod(job: Mapping[str, Any]) -> PodSpec:

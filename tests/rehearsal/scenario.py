@@ -339,8 +339,15 @@ class Observations:
         return self.fsx / Path(pod_path).relative_to(self.claim_path)
 
     def records(self, paths: JobPaths | None = None) -> list[dict[str, Any]]:
-        """Rank 0's per-step records (``train_log.jsonl`` in the run's output directory, or in
-        ``paths``' run's)."""
+        """Rank 0's per-step training records (``train_log.jsonl`` in the run's output directory,
+        or in ``paths``' run's), without the held-out evaluations' (:meth:`evaluations`)."""
+        return [r for r in self._log(paths) if not any(k.startswith("eval_") for k in r)]
+
+    def evaluations(self, paths: JobPaths | None = None) -> list[dict[str, Any]]:
+        """Rank 0's held-out evaluation records (``eval_*`` values) in the same file."""
+        return [r for r in self._log(paths) if any(k.startswith("eval_") for k in r)]
+
+    def _log(self, paths: JobPaths | None) -> list[dict[str, Any]]:
         path = self.local((paths or self.paths).output_dir) / "train_log.jsonl"
         text = path.read_text() if path.exists() else ""
         # Read while rank 0 appends: a line without its newline is not complete yet.

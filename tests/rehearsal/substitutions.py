@@ -38,6 +38,8 @@ SLEEP_SCALE = 1 / 60
 POD_NETWORK = "10.244.0"
 WORKER_ADDRESS_BASE = 10
 OTHER_ADDRESS_BASE = 100
+#: The web stand-in's address on the bridge (tests/rehearsal/web_standin.py): "the internet".
+WEB_ADDRESS = f"{POD_NETWORK}.2"
 #: MTU of the pods' eth0: the VPC's jumbo frames (EC2 User Guide, "Network maximum
 #: transmission unit (MTU) for your EC2 instance": 9001 within a VPC).
 POD_MTU = 9001
@@ -342,6 +344,18 @@ SUBSTITUTIONS: tuple[Substitution, ...] = (
         "matches the gang's nodeSelector and tolerations against the Nodes (tests/rehearsal/kube_api.py "
         "`schedulable`, `gang_placement`: one pod per node, the whole gang or none)",
         "no cluster; the scene is about what the check does to its Node and where that lets the gang go",
+    ),
+    Substitution(
+        "an https:// download from the internet (the held-out staging Job's PG-19 Parquet file at "
+        "huggingface.co, fetched with urllib)",
+        f"tests/rehearsal/web_standin.py: an HTTPS server at {WEB_ADDRESS}:443 on the bridge, in a scene "
+        "that starts it, answering the synthesized URL's path only (404 for any other) with a Parquet "
+        "file of PG-19's columns holding synthetic books (training.dataprep.synthetic "
+        "`pg19_parquet`); every pod's /etc/hosts names it for the URL's host, and SSL_CERT_FILE (OpenSSL's "
+        "default verify file, which Python's default TLS context reads) holds its self-signed "
+        "certificate for that host name",
+        "no network; the URL, the host name check and the download code are the pod's own, and the "
+        "books are made from another corpus than the training shards, with their vocabulary",
     ),
     Substitution(
         "aws s3 cp of the dataset source (the public BERT tar)",

@@ -7,14 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining
 
-from tests.rehearsal.cluster import Network, die_with_test, namespaces_available, pod_network_available
+from tests.rehearsal.cluster import die_with_test
 from tests.rehearsal.s3_standin import S3StandIn
 from tests.rehearsal.substitutions import POD_NETWORK
 from tests.support import REPO
@@ -24,36 +22,10 @@ PREFIX = "rehearsal-phase1/model"
 
 
 @pytest.fixture()
-def network():
-    why = namespaces_available() or pod_network_available()
-    if why is not None:
-        pytest.skip(f"the rehearsal's pods {why}")
-    network = Network()
-    yield network
-    network.close()
-
-
-@pytest.fixture()
 def standin(network, tmp_path):
     standin = S3StandIn(tmp_path / "s3", network.enter(), f"{POD_NETWORK}.1", preexec_fn=die_with_test)
     yield standin
     standin.close()
-
-
-@pytest.fixture()
-def pod(network):
-    """A process in a network namespace of its own, its eth0 on the bridge (a pod's network)."""
-    proc = subprocess.Popen(
-        [*network.user(), "unshare", "--net", "--", "sleep", "300"], preexec_fn=die_with_test
-    )
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{proc.pid}/comm").read_text().strip() != "sleep":  # unshare has exec'd
-        assert proc.poll() is None and time.monotonic() < deadline, "the pod's namespace did not come up"
-        time.sleep(0.01)
-    network.plug(proc.pid, "s3pod", f"{POD_NETWORK}.250")
-    yield [*network.user(), "nsenter", f"--target={proc.pid}", "--net", "--"]
-    proc.kill()
-    proc.wait()
 
 
 @pytest.fixture()

@@ -1,8 +1,10 @@
 """The two-phase job's real pod commands (``tests.rehearsal.two_phases``): phase 2 starts from
 phase 1's final checkpoint, a redeploy after phase 1 does not rerun it, and each phase's export
-is a model ``transformers`` loads; pod 0 uploads each to the model bucket (the stand-in S3) at the
-URI the review and the stack outputs print, where it loads again, its card holding the run's
-figures, and the redeploy's upload of phase 1's model sends nothing."""
+is a model ``transformers`` loads; each phase's held-out set, made by its own Job from the
+synthesized PG-19 URL (the web stand-in), is evaluated at the phase's end; pod 0 uploads each
+model to the model bucket (the stand-in S3) at the URI the review and the stack outputs print,
+where it loads again, its card holding the run's held-out accuracy, and the redeploy's upload of
+phase 1's model sends nothing."""
 
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ import torch
 from huggingface_hub import ModelCard
 
 from tests.rehearsal.cluster import namespaces_available, pod_network_available
-from tests.rehearsal.manifests import stagings, workload
+from tests.rehearsal.manifests import heldouts, stagings, workload
 from tests.rehearsal.s3_standin import BUCKET
 from tests.rehearsal.substitutions import STACK_OUTPUT_STANDINS
 from tests.rehearsal.two_phases import (
+    EVAL_SAMPLES,
     PHASE1_STEPS,
     PHASE2_EVERY,
+    PHASE2_PRED,
     PHASE2_SEQ_LEN,
     PHASE2_SOURCE,
     PHASE2_STEPS,
@@ -39,10 +43,11 @@ from tests.rehearsal.two_phases import (
 )
 from tests.support import synth_training
 from tests.training.trainer.test_model_card import section, table
+from training.dataprep.shard_format import read_manifest
 from training.trainer import checkpoint as ckpt
 from training.trainer.export import load_model
-from training.trainer.model_card import NOT_RECORDED
 from trainium_eks.config import config_from_context
+from trainium_eks.jobs.heldout_staging import PG19_TEST_PARQUET, heldout_paths
 from trainium_eks.report.review import model_review
 from trainium_job.paths import JobPaths, model_key_prefix
 
@@ -60,7 +65,11 @@ def two_phases(tmp_path_factory: pytest.TempPathFactory, two_phase_sources: Sour
         pytest.skip(f"the rehearsal's pods {why}")
     template = synth_training(**two_phase_context(two_phase_sources.vocab_size))
     return play(
-        tmp_path_factory.mktemp("two-phases"), workload(template), stagings(template), two_phase_sources
+        tmp_path_factory.mktemp("two-phases"),
+        workload(template),
+        stagings(template),
+        heldouts(template),
+        two_phase_sources,
     )
 
 
@@ -96,8 +105,47 @@ def test_given_both_stagings_started_together_then_phase_2_s_waits_for_phase_1_s
     )
     phase2_downloads = [c for c in two_phases.calls if c["tool"] == "aws" and PHASE2_SOURCE in c["argv"]]
     assert phase2_downloads and min(c["time"] for c in phase2_downloads) > two_phases.phase1_staged
-    # The gang started on phase 1's shards while phase 2's were still being staged.
-    assert two_phases.phase1_staged <= two_phases.gang_started < two_phases.phase2_staged
+    # The gang started on phase 1's shards, and phase 2's were staged while it trained phase 1.
+    assert two_phases.phase1_staged <= two_phases.gang_started
+    phase1_done = two_phases.local(two_phases.paths.complete_marker).stat().st_mtime
+    assert two_phases.phase2_staged < phase1_done
+
+
+@pytest.mark.after("redeploy")
+@pytest.mark.parametrize("phase", [1, 2])
+def test_given_each_phase_s_heldout_job_then_its_set_from_the_pinned_books_is_evaluated_at_the_phase_s_end(
+    two_phases, two_phase_sources, phase
+):
+    paths = [two_phases.paths, two_phases.paths2][phase - 1]
+    shape = [(128, 20), (PHASE2_SEQ_LEN, PHASE2_PRED)][phase - 1]
+    held = heldout_paths(paths)
+    # Given the phase's held-out Job, which waited for its phase's shards and made the set from
+    # the books at the synthesized URL (the web stand-in's, fetched once per Job)
+    assert two_phases.heldout_codes == [0, 0]
+    log = two_phases.heldout_logs[phase - 1]
+    assert f"phase {phase}'s shards: there ({paths.dataset_marker})" in log
+    manifest = read_manifest(two_phases.local(held.data_dir))
+    assert (manifest.seq_len, manifest.max_pred_len) == shape and manifest.samples >= EVAL_SAMPLES
+    digest = hashlib.sha256(two_phase_sources.heldout.read_bytes()).hexdigest()
+    assert manifest.settings["source"] == PG19_TEST_PARQUET and manifest.settings["source_sha256"] == digest
+    gets = [r for r in two_phases.web_requests if r["status"] == 200]
+    assert len(gets) == 2 and all(PG19_TEST_PARQUET == f"https://{r['url']}" for r in gets)
+    # When the phase ran to its end, then rank 0 reported a held-out evaluation of that step
+    # (the step log and the metrics file), over the samples asked for
+    steps = PHASE1_STEPS if phase == 1 else PHASE2_STEPS
+    last = two_phases.evaluations(paths)[-1]
+    assert last["step"] == steps and last["eval_samples"] == EVAL_SAMPLES
+    assert 0.0 <= last["eval_mlm_accuracy"] <= 1.0 and 0.0 <= last["eval_nsp_accuracy"] <= 1.0
+    said = f"step {steps} | eval_samples {EVAL_SAMPLES} | eval_mlm_loss "
+    lines = [line for launch in two_phases.gang_logs for log in launch.values() for line in log.splitlines()]
+    assert any(
+        said in line and f"eval_mlm_accuracy {last['eval_mlm_accuracy']:.4g}" in line for line in lines
+    )
+    done = json.loads(two_phases.local(paths.output_dir).joinpath("metrics.json").read_text())["eval"]
+    assert done == {
+        "step": steps,
+        **{k.removeprefix("eval_"): v for k, v in last.items() if k.startswith("eval_")},
+    }
 
 
 @pytest.mark.after("phase2_checkpointed")
@@ -281,21 +329,15 @@ def test_given_each_model_fetched_from_the_bucket_then_it_loads_and_its_card_has
         assert m["end_step"] == int(final_checkpoint(two_phases, p.output_dir).name.removeprefix("step_"))
     rows = {row[0]: row for row in table(section(card.text, "Evaluation"))}
     for n, m in enumerate(metrics, start=1):
-        row, done = rows[f"phase {n}"], m.get("eval")
-        if done is None:  # no held-out evaluation in the run: the card says so, and gives no figure
-            assert row[2].startswith("not evaluated") and row[5:7] == [NOT_RECORDED] * 2
-        else:
-            assert row[1] == str(done["step"]) == str(m["end_step"])
-            assert row[5:7] == [f"{done['mlm_accuracy']:.4f}", f"{done['nsp_accuracy']:.4f}"]
-    last = metrics[-1].get("eval")
-    if last is None:  # the rehearsal's job runs no held-out evaluation: the card claims no results
-        assert card.data.eval_results is None
-    else:
-        results = {r.metric_name: r.metric_value for r in card.data.eval_results}
-        assert results == {
-            "masked-LM accuracy": last["mlm_accuracy"],
-            "next-sentence accuracy": last["nsp_accuracy"],
-        }
+        row, done = rows[f"phase {n}"], m["eval"]  # each phase evaluated at its end (above)
+        assert row[1] == str(done["step"]) == str(m["end_step"])
+        assert row[5:7] == [f"{done['mlm_accuracy']:.4f}", f"{done['nsp_accuracy']:.4f}"]
+    last = metrics[-1]["eval"]
+    results = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert results == {
+        "masked-LM accuracy": last["mlm_accuracy"],
+        "next-sentence accuracy": last["nsp_accuracy"],
+    }
 
 
 @pytest.mark.after("redeploy")

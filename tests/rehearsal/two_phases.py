@@ -1,8 +1,13 @@
 """The two-phase scene: the default deploy's job (phase 1, then phase 2 from phase 1's final
 checkpoint, each model exported) on the rehearsal's cluster, from a synthesized template of its
-own. Both staging Jobs start together, as a deploy applies them; phase 2's waits for phase 1's
-shards before it downloads its own, and the gang starts once phase 1's are there (what the job's
-submitter waits for: the main story plays it), while phase 2's staging still runs. The gang
+own. Both staging Jobs and both held-out staging Jobs start together, as a deploy applies them;
+phase 2's staging waits for phase 1's shards before it downloads its own, each held-out Job for
+its phase's shards, and the gang starts once phase 1's shards are there (what the job's submitter
+waits for: the main story plays it) and phase 1's held-out set too, while phase 2's stagings still
+run. On the cluster the gang does not wait for a held-out set: the trainer evaluates from the
+first evaluation step that finds it (tests/training/trainer/test_evaluate.py plays a set that
+comes late); the scene waits so that phase 1's evaluations are not a race. The held-out books
+come from the web stand-in (``Cluster(web=...)``, at the synthesized PG-19 URL). The gang
 trains phase 1 to its end, starts phase 2 from it and is deleted once phase 2 has a checkpoint (a
 redeploy, or Volcano's RestartJob); the gang started again must skip phase 1, resume phase 2 from
 its own checkpoint and export it.
@@ -41,9 +46,18 @@ from tests.rehearsal.scenario import (
     variant_context,
 )
 from tests.support import REPO
-from training.dataprep.synthetic import SMALL_SET_FLAGS, SyntheticShards, make_shards, prepare_data_command
+from training.dataprep.synthetic import (
+    SMALL_SET_FLAGS,
+    SyntheticShards,
+    gutenberg_books,
+    make_shards,
+    pg19_parquet,
+    prepare_data_command,
+    write_corpus,
+)
 from training.trainer import checkpoint as ckpt
 from trainium_eks.jobs.dataset_staging import PUBLIC_BERT_SHARDS
+from trainium_eks.jobs.heldout_staging import PG19_TEST_PARQUET, heldout_paths
 from trainium_job.paths import JobPaths, job_paths, model_key_prefix
 
 #: Where the scene's phase-2 tar and vocabulary are "in S3" (the s3 stand-in serves them).
@@ -56,6 +70,11 @@ PHASE2_SEQ_LEN, PHASE2_PRED = 256, 40
 CACHE1, CACHE2 = "rehearsal-cache-seq128", "rehearsal-cache-seq256"
 RUN1, RUN2 = "rehearsal-two-phases", "rehearsal-two-phases-phase2"
 N_DOCS = 40
+#: The held-out books: a corpus of another seed than the shards' (``make_shards`` writes seed 0's).
+HELDOUT_BOOKS, HELDOUT_SEED = 20, 1
+#: Samples each held-out evaluation reads (``--eval_samples``; the trainer's default is MLPerf's
+#: 10,000): two whole global batches of the scene's 8.
+EVAL_SAMPLES = 16
 #: Seconds the scene may take end to end before it gives up (it takes ~3 min on 2 busy cores).
 SCENE_TIMEOUT_S = 480
 
@@ -65,17 +84,20 @@ TWO_PHASES: Final = ("start", "phase2_checkpointed", "redeploy")
 
 @dataclass(frozen=True)
 class Sources:
-    """The scene's "S3": phase 1's tar, phase 2's tar, the vocabulary both were made with."""
+    """The scene's "S3": phase 1's tar, phase 2's tar, the vocabulary both were made with; and its
+    "web": the held-out books, a Parquet file of PG-19's columns."""
 
     phase1: Path
     phase2: Path
     vocab: Path
     vocab_size: int
+    heldout: Path
 
 
 def sources(root: Path, env: dict[str, str]) -> Sources:
     """Both tars, laid out as the public tars are: phase 1's from a synthetic corpus, phase 2's
-    from the same corpus and ``vocab.txt`` (one vocabulary for both phases, as a user makes them)."""
+    from the same corpus and ``vocab.txt`` (one vocabulary for both phases, as a user makes them);
+    the held-out books from a corpus of another seed, as PG-19 keeps a book."""
     flags = {**SMALL_SET_FLAGS, "num_shards": 4}
     phase1 = make_shards(root / "phase1", n_docs=N_DOCS, flags=flags, env=env, timeout=180)
     phase2 = SyntheticShards(root / "phase2", phase1.vocab)
@@ -97,13 +119,17 @@ def sources(root: Path, env: dict[str, str]) -> Sources:
             for path in shards.files:
                 archive.add(path, arcname=f"{tar.stem}/{path.name}")
         tars.append(tar)
-    return Sources(tars[0], tars[1], phase1.vocab, phase1.vocab_size)
+    corpus = write_corpus(root / "heldout" / "corpus.txt", n_docs=HELDOUT_BOOKS, seed=HELDOUT_SEED)
+    books = [(f"Book {i} by Someone", text) for i, text in enumerate(gutenberg_books(corpus))]
+    heldout = pg19_parquet(root / "heldout" / Path(PG19_TEST_PARQUET).name, books)
+    return Sources(tars[0], tars[1], phase1.vocab, phase1.vocab_size, heldout)
 
 
 def two_phase_context(vocab_size: int) -> dict[str, str]:
     """The rehearsal's small variant (tiny BERT, 2 nodes x 2 workers) with both phases, as the
     default deploy has them, but short: phase 2 at :data:`PHASE2_SEQ_LEN` from phase 1's final
-    checkpoint, each exported with the staged vocabulary."""
+    checkpoint, each exported with the staged vocabulary; each phase's held-out set (on by
+    default) made with :data:`EVAL_SAMPLES` samples, which each evaluation reads."""
     context = variant_context(vocab_size)
     context.update(
         {
@@ -114,6 +140,9 @@ def two_phase_context(vocab_size: int) -> dict[str, str]:
             "training_cache_set": CACHE1,
             "training_run_name": RUN1,
             "phase2_dataset_source": PHASE2_SOURCE,
+            "training_script_args": json.dumps(
+                {**json.loads(context["training_script_args"]), "eval_samples": str(EVAL_SAMPLES)}
+            ),
             "phase2_batch_size": context["training_batch_size"],
             "phase2_global_batch": context["training_global_batch"],
             "phase2_max_steps": str(PHASE2_STEPS),
@@ -126,6 +155,7 @@ def two_phase_context(vocab_size: int) -> dict[str, str]:
                     "warmup_steps": "2",
                     "seq_len": str(PHASE2_SEQ_LEN),
                     "max_pred_len": str(PHASE2_PRED),
+                    "eval_samples": str(EVAL_SAMPLES),
                 }
             ),
         }
@@ -165,6 +195,10 @@ class TwoPhaseObservations(Observations):
     paths2: JobPaths = field(default_factory=lambda: job_paths(dataset_name="", cache_set="", run_name=""))
     staging_codes: list[int] = field(default_factory=list)
     staging_logs: list[str] = field(default_factory=list)
+    heldout_codes: list[int] = field(default_factory=list)
+    heldout_logs: list[str] = field(default_factory=list)
+    #: What the web stand-in was asked (url, status) while the held-out sets were made.
+    web_requests: list[dict[str, Any]] = field(default_factory=list)
     #: time.time() when phase 1's marker was written, the gang started, phase 2's marker was written.
     phase1_staged: float = 0.0
     gang_started: float = 0.0
@@ -181,7 +215,13 @@ class TwoPhaseObservations(Observations):
 class TwoPhases(Rehearsal):
     """Plays :data:`TWO_PHASES` with the helpers of the rehearsal's story."""
 
-    def __init__(self, cluster: Cluster, workload: Workload, staging: tuple[PodSpec, ...]) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        workload: Workload,
+        staging: tuple[PodSpec, ...],
+        heldout: tuple[PodSpec, ...],
+    ) -> None:
         seen = TwoPhaseObservations(
             paths=job_paths(dataset_name=DATASET, cache_set=CACHE1, run_name=RUN1),
             paths2=job_paths(dataset_name=f"{DATASET}-phase2", cache_set=CACHE2, run_name=RUN2),
@@ -192,21 +232,30 @@ class TwoPhases(Rehearsal):
         super().__init__(cluster, workload, seen)
         self.two = seen
         self.staging = staging
+        self.heldout = heldout
 
     def start(self) -> None:
-        """Both staging Jobs start, as a deploy applies them together; the gang starts once phase
-        1's shards are there, as its submitter creates it then."""
+        """Both staging Jobs and both held-out Jobs start, as a deploy applies them together; the
+        gang starts once phase 1's shards are there, as its submitter creates it then, and (the
+        scene's choice: see the module docstring) phase 1's held-out set."""
         pods = [
             self.cluster.start_staging(spec, f"stage-dataset-{n}") for n, spec in enumerate(self.staging, 1)
         ]
+        held = [self.cluster.start_staging(spec, f"heldout-{n}") for n, spec in enumerate(self.heldout, 1)]
         marker1 = self.two.local(self.two.paths.dataset_marker)
         self._until(marker1.exists, "phase 1's shards are staged", pods=pods[:1])
         self.two.phase1_staged = marker1.stat().st_mtime
+        heldout1 = self.two.local(heldout_paths(self.two.paths).dataset_marker)
+        self._until(heldout1.exists, "phase 1's held-out set is made", pods=held[:1])
         self.two.gang_started = time.time()
         self.gang = [self.cluster.start_worker(i) for i in range(self.workload.replicas)]
-        codes = self._wait_all(pods, "both datasets' staging")
+        codes = self._wait_all([*pods, *held], "both datasets' staging and their held-out sets")
         self.two.staging_codes = [codes[p.hostname] for p in pods]
         self.two.staging_logs = [p.output() for p in pods]
+        self.two.heldout_codes = [codes[p.hostname] for p in held]
+        self.two.heldout_logs = [p.output() for p in held]
+        assert self.cluster.web is not None
+        self.two.web_requests = self.cluster.web.requests()
         self.two.phase2_staged = self.two.local(self.two.paths2.dataset_marker).stat().st_mtime
 
     def phase2_checkpointed(self) -> None:
@@ -259,7 +308,13 @@ class TwoPhases(Rehearsal):
         return self.cluster.s3
 
 
-def play(root: Path, workload: Workload, staging: tuple[PodSpec, ...], made: Sources) -> TwoPhaseObservations:
+def play(
+    root: Path,
+    workload: Workload,
+    staging: tuple[PodSpec, ...],
+    heldout: tuple[PodSpec, ...],
+    made: Sources,
+) -> TwoPhaseObservations:
     """The scene on a fresh cluster under ``root``; every pod is gone when it returns."""
     cluster = Cluster(
         root,
@@ -268,9 +323,10 @@ def play(root: Path, workload: Workload, staging: tuple[PodSpec, ...], made: Sou
         dpkg_versions=image_packages(),
         driver_version=driver_version(default_ami_tag()),
         s3=True,
+        web={PG19_TEST_PARQUET: made.heldout},
     )
     try:
-        scene = TwoPhases(cluster, workload, staging)
+        scene = TwoPhases(cluster, workload, staging, heldout)
         scene.play()
         return scene.two
     finally:

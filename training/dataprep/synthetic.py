@@ -22,6 +22,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -106,6 +107,37 @@ def write_corpus(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(documents), encoding="utf-8")
     return out
+
+
+def gutenberg_books(corpus: str | os.PathLike[str]) -> list[str]:
+    """The documents of a :func:`write_corpus` corpus as PG-19 keeps a book's text: Gutenberg's
+    line wrapping (lines of at most 70 characters), three sentences a paragraph, paragraphs apart
+    by a blank line."""
+    books = []
+    for document in Path(corpus).read_text(encoding="utf-8").strip().split("\n\n"):
+        lines = document.splitlines()
+        paragraphs = [" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3)]
+        books.append("\n\n".join(textwrap.fill(p, 70) for p in paragraphs) + "\n")
+    return books
+
+
+def pg19_parquet(path: str | os.PathLike[str], books: Sequence[tuple[str, str]]) -> Path:
+    """``(title, text)`` books as a Parquet file of the PG-19 loader's columns (huggingface/datasets
+    ``datasets/pg19/pg19.py`` at 9c2a18db: ``short_book_title`` string, ``publication_date``
+    int32, ``url`` string, ``text`` string), in two row groups: the held-out staging's source."""
+    import pyarrow as pa  # only the held-out tool's tests and the rehearsal make one
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "short_book_title": pa.array([t for t, _ in books], pa.string()),
+            "publication_date": pa.array([1900 + i for i in range(len(books))], pa.int32()),
+            "url": pa.array([f"http://www.gutenberg.org/ebooks/{10000 + i}" for i in range(len(books))]),
+            "text": pa.array([b for _, b in books], pa.string()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=max(1, len(books) // 2))
+    return Path(path)
 
 
 def build_vocab(

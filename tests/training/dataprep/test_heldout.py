@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from training.dataprep.heldout import (
     write_corpus,
 )
 from training.dataprep.shard_format import read_manifest, write_manifest
+from training.dataprep.synthetic import gutenberg_books, pg19_parquet
 from training.dataprep.synthetic import write_corpus as synthetic_corpus
 from training.dataprep.text_input import UsageError
 from training.trainer.pretrain import parse_args, train
@@ -59,31 +59,6 @@ went away. J. S. Mill wrote it in 1859.
 """
 #: The Encyclopaedia Britannica, as PG-19's metadata names its slices.
 BRITANNICA = "Encyclopaedia Britannica 11th Edition Volume 7 Slice 1 by Various"
-
-
-def pg19_parquet(path: Path, books: list[tuple[str, str]]) -> Path:
-    """``(title, text)`` books as a Parquet file of PG-19's columns (two row groups)."""
-    table = pa.table(
-        {
-            "short_book_title": pa.array([t for t, _ in books], pa.string()),
-            "publication_date": pa.array([1900 + i for i in range(len(books))], pa.int32()),
-            "url": pa.array([f"http://www.gutenberg.org/ebooks/{10000 + i}" for i in range(len(books))]),
-            "text": pa.array([b for _, b in books], pa.string()),
-        }
-    )
-    pq.write_table(table, path, row_group_size=max(1, len(books) // 2))
-    return path
-
-
-def gutenberg_books(corpus: Path) -> list[str]:
-    """The documents of a synthetic corpus (one sentence per line) as wrapped Gutenberg text:
-    three sentences a paragraph, lines of at most 70 characters."""
-    books = []
-    for document in corpus.read_text().strip().split("\n\n"):
-        lines = document.splitlines()
-        paragraphs = [" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3)]
-        books.append("\n\n".join(textwrap.fill(p, 70) for p in paragraphs) + "\n")
-    return books
 
 
 def test_given_a_wrapped_paragraph_then_one_sentence_per_item_titles_and_initials_kept():
