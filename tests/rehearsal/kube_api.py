@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -34,6 +33,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
+
+if __name__ != "__main__":  # the harness's side: the server itself runs isolated (python -I)
+    from tests.rehearsal import bridge_server
 
 #: Where the kubelet mounts the ServiceAccount's token, CA and namespace in a pod (the path the
 #: official client's ``load_incluster_config`` reads, kubernetes-client/python
@@ -256,31 +258,15 @@ class KubeApi:
         folder.mkdir(parents=True)
         (folder / "token").write_text(secrets.token_urlsafe(32))
         (folder / "namespace").write_text("training")
-        subprocess.run(
-            [
-                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-days", "1", "-subj", "/CN=kubernetes",
-                "-addext", f"subjectAltName=IP:{address}",
-                "-keyout", str(folder / "tls.key"), "-out", str(folder / "ca.crt"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )  # fmt: skip
+        bridge_server.self_signed(folder, "kubernetes", [f"IP:{address}"])
         (folder / NODES).write_text(json.dumps({n["metadata"]["name"]: n for n in nodes}))
-        self.proc = subprocess.Popen(
-            [*enter, sys.executable, "-I", __file__, str(folder), address, str(PORT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        self.proc = bridge_server.start(
+            enter,
+            __file__,
+            [str(folder), address, str(PORT)],
+            what="the stand-in API server",
             preexec_fn=preexec_fn,
         )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            self.close()
-            raise RuntimeError(f"the stand-in API server did not start: {line!r}")
 
     def service_account(self, into: Path) -> Path:
         """The folder the kubelet mounts at :data:`SERVICE_ACCOUNT_DIR`: token, ca.crt, namespace."""
@@ -317,9 +303,7 @@ class KubeApi:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        bridge_server.stop(self.proc)
 
 
 # --- the scheduler's matching ---------------------------------------------------------------------

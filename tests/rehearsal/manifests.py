@@ -538,13 +538,7 @@ def staging_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> l
 def heldout_jobs(objects: list[dict[str, Any]], volcano: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The held-out staging Jobs, in the order of the phases whose shards each waits for (none
     without ``heldout_enabled``)."""
-    heldouts = [
-        o
-        for o in objects
-        if o["kind"] == "Job"
-        and o["apiVersion"].startswith("batch/")
-        and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "heldout-staging"
-    ]
+    heldouts = _labelled(objects, "Job", "heldout-staging")
     (task,) = volcano["spec"]["tasks"]
     (container,) = task["template"]["spec"]["containers"]
     markers = [wait.ready for phase in loads(container["command"][-1]).phases for wait in phase.waits]

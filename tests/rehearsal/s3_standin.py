@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+if __name__ != "__main__":  # the harness's side: the server itself runs isolated (python -I)
+    from tests.rehearsal import bridge_server
 
 #: The stand-in's port on the bridge address (HTTP's; the stand-in API server has 443 there).
 PORT = 80
@@ -122,20 +124,14 @@ class S3StandIn:
         folder.mkdir(parents=True)
         # Its own credentials and endpoint only: none of this machine's AWS settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.proc = subprocess.Popen(
-            [*enter, sys.executable, "-I", __file__, str(folder), address, str(port), bucket],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        self.proc = bridge_server.start(
+            enter,
+            __file__,
+            [str(folder), address, str(port), bucket],
+            what="the stand-in S3",
             env={**env, "AWS_EC2_METADATA_DISABLED": "true"},
-            start_new_session=True,
             preexec_fn=preexec_fn,
         )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            self.close()
-            raise RuntimeError(f"the stand-in S3 did not start: {line!r}")
 
     @property
     def endpoint(self) -> str:
@@ -180,9 +176,7 @@ class S3StandIn:
         return into
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        bridge_server.stop(self.proc)
 
 
 if __name__ == "__main__":

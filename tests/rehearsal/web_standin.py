@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+if __name__ != "__main__":  # the harness's side: the server itself runs isolated (python -I)
+    from tests.rehearsal import bridge_server
+
 #: HTTPS's port.
 PORT = 443
 #: What the server serves: URL path -> local file (written by the harness).
@@ -103,31 +106,11 @@ class WebStandIn:
         folder.mkdir(parents=True)
         served = {f"{p.hostname}{p.path}": str(Path(urls[url]).resolve()) for url, p in parts.items()}
         (folder / FILES).write_text(json.dumps(served))
-        subprocess.run(
-            [
-                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-days", "1", "-subj", f"/CN={self.hosts[0]}",
-                "-addext", "subjectAltName=" + ",".join(f"DNS:{h}" for h in self.hosts),
-                "-keyout", str(folder / "tls.key"), "-out", str(folder / "ca.crt"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )  # fmt: skip
+        bridge_server.self_signed(folder, self.hosts[0], [f"DNS:{h}" for h in self.hosts])
         subprocess.run([*enter, "ip", "addr", "add", f"{address}/32", "dev", device], check=True, timeout=30)
-        self.proc = subprocess.Popen(
-            [*enter, sys.executable, "-I", __file__, str(folder), address, str(PORT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            preexec_fn=preexec_fn,
+        self.proc = bridge_server.start(
+            enter, __file__, [str(folder), address, str(PORT)], what="the web stand-in", preexec_fn=preexec_fn
         )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            self.close()
-            raise RuntimeError(f"the web stand-in did not start: {line!r}")
 
     def certificate(self) -> bytes:
         """The self-signed certificate the pods trust (``SSL_CERT_FILE``)."""
@@ -142,9 +125,7 @@ class WebStandIn:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        bridge_server.stop(self.proc)
 
 
 if __name__ == "__main__":
