@@ -106,9 +106,9 @@ def check_assembly(outdir: Path) -> None:
         "AWS::ECR::Repository",
     }
     applied = {lid: r["Properties"] for lid, r in of_type(workload, MANIFEST).items()}
-    # Service account, a staging Job per phase, TensorBoard, the node health check, and the training
-    # job's submission (its ConfigMap, its RBAC, its submitter Job).
-    assert len(applied) == 8, sorted(applied)
+    # Service account, a staging Job and a held-out staging Job per phase, TensorBoard, the node
+    # health check, and the training job's submission (its ConfigMap, its RBAC, its submitter Job).
+    assert len(applied) == 10, sorted(applied)
     for props in applied.values():
         assert props["ClusterName"] == "research"
         assert props["ServiceToken"] == "arn:aws:lambda:us-east-1:123456789012:function:research-kubectl"
