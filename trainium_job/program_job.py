@@ -39,8 +39,6 @@ from .telemetry import METRICS_PORT
 from .waits import Wait
 from .worker import CHECKS_S, PRECOMPILE_DEADLINE_S, fabric_description
 
-#: The default prefix of a job's name (TorchX: its app's name), and the label of its pods.
-DEFAULT_JOB_PREFIX: Final = "trn-job"
 #: The ServiceAccount of a job's pods (no AWS role, no Kubernetes API token).
 JOB_SERVICE_ACCOUNT: Final = "trainium-job"
 #: The variables a training program reads of its job (set on its commands by the pod program).

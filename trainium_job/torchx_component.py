@@ -33,13 +33,12 @@ from .errors import ConfigError
 from .gang import Gang, gang_pod
 from .instances import INSTANCE_FACTS, InstanceFacts, instance_facts
 from .job import SERVICE_ACCOUNT, fabric_check, launch_spec
-from .naming import TASK_NAME
+from .naming import DEFAULT_NAME_PREFIX, TASK_NAME
 from .paths import DATA_MOUNT
 from .plan import plan_training
 from .pod import RDZV_PORT, pod_template, rank0_endpoint
 from .pod_program.description import Budget
 from .program_job import (
-    DEFAULT_JOB_PREFIX,
     JOB_SERVICE_ACCOUNT,
     ProgramJobSpec,
     TrainingCommand,
@@ -56,9 +55,9 @@ from .worker import PhaseRun, job_description
 _DEFAULT = BertJobSpec()
 #: TorchX's name of the job's app (and of its Volcano Job).
 APP_NAME = "bert-pretrain"
-#: TorchX's name of a job of the user's own program: the CDK job's default name prefix, and so the
-#: same ``app.kubernetes.io/name`` label on its pods.
-PROGRAM_APP_NAME = DEFAULT_JOB_PREFIX
+#: TorchX's name of a job of the user's own program: the CDK job's default name prefix (the
+#: platform's, as every construct's), and so the same ``app.kubernetes.io/name`` label on its pods.
+PROGRAM_APP_NAME = DEFAULT_NAME_PREFIX
 #: TorchX makes one Volcano task per replica: node 0's pod is ``<app>-worker-0-0``.
 _TASK_POD_0 = f"{TASK_NAME}-0-0"
 

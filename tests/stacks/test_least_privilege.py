@@ -117,17 +117,31 @@ def test_given_default_app_then_only_the_build_role_can_push_and_only_to_the_pla
     assert platform["Outputs"][output["OutputName"]]["Value"] == {"Ref": repo_id}
 
 
-def test_given_default_app_then_only_the_build_role_reads_s3_objects_and_only_the_build_context():
+def test_given_default_app_then_only_the_build_role_and_the_model_writer_read_s3_objects_each_its_own():
     # The library grants s3:GetObject* on the whole asset bucket; the boundary cuts it to the one
-    # zip both builds share. Nothing else in either stack reads S3 objects.
+    # zip both builds share. The model writer reads back what it uploaded: its runs' model
+    # prefixes of the model bucket (the platform's output), nothing else. No other role reads S3.
     platform, training = synth_platform(), synth_training()
     assert effective(platform, S3_READ) == {}
     readers = effective(training, S3_READ)
-    assert (
-        list(readers) == [r for r in readers if r.startswith("ContainerImageBuildAmd64")]
-        and len(readers) == 1
+    (build,) = [r for r in readers if r.startswith("ContainerImageBuildAmd64")]
+    (writer,) = [r for r in readers if r.startswith("TrainingModelWriterRole")]
+    assert sorted(readers) == sorted([build, writer])
+    bucket = json.dumps(
+        {
+            "Fn::GetStackOutput": {
+                "OutputName": "WorkloadModelBucketName",
+                "Region": "us-west-2",
+                "StackName": "trn-bert-platform",
+            }
+        },
+        sort_keys=True,
     )
-    ((granted),) = readers.values()
+    assert sorted(_text(g).removeprefix("arn:") for g in readers[writer]) == [
+        f'{{"Ref": "AWS::Partition"}}:s3:::{bucket}/{run}/model/*'
+        for run in ("bert-large-phase1", "bert-large-phase2")
+    ]
+    granted = readers[build]
     assert len(granted) == 1 and _text(granted[0]).endswith(".zip"), granted
     sources = [
         r["Properties"]["sourceS3Url"] for r in resources(training, "Custom::CDKContainerImageBuild").values()

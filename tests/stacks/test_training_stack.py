@@ -74,6 +74,7 @@ def test_given_training_stack_then_it_reads_only_outputs_the_platform_declares(p
         "WorkloadClusterName",
         "WorkloadKubectlServiceToken",
         "WorkloadRepositoryName",
+        "WorkloadModelBucketName",
     }
     for read in reads:
         assert read["StackName"] == "trn-bert-platform" and read["Region"] == "us-west-2"
@@ -83,12 +84,16 @@ def test_given_training_stack_then_it_reads_only_outputs_the_platform_declares(p
     assert not [o for o in platform_json["Outputs"].values() if "Export" in o]
 
 
-def test_given_platform_outputs_then_they_name_the_cluster_provider_and_repository(platform_json):
+def test_given_platform_outputs_then_they_name_the_cluster_provider_repository_and_model_bucket(
+    platform_json,
+):
     outputs = platform_json["Outputs"]
     (cluster_id,) = resources(platform_json, "AWS::EKS::Cluster")
     (repo_id,) = resources(platform_json, "AWS::ECR::Repository")
     assert outputs["WorkloadClusterName"]["Value"] == {"Ref": cluster_id}
     assert outputs["WorkloadRepositoryName"]["Value"] == {"Ref": repo_id}
+    (bucket_id,) = [i for i in resources(platform_json, "AWS::S3::Bucket") if i.startswith("ModelBucket")]
+    assert outputs["WorkloadModelBucketName"]["Value"] == {"Ref": bucket_id}
     provider = outputs["WorkloadKubectlServiceToken"]["Value"]["Fn::GetAtt"]
     assert platform_json["Resources"][provider[0]]["Type"] == "AWS::Lambda::Function" and provider[1] == "Arn"
 

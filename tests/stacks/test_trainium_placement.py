@@ -49,9 +49,10 @@ EXPECTED = {
     "default": {"training gang"},
     "preparation on": {"training gang"},
     # No CPU nodes to launch: phase 1's staging runs there before the gang is submitted, phase 2's
-    # beside it (its share is reserved: tests/stacks/test_node_fit.py); so does the preparation.
-    "nodegroup": {"training gang", "dataset-staging"},
-    "nodegroup preparation on": {"training gang", "dataset-preparation"},
+    # and the held-out sets' beside it (their share is reserved: tests/stacks/test_node_fit.py);
+    # so does the preparation.
+    "nodegroup": {"training gang", "dataset-staging", "heldout-staging"},
+    "nodegroup preparation on": {"training gang", "dataset-preparation", "heldout-staging"},
 }
 #: Labels every node carries (the kubelet's own; EC2 x86_64 instances only here).
 _NODE_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
@@ -201,23 +202,23 @@ def test_given_every_pod_of_the_stacks_then_only_the_gang_and_daemons_can_land_o
 
 
 @pytest.mark.parametrize(
-    ("variant", "role", "pool"),
+    ("variant", "roles", "pool"),
     [
-        ("default", "dataset-staging", DATASET_POOL_NAME),
-        ("preparation on", "dataset-preparation", PREPARATION_POOL_NAME),
+        ("default", ("dataset-staging", "heldout-staging"), DATASET_POOL_NAME),
+        ("preparation on", ("dataset-preparation",), PREPARATION_POOL_NAME),
     ],
 )
-def test_given_karpenter_then_the_dataset_pods_land_on_cpu_nodes_of_their_own(variant, role, pool):
+def test_given_karpenter_then_the_dataset_pods_land_on_cpu_nodes_of_their_own(variant, roles, pool):
     templates, pods = _walk(variant)
     platform = templates[PLATFORM_STACK]
-    mine = [(pod, terms) for r, pod, terms in pods if r == role]
-    assert mine
+    mine = [(pod, terms) for r, pod, terms in pods if r in roles]
+    assert {r for r, _, _ in pods if r in roles} == set(roles)
     for pod, terms in mine:
         assert lands(pod, terms, pool_nodes(platform, pool)), pod.where
         assert not lands(pod, terms, trainium_nodes(platform)), pod.where
     # and nothing but them lands there, besides DaemonSets
     others = {
-        p.where for r, p, t in pods if r not in ("daemon", role) and lands(p, t, pool_nodes(platform, pool))
+        p.where for r, p, t in pods if r not in ("daemon", *roles) and lands(p, t, pool_nodes(platform, pool))
     }
     assert others == set()
 

@@ -26,10 +26,9 @@ from trainium_job.allocatable import DEFAULT_NODE_DAEMONS, Resources
 from trainium_job.errors import ConfigError
 from trainium_job.gang import Gang, RenderedJob
 from trainium_job.instances import InstanceFacts
-from trainium_job.naming import pod_host_name
+from trainium_job.naming import DEFAULT_NAME_PREFIX, pod_host_name
 from trainium_job.node_health import HEALTH_LABEL, PASSED
 from trainium_job.program_job import (
-    DEFAULT_JOB_PREFIX,
     JOB_SERVICE_ACCOUNT,
     ProgramJobSpec,
     check_nodes,
@@ -192,7 +191,8 @@ class TrainiumTrainingJob(Construct):
             container copies into pods whose image lacks them). Default None: built into
             ``repository``.
         namespace, queue: default ``TRAINING_NAMESPACE``, ``TRAINING_QUEUE`` ("training").
-        name_prefix: the job is named ``<prefix>-<8 hex of its content>``. Default "trn-job".
+        name_prefix: the job is named ``<prefix>-<8 hex of its content>``. Default
+            :data:`~trainium_job.naming.DEFAULT_NAME_PREFIX` ("trn-bert"), as every construct's.
         service_account_name: created in ``namespace``. Default "trainium-job".
         node_reserved: what each pod leaves of its node for other pods. Default the default
             platform's DaemonSets.
@@ -227,7 +227,7 @@ class TrainiumTrainingJob(Construct):
         tools_image: str | None = None,
         namespace: str = TRAINING_NAMESPACE,
         queue: str = TRAINING_QUEUE,
-        name_prefix: str = DEFAULT_JOB_PREFIX,
+        name_prefix: str = DEFAULT_NAME_PREFIX,
         service_account_name: str = JOB_SERVICE_ACCOUNT,
         node_reserved: Resources = DEFAULT_NODE_DAEMONS,
         gang_wait_minutes: int | None = None,

@@ -149,7 +149,7 @@ PROGRAM_COMPONENT = "trainium_job/torchx_component.py:trn_program"
 DIGEST_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/mine/train@sha256:" + "ab" * 32
 TOOLS_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trn/training:tools-abc"
 #: The component's default rendezvous id (TorchX's app name): the CDK job's is the job's name.
-PROGRAM_RDZV_ID = "trn-job"
+PROGRAM_RDZV_ID = "trn-bert"
 
 
 def _program_dry_run(*script_args: str, **kwargs: Any) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def test_given_existing_vpc_when_synthesized_then_no_vpc_is_created_and_its_subn
     ]
 
 
-def test_given_existing_vpc_with_the_default_karpenter_then_both_node_classes_use_its_first_subnet():
+def test_given_existing_vpc_with_the_default_karpenter_then_every_node_class_uses_its_first_subnet():
     template = synth_platform(
         existing_vpc_id="vpc-0123456789abcdef0",
         existing_private_subnet_ids="subnet-0aaaaaaaaaaaaaaaa,subnet-0bbbbbbbbbbbbbbbb",
@@ -107,6 +107,7 @@ def test_given_existing_vpc_with_the_default_karpenter_then_both_node_classes_us
     assert {name: spec["subnetSelectorTerms"] for name, spec in classes.items()} == {
         "trainium": [{"id": "subnet-0aaaaaaaaaaaaaaaa"}],
         "dataset": [{"id": "subnet-0aaaaaaaaaaaaaaaa"}],
+        "preparation": [{"id": "subnet-0aaaaaaaaaaaaaaaa"}],
     }
 
 
