@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import shlex
@@ -9,7 +11,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -261,3 +265,17 @@ def validate_k8s(obj: Mapping[str, Any], kubernetes_version: str) -> None:
     import kubernetes_validate
 
     kubernetes_validate.validate(dict(obj), f"{kubernetes_version}.0", strict=True)
+
+
+@contextmanager
+def served_folder(folder: Path) -> Iterator[str]:
+    """``http://127.0.0.1:<port>/`` serving ``folder`` (made here) for the life of the block: the
+    stand-in of an ``https://`` source a staging command downloads."""
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()

@@ -8,10 +8,14 @@ namespace, where the pods reach it: :func:`start` runs it there and returns once
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+#: Seconds a server may take to print ``ready`` (each starts in about one; moto's in a few).
+START_DEADLINE_S = 60
 
 
 def start(
@@ -24,7 +28,8 @@ def start(
     preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen[str]:
     """``script`` with ``args``, run by ``enter`` (a command prefix into the bridge's network
-    namespace), once it has printed ``ready``; its stdin stays open (closing it ends the server)."""
+    namespace), once it has printed ``ready``; its stdin stays open (closing it ends the server).
+    One that prints nothing else, ends or says nothing for :data:`START_DEADLINE_S` is killed."""
     proc = subprocess.Popen(
         [*enter, sys.executable, "-I", script, *args],
         stdin=subprocess.PIPE,
@@ -35,7 +40,8 @@ def start(
         preexec_fn=preexec_fn,
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
+    readable, _, _ = select.select([proc.stdout], [], [], START_DEADLINE_S)
+    line = proc.stdout.readline().strip() if readable else f"nothing within {START_DEADLINE_S} s"
     if line != "ready":
         stop(proc)
         raise RuntimeError(f"{what} did not start: {line!r}")

@@ -10,14 +10,11 @@ pods' program.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support import served_folder
 from tests.training.conftest import child_env, tiny_args
 from training.dataprep.heldout import (
     CORPUS_NAME,
@@ -182,14 +180,8 @@ def test_given_too_few_samples_for_one_pass_then_more_passes_recorded_and_britan
 @pytest.fixture()
 def web(tmp_path) -> Iterator[str]:
     """http://127.0.0.1:<port>/ serving ``tmp_path/web`` (the pinned URL's stand-in)."""
-    (tmp_path / "web").mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "web"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
+    with served_folder(tmp_path / "web") as url:
+        yield url
 
 
 def test_given_staged_shards_when_the_jobs_command_runs_then_a_set_the_trainer_evaluates_on(

@@ -9,17 +9,15 @@ start checkpoint is written in the Neuron tutorial's format and imported by the 
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import served_folder
 from tests.training.trainer.test_data import make_shards
 from tests.training.trainer.test_import_neuron import tutorial_checkpoint
 from trainium_eks.jobs.dataset_staging import (
@@ -71,14 +69,8 @@ def root(tmp_path) -> Path:
 @pytest.fixture()
 def web(tmp_path) -> Iterator[str]:
     """http://127.0.0.1:<port>/ serving ``tmp_path/web``."""
-    (tmp_path / "web").mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "web"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
+    with served_folder(tmp_path / "web") as url:
+        yield url
 
 
 @pytest.mark.parametrize("source", ["s3://bucket/vocab.txt", "fsx:/dataset/vocab.txt", "https"])
